@@ -1,0 +1,39 @@
+"""`allowlist-proxy serve`: each setting is a flag, an environment variable, or its default."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from proxy.config import Settings
+
+__all__ = ["register"]
+
+# The settings offered as flags; every one of them is also ALLOWLIST_PROXY_<NAME>.
+FLAGS = ("host", "port", "upstream", "db", "policy", "log_level")
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("serve", help="run the proxy", description="Run the proxy in front of an upstream.")
+    for name in FLAGS:
+        info = Settings.model_fields[name]
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None,
+                            help=f"{info.description} [env ALLOWLIST_PROXY_{name.upper()}; default {info.default}]")
+    parser.set_defaults(func=run)
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    overrides = {name: getattr(args, name) for name in FLAGS if getattr(args, name, None) is not None}
+    return Settings(**overrides)
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from proxy.app import create_app
+
+    settings = settings_from(args)
+    app = create_app(settings)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
+                timeout_graceful_shutdown=30)
+    return 0

@@ -1,0 +1,75 @@
+"""Settings, declared once: each has a name, a default and a help text, and is read from a
+command-line flag or the environment variable ALLOWLIST_PROXY_<NAME> alike."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings", "normalize_db_url"]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ALLOWLIST_PROXY_", extra="ignore")
+
+    host: str = Field("127.0.0.1", description="Address to listen on.")
+    port: int = Field(8080, description="Port to listen on.")
+    upstream: str = Field("http://127.0.0.1:8000/v1", description="Base URL of the OpenAI-compatible upstream.")
+    upstream_api_key: str | None = Field(
+        None, description="If set, replaces the client's Authorization with `Bearer <key>` upstream."
+    )
+    db: str = Field("sqlite:///allowlist-proxy.db", description="Database URL of the store (SQLite or Postgres).")
+    policy: Path | None = Field(
+        None, description="Policy file; default policies/strict.yaml, else the packaged strict policy."
+    )
+    policy_header: bool = Field(
+        False, description="Let a request pick another loaded policy with the x-allowlist-policy header."
+    )
+    session_header: str | None = Field(
+        None, description="Header naming the session when x-session-id is absent (e.g. x-request-group)."
+    )
+    model_aliases: dict[str, str] = Field(
+        default_factory=dict, description="JSON map of model names rewritten before forwarding."
+    )
+    models_cache_seconds: float = Field(10.0, description="How long the upstream's /v1/models answer is reused.")
+    connect_timeout: float = Field(5.0, description="Seconds to connect to the upstream.")
+    read_timeout: float = Field(600.0, description="Seconds the upstream may stay silent before a 504.")
+    max_body_bytes: int = Field(32 * 1024 * 1024, description="Largest request body accepted (413 above).")
+    convert_content_tool_calls: bool = Field(
+        True, description="Return tool calls found in content (Qwen3-Coder XML, Hermes) as proper tool_calls."
+    )
+    admin_token: str | None = Field(None, description="If set, /stats, /policies and /metrics need this bearer.")
+    log_level: str = Field("info", description="Log level: debug, info, warning, error.")
+    store_batch_size: int = Field(500, description="Most rows the store writer inserts in one transaction.")
+    store_flush_seconds: float = Field(0.05, description="Longest a row waits in the writer's queue.")
+
+    @field_validator("model_aliases", mode="before")
+    @classmethod
+    def _aliases_from_json(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return json.loads(value) if value.strip() else {}
+        return value
+
+    @field_validator("upstream")
+    @classmethod
+    def _strip_slash(cls, value: str) -> str:
+        return value.rstrip("/")
+
+    @property
+    def async_db_url(self) -> str:
+        return normalize_db_url(self.db)
+
+
+def normalize_db_url(url: str) -> str:
+    """Accept the URLs people write (`sqlite:///x.db`, `postgresql://...`) and pick the async driver."""
+    if url.startswith("sqlite://"):
+        return "sqlite+aiosqlite://" + url[len("sqlite://"):]
+    if url.startswith("postgres://"):
+        return "postgresql+asyncpg://" + url[len("postgres://"):]
+    if url.startswith("postgresql://"):
+        return "postgresql+asyncpg://" + url[len("postgresql://"):]
+    return url

@@ -1,0 +1,90 @@
+"""One exception base for the proxy, and the one OpenAI-style error shape it answers with.
+
+    ProxyError
+     ├── BadRequest            400  invalid_request_error
+     ├── PayloadTooLarge       413  invalid_request_error
+     ├── ModelNotFound         404  model_not_found
+     ├── Forbidden             403  permission_error
+     ├── Unauthorized          401  authentication_error
+     ├── UpstreamUnavailable   502  upstream_error
+     ├── UpstreamTimeout       504  upstream_timeout
+     └── UpstreamProtocolError 502  upstream_error
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+__all__ = [
+    "BadRequest", "Forbidden", "ModelNotFound", "PayloadTooLarge", "ProxyError", "Unauthorized",
+    "UpstreamProtocolError", "UpstreamTimeout", "UpstreamUnavailable", "error_body", "error_response",
+]
+
+
+def error_body(message: str, type_: str, *, code: str | int | None = None, param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+class ProxyError(Exception):
+    status_code = 500
+    error_type = "internal_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.error_type, code=self.code, param=self.param)
+
+
+class BadRequest(ProxyError):
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class PayloadTooLarge(ProxyError):
+    status_code = 413
+    error_type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class ModelNotFound(ProxyError):
+    status_code = 404
+    error_type = "invalid_request_error"
+    code = "model_not_found"
+
+
+class Forbidden(ProxyError):
+    status_code = 403
+    error_type = "permission_error"
+
+
+class Unauthorized(ProxyError):
+    status_code = 401
+    error_type = "authentication_error"
+
+
+class UpstreamUnavailable(ProxyError):
+    status_code = 502
+    error_type = "upstream_error"
+    code = "upstream_unreachable"
+
+
+class UpstreamTimeout(ProxyError):
+    status_code = 504
+    error_type = "upstream_timeout"
+    code = "upstream_timeout"
+
+
+class UpstreamProtocolError(ProxyError):
+    status_code = 502
+    error_type = "upstream_error"
+    code = "upstream_protocol_error"
+
+
+def error_response(exc: ProxyError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status_code)

@@ -1,0 +1,43 @@
+"""structlog set up for one JSON line per event; secrets never reach a log line."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import structlog
+
+__all__ = ["configure_logging", "get_logger"]
+
+_SECRET_KEYS = {"authorization", "api_key", "upstream_api_key", "admin_token", "x-api-key"}
+
+
+def _drop_secrets(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+    for key in list(event):
+        if key.lower() in _SECRET_KEYS:
+            event[key] = "[redacted]"
+    return event
+
+
+def configure_logging(level: str = "info") -> None:
+    numeric = logging.getLevelName(level.upper())
+    if not isinstance(numeric, int):
+        numeric = logging.INFO
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            _drop_secrets,
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+def get_logger(name: str) -> Any:
+    return structlog.get_logger(name)

@@ -1,0 +1,36 @@
+"""Prometheus metrics of the proxy, declared once in a registry of its own."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+REQUESTS = Counter(
+    "allowlist_proxy_requests", "Client requests by model, route and status", ["model", "route", "status"],
+    registry=REGISTRY,
+)
+TOOL_CALLS = Counter(
+    "allowlist_proxy_tool_calls", "Judged tool calls by model, decision and primary reason",
+    ["model", "decision", "reason"], registry=REGISTRY,
+)
+RETRIES = Counter("allowlist_proxy_retries", "Extra upstream attempts after a rejection", ["model"], registry=REGISTRY)
+BUDGET_EXHAUSTED = Counter(
+    "allowlist_proxy_budget_exhausted", "Requests whose retry budget ran out", ["model"], registry=REGISTRY
+)
+IN_FLIGHT = Gauge("allowlist_proxy_in_flight", "Requests in flight by model", ["model"], registry=REGISTRY)
+UPSTREAM_LATENCY = Histogram(
+    "allowlist_proxy_upstream_seconds", "Upstream time to last byte", ["model"], registry=REGISTRY,
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+)
+POLICY_RELOAD_FAILURES = Counter(
+    "allowlist_proxy_policy_reload_failures", "Policy files refused at load or reload", ["file"], registry=REGISTRY
+)
+POLICY_VALID = Gauge(
+    "allowlist_proxy_policy_valid", "1 when the file on disk is the policy being served, 0 when it was refused",
+    ["file"], registry=REGISTRY,
+)
+STORE_WRITE_FAILURES = Counter(
+    "allowlist_proxy_store_write_failures", "Failed batch writes to the store (retried)", registry=REGISTRY
+)
+STORE_QUEUE_DEPTH = Gauge("allowlist_proxy_store_queue_depth", "Rows waiting for the store writer", registry=REGISTRY)

@@ -1,0 +1,77 @@
+"""The upstream's served model names: cached briefly, aliases applied, unknown names refused early.
+
+vLLM serves a model only under its `--served-model-name`; a client that asks for the Hugging Face
+name gets a bare 404 from vLLM. Refusing here lists the names that would work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from proxy.errors import ModelNotFound, ProxyError
+from proxy.upstream import Upstream
+
+__all__ = ["ModelCatalog", "ModelsAnswer"]
+
+
+@dataclass(slots=True)
+class ModelsAnswer:
+    status: int
+    body: bytes
+    content_type: str
+    names: list[str] | None
+    fetched_at: float
+
+
+class ModelCatalog:
+    def __init__(self, upstream: Upstream, *, ttl: float, aliases: Mapping[str, str]) -> None:
+        self._upstream = upstream
+        self._ttl = ttl
+        self.aliases = dict(aliases)
+        self._cache: dict[str, ModelsAnswer] = {}
+
+    @staticmethod
+    def _key(headers: Mapping[str, str]) -> str:
+        # Different keys may see different models; the key itself is never kept.
+        auth = headers.get("authorization", "")
+        return hashlib.sha256(auth.encode()).hexdigest()[:16]
+
+    async def fetch(self, headers: Mapping[str, str]) -> ModelsAnswer:
+        key = self._key(headers)
+        cached = self._cache.get(key)
+        now = time.monotonic()
+        if cached is not None and now - cached.fetched_at < self._ttl:
+            return cached
+        response = await self._upstream.request("GET", "/models", headers=headers)
+        names: list[str] | None = None
+        if response.status_code == 200:
+            try:
+                names = [m["id"] for m in json.loads(response.content)["data"]]
+            except (ValueError, KeyError, TypeError):
+                names = None
+        answer = ModelsAnswer(response.status_code, response.content,
+                              response.headers.get("content-type", "application/json"), names, now)
+        if response.status_code == 200:
+            self._cache[key] = answer
+        return answer
+
+    async def resolve(self, requested: str, headers: Mapping[str, str]) -> str:
+        """The name to send upstream; ModelNotFound when the upstream lists its models and this is not one."""
+        name = self.aliases.get(requested, requested)
+        try:
+            answer = await self.fetch(headers)
+        except ProxyError:
+            return name  # the chat request itself will report the upstream failure
+        if answer.names is None or name in answer.names:
+            return name
+        served = ", ".join(answer.names) or "(none)"
+        hint = f" (alias of {requested!r})" if name != requested else ""
+        raise ModelNotFound(
+            f"The model {name!r}{hint} is not served by the upstream. Served models: {served}. "
+            "Use one of those names, or map this name with the model_aliases setting.",
+            param="model",
+        )

@@ -1,0 +1,113 @@
+"""What the proxy remembers of one client request, and how it becomes rows for the store."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.sessions import SessionRef
+from proxy.store import tables
+from proxy.store.writer import StoreWriter
+
+__all__ = ["RequestRecord", "Usage"]
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    seen: bool = False
+
+    def add(self, usage: Any) -> None:
+        if not isinstance(usage, dict):
+            return
+        self.seen = True
+        self.prompt_tokens += _int(usage.get("prompt_tokens"))
+        self.completion_tokens += _int(usage.get("completion_tokens"))
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict):
+            self.cached_tokens += _int(details.get("cached_tokens"))
+
+    def as_openai(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "completion_tokens": self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens} if self.cached_tokens else None,
+        }
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    session: SessionRef
+    model: str
+    route: str
+    upstream: str
+    stream: bool
+    concurrency: int
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    started_at: float = field(default_factory=time.time)
+    started_mono: float = field(default_factory=time.perf_counter)
+    ttfb_ms: float | None = None
+    ttft_ms: float | None = None
+    duration_ms: float | None = None
+    status: int | None = None
+    outcome: str = "ok"
+    error: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    attempts: int = 1
+    budget_exhausted: bool = False
+    policy_name: str | None = None
+    policy_hash: str | None = None
+    mode: str | None = None
+    saved: bool = False
+
+    def elapsed_ms(self) -> float:
+        return (time.perf_counter() - self.started_mono) * 1000.0
+
+    def mark_first_byte(self) -> None:
+        if self.ttfb_ms is None:
+            self.ttfb_ms = self.elapsed_ms()
+
+    def mark_first_token(self) -> None:
+        if self.ttft_ms is None:
+            self.ttft_ms = self.elapsed_ms()
+
+    def fail(self, outcome: str, error: str, status: int | None = None) -> None:
+        self.outcome = outcome
+        self.error = error
+        if status is not None:
+            self.status = status
+
+    def save(self, writer: StoreWriter) -> None:
+        """Queue the session (first time) and the request row; called exactly once per request."""
+        if self.saved:
+            return
+        self.saved = True
+        if self.duration_ms is None:
+            self.duration_ms = self.elapsed_ms()
+        if self.session.is_new or self.session.source != "lineage":
+            writer.put(tables.sessions, {
+                "id": self.session.id, "source": self.session.source, "model": self.model,
+                "created_at": self.started_at,
+            })
+        usage = self.usage
+        writer.put(tables.requests, {
+            "id": self.id, "session_id": self.session.id, "model": self.model, "route": self.route,
+            "upstream": self.upstream, "stream": self.stream, "started_at": self.started_at,
+            "ttfb_ms": self.ttfb_ms, "ttft_ms": self.ttft_ms, "duration_ms": self.duration_ms,
+            "status": self.status, "outcome": self.outcome, "error": self.error,
+            "prompt_tokens": usage.prompt_tokens if usage.seen else None,
+            "completion_tokens": usage.completion_tokens if usage.seen else None,
+            "cached_tokens": usage.cached_tokens if usage.seen else None,
+            "concurrency": self.concurrency, "attempts": self.attempts,
+            "budget_exhausted": self.budget_exhausted, "policy_name": self.policy_name,
+            "policy_hash": self.policy_hash, "mode": self.mode,
+        })

@@ -1,0 +1,76 @@
+"""Server-sent events: an incremental decoder that keeps each event's exact bytes, and encoders."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["DONE", "SSEDecoder", "SSEEvent", "encode_data", "encode_json"]
+
+DONE = b"data: [DONE]\n\n"
+_SEPARATORS = (b"\r\n\r\n", b"\n\n", b"\r\r")
+
+
+@dataclass(slots=True)
+class SSEEvent:
+    raw: bytes  # the event exactly as received, terminator included
+    data: str | None  # the joined `data:` lines, None for comment-only events
+    event: str | None = None
+
+    @property
+    def is_done(self) -> bool:
+        return self.data is not None and self.data.strip() == "[DONE]"
+
+
+class SSEDecoder:
+    """Splits a byte stream into events whatever the chunk boundaries (even inside a UTF-8 character)."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        self._buffer += chunk
+        events: list[SSEEvent] = []
+        while True:
+            end = -1
+            sep_len = 0
+            for sep in _SEPARATORS:
+                pos = self._buffer.find(sep)
+                if pos != -1 and (end == -1 or pos < end):
+                    end, sep_len = pos, len(sep)
+            if end == -1:
+                return events
+            raw = bytes(self._buffer[: end + sep_len])
+            del self._buffer[: end + sep_len]
+            events.append(_parse(raw))
+
+    def close(self) -> list[SSEEvent]:
+        """What remains when the stream ends without a final blank line."""
+        if not self._buffer.strip():
+            self._buffer.clear()
+            return []
+        raw = bytes(self._buffer)
+        self._buffer.clear()
+        return [_parse(raw)]
+
+
+def _parse(raw: bytes) -> SSEEvent:
+    text = raw.decode("utf-8", errors="replace")
+    data_lines: list[str] = []
+    event: str | None = None
+    for line in text.splitlines():
+        if line.startswith("data:"):
+            value = line[5:]
+            data_lines.append(value[1:] if value.startswith(" ") else value)
+        elif line.startswith("event:"):
+            event = line[6:].strip()
+    return SSEEvent(raw=raw, data="\n".join(data_lines) if data_lines else None, event=event)
+
+
+def encode_data(data: str) -> bytes:
+    return b"data: " + data.encode("utf-8") + b"\n\n"
+
+
+def encode_json(obj: Any) -> bytes:
+    return encode_data(json.dumps(obj, ensure_ascii=False, separators=(", ", ": ")))

@@ -1,0 +1,72 @@
+"""Engine creation and schema migration; database errors are translated here and nowhere else."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import event
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from proxy.config import normalize_db_url
+from proxy.errors import ProxyError
+
+__all__ = ["StoreError", "alembic_config", "create_engine", "migrate", "translate_db_error"]
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+
+class StoreError(ProxyError):
+    status_code = 503
+    error_type = "store_error"
+
+
+def translate_db_error(exc: SQLAlchemyError) -> StoreError:
+    return StoreError(f"database error: {type(exc.orig if hasattr(exc, 'orig') else exc).__name__}: {exc}")
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # WAL lets the stats readers run while the writer commits; busy_timeout rides out a
+    # short lock held by another process instead of failing the batch at once.
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.execute("PRAGMA foreign_keys=OFF")
+    cursor.close()
+
+
+def create_engine(url: str) -> AsyncEngine:
+    url = normalize_db_url(url)
+    if url.startswith("sqlite"):
+        engine = create_async_engine(url)
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
+
+
+def alembic_config(url: str | None = None) -> Config:
+    if not MIGRATIONS_DIR.is_dir():
+        raise StoreError(f"migrations not found at {MIGRATIONS_DIR}: install the proxy from its source tree")
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if url:
+        cfg.cmd_opts = None
+        cfg.set_main_option("sqlalchemy.url", normalize_db_url(url))
+    return cfg
+
+
+async def migrate(engine: AsyncEngine, revision: str = "head") -> None:
+    """Bring the schema to `revision` over the engine's own connection (safe inside a running loop)."""
+    cfg = alembic_config()
+
+    def _upgrade(sync_connection: Any) -> None:
+        cfg.attributes["connection"] = sync_connection
+        command.upgrade(cfg, revision)
+
+    conn: AsyncConnection
+    async with engine.begin() as conn:
+        await conn.run_sync(_upgrade)

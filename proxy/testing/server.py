@@ -1,0 +1,52 @@
+"""Runs an ASGI app under uvicorn in a thread of its own, on 127.0.0.1 and a free port."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import uvicorn
+
+__all__ = ["ServerThread", "free_port"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServerThread:
+    def __init__(self, app: Any, *, port: int | None = None, log_level: str = "warning") -> None:
+        self.port = port or free_port()
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level=log_level, access_log=False,
+                                lifespan="on", timeout_graceful_shutdown=5)
+        self.server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self.server.run, daemon=True, name=f"uvicorn-{self.port}")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 20.0) -> ServerThread:
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError(f"server on port {self.port} failed to start")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"server on port {self.port} did not start in {timeout}s")
+            time.sleep(0.01)
+        return self
+
+    def stop(self, timeout: float = 15.0) -> None:
+        self.server.should_exit = True
+        self._thread.join(timeout)
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,159 @@
+"""The one shape every tool-call format is turned into, and the interface each format implements.
+
+A format reads one assistant message whole (`extract`) or the deltas of one streamed choice
+(`stream`), and reports calls in the same shapes: `ToolCall` for a call, `TextDelta` for text that
+may go to the client now, `CompletedCall` for a call that is complete and ready to judge.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+__all__ = [
+    "CompletedCall",
+    "Event",
+    "ExtractionResult",
+    "FormatStream",
+    "Schemas",
+    "TextDelta",
+    "ToolCall",
+    "ToolCallFormat",
+    "loads_strict",
+    "new_call_id",
+]
+
+# Tool name -> that tool's `parameters` JSON schema, as the request offered it.
+Schemas = dict[str, dict[str, Any]]
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """One tool call as the model made it, whatever format carried it.
+
+    `arguments` is None exactly when the call is malformed; `error` then says why.
+    `index` is the upstream's tool index for structured calls, and the running number of the
+    content calls of the choice for calls found in content (malformed ones included), so the
+    order of `tool_calls` and `malformed` together can be restored.
+    `raw` is the call's text as the model wrote it (content calls), or the arguments text of a
+    malformed structured call.
+    """
+
+    name: str
+    arguments_text: str
+    arguments: dict[str, Any] | None
+    source: str  # "openai" | "qwen3_coder" | "hermes"
+    id: str | None = None
+    index: int = 0
+    error: str | None = None
+    raw: str | None = None
+
+    @property
+    def malformed(self) -> bool:
+        return self.arguments is None
+
+    def openai_dict(self) -> dict[str, Any]:
+        """The call as an entry of a message's `tool_calls` (what a converted response carries)."""
+        return {
+            "id": self.id or new_call_id(),
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments_text},
+        }
+
+    def delta_dict(self, index: int) -> dict[str, Any]:
+        """The call as ONE stream delta entry with id, name and the whole arguments.
+
+        OpenCode finalizes a call as soon as its accumulated arguments parse as JSON, so a held
+        call is released in one piece rather than in fragments.
+        """
+        return {"index": index, **self.openai_dict()}
+
+
+@dataclass(slots=True)
+class ExtractionResult:
+    content: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    malformed: list[ToolCall] = field(default_factory=list)
+
+    def add(self, call: ToolCall) -> None:
+        (self.malformed if call.malformed else self.tool_calls).append(call)
+
+
+@dataclass(slots=True)
+class TextDelta:
+    """Text that is safe to send to the client now.
+
+    `field` is the delta field it came in: "content", "reasoning" or "reasoning_content".
+    """
+
+    field: str
+    text: str
+
+
+@dataclass(slots=True)
+class CompletedCall:
+    """A whole call (structured, or found in content), complete and ready to judge."""
+
+    call: ToolCall
+
+
+Event = TextDelta | CompletedCall
+
+
+def new_call_id() -> str:
+    """A fresh call id shaped like vLLM's (`chatcmpl-tool-` + 32 hex digits)."""
+    return f"chatcmpl-tool-{uuid.uuid4().hex}"
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if number in (math.inf, -math.inf):
+        raise ValueError(f"{text} overflows a float")
+    return number
+
+
+def loads_strict(text: str) -> Any:
+    """`json.loads` that refuses NaN and Infinity (also `1e999`, which Python reads as inf).
+
+    Python accepts them, but they are not JSON: a client such as OpenCode (JSON.parse) fails on
+    the arguments we would hand it, so they count as invalid here.
+    """
+    return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+
+
+class FormatStream(ABC):
+    """Incremental extraction of one format over the deltas of ONE choice."""
+
+    @abstractmethod
+    def feed(self, delta: dict[str, Any]) -> list[Event]:
+        """Read one `choices[i].delta`; return what is known now."""
+
+    @abstractmethod
+    def finish(self) -> list[Event]:
+        """The choice ended: flush held text and complete open calls."""
+
+
+class ToolCallFormat(ABC):
+    """One way a model's tool calls travel (registered by `name`).
+
+    Both directions read the same input shape, an assistant message or a stream delta, so one
+    test suite drives every format and checks that streamed equals whole.
+    """
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def extract(self, message: dict[str, Any], schemas: Schemas) -> ExtractionResult:
+        """Whole: this format's calls in one assistant message."""
+
+    @abstractmethod
+    def stream(self, schemas: Schemas) -> FormatStream:
+        """Incremental: a fresh parser for the deltas of one choice."""
