@@ -145,13 +145,15 @@ class ScriptedUpstream:
             return refused
         reply = self._next(body)
         text = reply.content
-        return Response(_dump({
+        whole = _dump({
             "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
             "model": body["model"], "choices": [{"index": 0, "text": text, "logprobs": None,
                                                  "finish_reason": "stop", "stop_reason": None}],
             "usage": {"prompt_tokens": reply.prompt_tokens, "total_tokens": reply.prompt_tokens + reply.tokens(),
                       "completion_tokens": reply.tokens(), "prompt_tokens_details": None},
-        }), media_type="application/json")
+        })
+        self.responses.append(whole)
+        return Response(whole, media_type="application/json")
 
     async def _chat(self, request: Request) -> Response:
         raw = await request.body()

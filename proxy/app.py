@@ -1,0 +1,113 @@
+"""The FastAPI application: start-up, shutdown and routes, nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from proxy.chat import chat_completions
+from proxy.config import Settings
+from proxy.errors import ProxyError, Unauthorized, error_body, error_response
+from proxy.logs import configure_logging, get_logger
+from proxy.metrics import REGISTRY
+from proxy.models import ModelCatalog
+from proxy.passthrough import forward, list_models
+from proxy.policy import PolicyManager, default_policy_path
+from proxy.sessions import SessionResolver
+from proxy.state import ProxyState
+from proxy.store.db import create_engine, migrate
+from proxy.store.writer import StoreWriter
+from proxy.upstream import Upstream
+
+__all__ = ["create_app"]
+
+log = get_logger("proxy.app")
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    configure_logging(settings.log_level)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        policies = PolicyManager(settings.policy or default_policy_path(),
+                                 allow_header_selection=settings.policy_header)
+        engine = create_engine(settings.db)
+        await migrate(engine)
+        writer = StoreWriter(engine, batch_size=settings.store_batch_size,
+                             flush_seconds=settings.store_flush_seconds)
+        await writer.start()
+        upstream = Upstream(settings)
+        state = ProxyState(
+            settings=settings, upstream=upstream, engine=engine, writer=writer,
+            models=ModelCatalog(upstream, ttl=settings.models_cache_seconds, aliases=settings.model_aliases),
+            sessions=SessionResolver(settings.session_header), policies=policies,
+        )
+        app.state.proxy = state
+        app.state.loop = asyncio.get_running_loop()  # lets tests and the CLI reach the writer
+        await policies.start()
+        log.info("proxy.started", upstream=settings.upstream, db=settings.db.split("@")[-1],
+                 policy=policies.current().name, mode=policies.current().policy.mode)
+        try:
+            yield
+        finally:
+            await policies.stop()
+            await upstream.aclose()
+            await writer.stop()
+            await engine.dispose()
+            log.info("proxy.stopped", rows_written=writer.rows_written)
+
+    app = FastAPI(title="allowlist-proxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(ProxyError)
+    async def _proxy_error(_request: Request, exc: ProxyError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+        log.exception("request.unexpected_error", error=str(exc))
+        return JSONResponse(error_body("internal proxy error", "internal_error"), status_code=500)
+
+    def state_of(request: Request) -> ProxyState:
+        return request.app.state.proxy
+
+    def require_admin(request: Request) -> None:
+        token = settings.admin_token
+        if token and request.headers.get("authorization") != f"Bearer {token}":
+            raise Unauthorized("this endpoint needs the admin token: Authorization: Bearer <admin_token>")
+
+    @app.post("/v1/chat/completions")
+    async def _chat(request: Request) -> Response:
+        return await chat_completions(request, state_of(request))
+
+    @app.get("/v1/models")
+    async def _models(request: Request) -> Response:
+        return await list_models(request, state_of(request))
+
+    @app.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+    async def _forward(request: Request, path: str) -> Response:
+        return await forward(request, state_of(request), "/" + path)
+
+    @app.get("/health")
+    async def _health(request: Request) -> dict[str, object]:
+        state = state_of(request)
+        return {"status": "ok", "upstream": state.upstream.base_url,
+                "upstream_reachable": await state.upstream.reachable(),
+                "policy": state.policies.current().name, "store_queue": state.writer.depth}
+
+    @app.get("/policies")
+    async def _policies(request: Request) -> dict[str, object]:
+        require_admin(request)
+        return state_of(request).policies.status()
+
+    @app.get("/metrics")
+    async def _metrics(request: Request) -> Response:
+        require_admin(request)
+        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+    return app

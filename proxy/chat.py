@@ -1,0 +1,564 @@
+"""POST /v1/chat/completions: forward, extract every tool call, judge it, enforce the verdict.
+
+The non-streaming and streaming paths share the attempt loop's rules: an attempt whose calls are
+all allowed goes to the client; in enforce mode an attempt with a rejected or malformed call is
+held back and the model is asked again with the reasons, within the policy's retry budget.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from proxy.body import read_body, read_json_object
+from proxy.enforce import blocked_message, retry_messages, tool_call_delta, turn_allowed
+from proxy.errors import BadRequest, ProxyError, error_body
+from proxy.judging import JudgedCall, judge_calls, record_calls
+from proxy.logs import get_logger
+from proxy.metrics import BUDGET_EXHAUSTED, REQUESTS, RETRIES, UPSTREAM_LATENCY
+from proxy.policy import LoadedPolicy
+from proxy.record import RequestRecord
+from proxy.sse import DONE, SSEDecoder, encode_json
+from proxy.state import ProxyState
+from proxy.toolcalls import ChoiceStream, CompletedCall, TextDelta, ToolCall, extract_from_response
+from proxy.upstream import response_headers
+
+__all__ = ["chat_completions"]
+
+log = get_logger("proxy.chat")
+_TEXT_FIELDS = ("content", "reasoning", "reasoning_content")
+_COMPACT = (",", ":")
+
+
+@dataclass
+class Exchange:
+    """One client request: what was asked, under which policy, and what has happened so far."""
+
+    state: ProxyState
+    record: RequestRecord
+    payload: dict[str, Any]
+    original_body: bytes
+    body_changed: bool
+    headers: dict[str, str]
+    policy: LoadedPolicy
+    tools: list[dict[str, Any]] | None
+    offered: set[str]
+    client_wants_usage: bool
+    extra_messages: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def enforce(self) -> bool:
+        return self.policy.policy.mode == "enforce"
+
+    @property
+    def budget(self) -> int:
+        return max(0, int(self.policy.policy.retry_budget))
+
+    @property
+    def scan_content(self) -> bool:
+        # A request that offers no tools cannot run one; text that merely looks like a call is left alone.
+        return bool(self.offered)
+
+    def body(self) -> bytes:
+        if not self.extra_messages and not self.body_changed:
+            return self.original_body
+        payload = dict(self.payload)
+        if self.extra_messages:
+            payload["messages"] = list(payload["messages"]) + self.extra_messages
+        return json.dumps(payload, ensure_ascii=False).encode()
+
+    def judge(self, calls: list[ToolCall]) -> list[JudgedCall]:
+        return judge_calls(self.policy, calls, self.offered)
+
+    def keep(self, attempt: int, judged: list[JudgedCall], *, delivered: bool) -> None:
+        record_calls(self.state.writer, self.record, self.policy, attempt, judged, delivered=delivered)
+
+
+def _pick_policy(request: Request, state: ProxyState) -> LoadedPolicy:
+    manager = state.policies
+    wanted = request.headers.get("x-allowlist-policy")
+    if wanted and state.settings.policy_header:
+        found = manager.get(wanted)
+        if found is None:
+            raise BadRequest(f"x-allowlist-policy names no loaded policy: {wanted!r}", param="x-allowlist-policy")
+        return found
+    return manager.current()
+
+
+def _offered_tools(tools: Any) -> tuple[list[dict[str, Any]] | None, set[str]]:
+    if not isinstance(tools, list):
+        return None, set()
+    names = set()
+    for tool in tools:
+        if isinstance(tool, dict):
+            function = tool.get("function")
+            if isinstance(function, dict) and isinstance(function.get("name"), str):
+                names.add(function["name"])
+    return tools, names
+
+
+async def chat_completions(request: Request, state: ProxyState) -> Response:
+    body = await read_body(request, state.settings.max_body_bytes)
+    payload = read_json_object(body)
+    model = payload.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("`model` must be a non-empty string", param="model")
+    messages = payload.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("`messages` must be a non-empty list", param="messages")
+    headers = state.upstream.headers(request.headers)
+    upstream_model = await state.models.resolve(model, headers)
+    policy = _pick_policy(request, state)
+    session = state.sessions.resolve(request.headers, messages)
+    stream = payload.get("stream") is True
+
+    changed = False
+    if upstream_model != model:
+        payload["model"] = upstream_model
+        changed = True
+    options = payload.get("stream_options")
+    client_wants_usage = isinstance(options, dict) and options.get("include_usage") is True
+    if stream and not client_wants_usage:
+        # Usage is what the statistics count; the client that did not ask never sees it.
+        payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+        changed = True
+    tools, offered = _offered_tools(payload.get("tools"))
+
+    record = RequestRecord(session=session, model=upstream_model, route="chat", upstream=state.upstream.base_url,
+                           stream=stream, concurrency=state.enter(upstream_model))
+    record.policy_name, record.policy_hash, record.mode = policy.name, policy.hash, policy.policy.mode
+    exchange = Exchange(state, record, payload, body, changed, headers, policy, tools, offered, client_wants_usage)
+    if stream:
+        return await _stream(exchange, messages)
+    try:
+        return await _complete(exchange, messages)
+    finally:
+        _finish(exchange)
+
+
+def _finish(ex: Exchange) -> None:
+    record = ex.record
+    ex.state.leave(record.model)
+    record.save(ex.state.writer)
+    REQUESTS.labels(record.model, record.route, str(record.status)).inc()
+    UPSTREAM_LATENCY.labels(record.model).observe((record.duration_ms or 0) / 1000.0)
+    log.info("request", request_id=record.id, session=record.session.id, model=record.model,
+             route=record.route, stream=record.stream, status=record.status, outcome=record.outcome,
+             attempts=record.attempts, ttfb_ms=_round(record.ttfb_ms), ttft_ms=_round(record.ttft_ms),
+             duration_ms=_round(record.duration_ms), concurrency=record.concurrency)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+# ---------------------------------------------------------------- non-streaming
+
+
+async def _complete(ex: Exchange, messages: list[Any]) -> Response:
+    record = ex.record
+    judged: list[JudgedCall] = []
+    for attempt in range(1, ex.budget + 2):
+        record.attempts = attempt
+        try:
+            response = await ex.state.upstream.request("POST", "/chat/completions", headers=ex.headers,
+                                                       content=ex.body())
+        except ProxyError as exc:
+            record.fail("upstream_error", exc.message, exc.status_code)
+            raise
+        record.mark_first_byte()
+        record.status = response.status_code
+        headers = response_headers(response.headers)
+        if response.status_code != 200:
+            record.fail("upstream_error", response.text[:1000])
+            return Response(response.content, status_code=response.status_code, headers=headers)
+        try:
+            obj = json.loads(response.content)
+            results = extract_from_response(obj, ex.tools)
+        except (ValueError, TypeError, AttributeError) as exc:
+            record.fail("upstream_error", f"upstream answered 200 with a body that is not a completion: {exc}")
+            return Response(response.content, status_code=200, headers=headers)
+        record.usage.add(obj.get("usage"))
+        record.mark_first_token()
+        calls = [c for r in results for c in (r.tool_calls + r.malformed) if ex.scan_content or c.source == "openai"]
+        judged = ex.judge(calls)
+        if not ex.enforce or turn_allowed(judged):
+            ex.keep(attempt, judged, delivered=True)
+            changed = _convert_content_calls(ex, obj, results) or attempt > 1
+            if attempt > 1 and isinstance(obj.get("usage"), dict):
+                obj["usage"].update(record.usage.as_openai())
+            _remember(ex, messages, obj)
+            if not changed:
+                return Response(response.content, status_code=200, headers=headers)
+            return Response(json.dumps(obj, ensure_ascii=False).encode(), status_code=200,
+                            media_type="application/json")
+        ex.keep(attempt, judged, delivered=False)
+        if attempt > ex.budget:
+            break
+        RETRIES.labels(record.model).inc()
+        content = results[0].content if results else None
+        ex.extra_messages += retry_messages(ex.policy, content, [j for j in judged])
+    record.budget_exhausted = True
+    BUDGET_EXHAUSTED.labels(record.model).inc()
+    text = blocked_message(ex.policy, judged, record.attempts)
+    obj["choices"] = [{"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
+                       "logprobs": None, "finish_reason": "stop"}]
+    if isinstance(obj.get("usage"), dict):
+        obj["usage"].update(record.usage.as_openai())
+    return Response(json.dumps(obj, ensure_ascii=False).encode(), status_code=200, media_type="application/json")
+
+
+def _convert_content_calls(ex: Exchange, obj: dict[str, Any], results: list[Any]) -> bool:
+    """Calls the model wrote into `content` become proper `tool_calls`; returns whether obj changed."""
+    if not ex.scan_content or not (ex.state.settings.convert_content_tool_calls or ex.enforce):
+        return False
+    changed = False
+    for choice, result in zip(obj.get("choices") or [], results, strict=False):
+        found = [c for c in result.tool_calls if c.source != "openai"]
+        if not found:
+            continue
+        message = choice.setdefault("message", {})
+        existing = message.get("tool_calls") or []
+        for call in found:
+            delta = tool_call_delta(len(existing), call)
+            delta.pop("index")
+            existing.append(delta)
+        message["tool_calls"] = existing
+        message["content"] = result.content or None
+        choice["finish_reason"] = "tool_calls"
+        changed = True
+    return changed
+
+
+def _remember(ex: Exchange, messages: list[Any], obj: dict[str, Any]) -> None:
+    choices = obj.get("choices") or []
+    reply = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
+    ex.state.sessions.remember(ex.record.session.id, messages, reply if isinstance(reply, dict) else None)
+
+
+# ---------------------------------------------------------------- streaming
+
+
+@dataclass
+class _Choice:
+    """One choice of one attempt while it streams."""
+
+    stream: ChoiceStream
+    content: str = ""
+    pending: list[ToolCall] = field(default_factory=list)
+    emitted_tools: int = 0
+    finish_reason: str | None = None
+    finish_raw: bytes | None = None  # the upstream's own finish chunk, sent as is when nothing was held
+    converted: bool = False
+
+
+async def _stream(ex: Exchange, messages: list[Any]) -> Response:
+    record = ex.record
+    try:
+        response = await ex.state.upstream.open_stream("POST", "/chat/completions", headers=ex.headers,
+                                                       content=ex.body())
+    except ProxyError as exc:
+        record.fail("upstream_error", exc.message, exc.status_code)
+        _finish(ex)
+        raise
+    record.status = response.status_code
+    if response.status_code != 200:
+        try:
+            content = await response.aread()
+        except Exception as exc:  # the error body itself broke off
+            content = json.dumps(error_body(f"upstream failed: {exc}", "upstream_error")).encode()
+        finally:
+            await response.aclose()
+        record.fail("upstream_error", content.decode("utf-8", "replace")[:1000])
+        _finish(ex)
+        return Response(content, status_code=response.status_code, headers=response_headers(response.headers))
+    relay = _StreamRelay(ex, messages)
+    return StreamingResponse(relay.run(response), media_type="text/event-stream",
+                             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+
+
+def _tool_count(known: int, delta: dict[str, Any]) -> int:
+    """How many structured calls a choice has shown so far, from the indexes its deltas carry."""
+    for fragment in delta.get("tool_calls") or []:
+        index = fragment.get("index") if isinstance(fragment, dict) else None
+        if isinstance(index, int) and index >= known:
+            known = index + 1
+    return known
+
+
+class _StreamRelay:
+    def __init__(self, ex: Exchange, messages: list[Any]) -> None:
+        self.ex = ex
+        self.messages = messages
+        self.template: dict[str, Any] | None = None
+        self.usage_chunk: dict[str, Any] | None = None
+        self.usage_raw: bytes | None = None
+        self.choices: dict[int, _Choice] = {}
+        self.attempt = 1
+        self.attempt_usage: Any = None
+        self.upstream_error = False
+        self.reply_content = ""
+        self.reply_calls: list[dict[str, Any]] = []
+        self.done = False
+
+    # -- the generator handed to the client
+
+    async def run(self, response: Any) -> AsyncIterator[bytes]:
+        ex, record = self.ex, self.ex.record
+        current = response
+        try:
+            while True:
+                async for piece in self._relay_attempt(current):
+                    yield piece
+                await current.aclose()
+                current = None
+                if self.upstream_error:
+                    break
+                judged = self._judge_attempt()
+                if not ex.enforce or turn_allowed(judged):
+                    ex.keep(self.attempt, judged, delivered=True)
+                    if ex.enforce:
+                        for piece in self._release():
+                            yield piece
+                    break
+                ex.keep(self.attempt, judged, delivered=False)
+                if self.attempt > ex.budget:
+                    record.budget_exhausted = True
+                    BUDGET_EXHAUSTED.labels(record.model).inc()
+                    yield self._blocked(judged)
+                    break
+                RETRIES.labels(record.model).inc()
+                ex.extra_messages += retry_messages(ex.policy, self._content(), judged)
+                self.attempt += 1
+                record.attempts = self.attempt
+                self.choices = {}
+                try:
+                    current = await ex.state.upstream.open_stream("POST", "/chat/completions",
+                                                                  headers=ex.headers, content=ex.body())
+                except ProxyError as exc:
+                    yield self._error(exc.message, exc.error_type, exc.code)
+                    record.fail("upstream_error", exc.message)
+                    break
+                if current.status_code != 200:
+                    content = await current.aread()
+                    yield self._error(f"upstream answered {current.status_code} on retry: "
+                                      f"{content.decode('utf-8', 'replace')[:500]}", "upstream_error", None)
+                    record.fail("upstream_error", content.decode("utf-8", "replace")[:1000], current.status_code)
+                    break
+            for piece in self._tail():
+                yield piece
+            self.done = True
+        finally:
+            if not self.done and record.outcome == "ok":
+                record.fail("client_disconnected", "the client went away before the stream ended", 499)
+            with anyio.CancelScope(shield=True):
+                if current is not None:
+                    await current.aclose()
+                if self.done and not self.upstream_error:
+                    self.ex.state.sessions.remember(record.session.id, self.messages, self._reply())
+                _finish(ex)
+
+    # -- one upstream attempt
+
+    async def _relay_attempt(self, response: Any) -> AsyncIterator[bytes]:
+        ex, record = self.ex, self.ex.record
+        decoder = SSEDecoder()
+        self.attempt_usage = None
+        try:
+            async for chunk in ex.state.upstream.iter_bytes(response):
+                record.mark_first_byte()
+                for event in decoder.feed(chunk):
+                    out = self._event(event)
+                    if out:
+                        yield out
+                    if self.upstream_error:
+                        return
+            for event in decoder.close():
+                out = self._event(event)
+                if out:
+                    yield out
+        except ProxyError as exc:
+            self.upstream_error = True
+            record.fail("upstream_error", exc.message)
+            yield self._error(exc.message, exc.error_type, exc.code)
+            return
+        finally:
+            if self.attempt_usage is not None:
+                record.usage.add(self.attempt_usage)
+        for index, choice in self.choices.items():
+            if choice.finish_reason is None:
+                # The stream ended without finishing this choice: release what it held.
+                out = self._rebuild([(index, choice, {}, choice.stream.finish(), None)])
+                if out:
+                    yield out
+
+    def _event(self, event: Any) -> bytes | None:
+        if event.data is None:
+            return event.raw  # comments and keep-alives
+        if event.is_done:
+            return None  # one [DONE] at the very end
+        try:
+            obj = json.loads(event.data)
+        except ValueError:
+            return event.raw
+        if not isinstance(obj, dict):
+            return event.raw
+        if "error" in obj and not obj.get("choices"):
+            self.upstream_error = True
+            error = obj.get("error")
+            self.ex.record.fail("upstream_error", json.dumps(error)[:1000] if error else "error event")
+            return event.raw
+        usage = obj.get("usage")
+        if usage:
+            self.attempt_usage = usage  # cumulative when continuous: the last one counts
+        choices = obj.get("choices")
+        if self.template is None:
+            self.template = {k: v for k, v in obj.items() if k not in ("choices", "usage")}
+        if not choices:
+            if usage:
+                self.usage_chunk = obj
+                self.usage_raw = event.raw if self.attempt == 1 else None
+                return None
+            return event.raw
+        return self._chunk(event.raw, obj, choices)
+
+    def _chunk(self, raw: bytes, obj: dict[str, Any], choices: list[Any]) -> bytes | None:
+        ex = self.ex
+        items = []
+        passthrough = self.attempt == 1 and (self.ex.client_wants_usage or not obj.get("usage"))
+        for raw_choice in choices:
+            if not isinstance(raw_choice, dict):
+                continue
+            index = raw_choice.get("index", 0)
+            choice = self.choices.get(index)
+            if choice is None:
+                choice = self.choices[index] = _Choice(ChoiceStream(ex.tools, scan_content=ex.scan_content))
+            delta = raw_choice.get("delta") or {}
+            events = choice.stream.feed(delta)
+            finish = raw_choice.get("finish_reason")
+            if finish:
+                events = events + choice.stream.finish()
+                choice.finish_reason = finish
+            released = {}
+            completed = []
+            for e in events:
+                if isinstance(e, TextDelta):
+                    released[e.field] = released.get(e.field, "") + e.text
+                elif isinstance(e, CompletedCall):
+                    completed.append(e.call)
+            choice.content += released.get("content", "")
+            choice.pending.extend(completed)
+            same_text = all(released.get(f, "") == (delta.get(f) or "") for f in _TEXT_FIELDS)
+            content_calls = any(c.source != "openai" for c in completed)
+            if not same_text or (ex.enforce and (delta.get("tool_calls") or finish)):
+                passthrough = False
+            if content_calls and (ex.enforce or ex.state.settings.convert_content_tool_calls):
+                passthrough = False
+            if any(delta.get(f) for f in _TEXT_FIELDS) or delta.get("tool_calls"):
+                ex.record.mark_first_token()
+            elif finish and ex.enforce and self.attempt == 1 and len(choices) == 1 and not released:
+                choice.finish_raw = raw
+            items.append((index, choice, delta, events, finish))
+        if passthrough:
+            if not ex.enforce:
+                for _, choice, delta, _, _ in items:
+                    choice.emitted_tools = _tool_count(choice.emitted_tools, delta)
+            return raw
+        return self._rebuild(items)
+
+    def _rebuild(self, items: list[tuple[int, _Choice, dict[str, Any], list[Any], str | None]]) -> bytes | None:
+        """Chunks carrying what may be released now: text, and in observe mode the tool deltas."""
+        ex = self.ex
+        out: list[bytes] = []
+        for index, choice, delta, events, finish in items:
+            new_delta = {k: v for k, v in delta.items() if k not in _TEXT_FIELDS and k != "tool_calls"}
+            if self.attempt > 1:
+                new_delta.pop("role", None)
+            for e in events:
+                if isinstance(e, TextDelta):
+                    new_delta[e.field] = new_delta.get(e.field, "") + e.text
+            tool_deltas: list[dict[str, Any]] = []
+            if not ex.enforce:
+                tool_deltas.extend(delta.get("tool_calls") or [])
+                choice.emitted_tools = _tool_count(choice.emitted_tools, delta)
+                if ex.state.settings.convert_content_tool_calls:
+                    for e in events:
+                        if isinstance(e, CompletedCall) and e.call.source != "openai":
+                            tool_deltas.append(tool_call_delta(choice.emitted_tools, e.call))
+                            choice.emitted_tools += 1
+                            choice.converted = True
+            if tool_deltas:
+                new_delta["tool_calls"] = tool_deltas
+            emit_finish = finish if not ex.enforce else None
+            if emit_finish and choice.converted:
+                emit_finish = "tool_calls"
+            if not new_delta and not emit_finish:
+                continue
+            out.append(self._encode([{"index": index, "delta": new_delta, "logprobs": None,
+                                      "finish_reason": emit_finish}]))
+        return b"".join(out) or None
+
+    # -- decisions at the end of an attempt
+
+    def _judge_attempt(self) -> list[JudgedCall]:
+        calls = [c for _, ch in sorted(self.choices.items()) for c in ch.pending]
+        return self.ex.judge(calls)
+
+    def _content(self) -> str:
+        return "".join(ch.content for ch in self.choices.values())
+
+    def _release(self) -> list[bytes]:
+        """Enforce mode, all allowed: each call as one whole delta, then the finish chunks."""
+        out: list[bytes] = []
+        for index, choice in sorted(self.choices.items()):
+            for position, call in enumerate(choice.pending):
+                delta = tool_call_delta(position, call)
+                self.reply_calls.append({k: v for k, v in delta.items() if k != "index"})
+                out.append(self._encode([{"index": index, "delta": {"tool_calls": [delta]}, "logprobs": None,
+                                          "finish_reason": None}]))
+            if not choice.pending and choice.finish_raw is not None:
+                out.append(choice.finish_raw)
+                continue
+            finish = "tool_calls" if choice.pending else (choice.finish_reason or "stop")
+            out.append(self._encode([{"index": index, "delta": {}, "logprobs": None, "finish_reason": finish}]))
+        self.ex.record.mark_first_token()
+        return out
+
+    def _blocked(self, judged: list[JudgedCall]) -> bytes:
+        text = blocked_message(self.ex.policy, judged, self.attempt)
+        self.reply_content += text
+        return (self._encode([{"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None}])
+                + self._encode([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}]))
+
+    def _tail(self) -> list[bytes]:
+        out: list[bytes] = []
+        if self.ex.client_wants_usage and self.usage_chunk is not None and not self.upstream_error:
+            if self.attempt == 1 and self.usage_raw is not None:
+                out.append(self.usage_raw)
+            else:
+                chunk = dict(self.usage_chunk)
+                chunk["usage"] = {**(chunk.get("usage") or {}), **self.ex.record.usage.as_openai()}
+                if self.template:
+                    chunk["id"] = self.template.get("id", chunk.get("id"))
+                out.append(encode_json(chunk))
+        out.append(DONE)
+        return out
+
+    def _reply(self) -> dict[str, Any]:
+        content = self._content() if not self.reply_content else self.reply_content
+        return {"role": "assistant", "content": content, "tool_calls": self.reply_calls}
+
+    def _encode(self, choices: list[dict[str, Any]]) -> bytes:
+        chunk = dict(self.template or {"object": "chat.completion.chunk", "model": self.ex.record.model})
+        chunk["choices"] = choices
+        return b"data: " + json.dumps(chunk, ensure_ascii=False, separators=_COMPACT).encode() + b"\n\n"
+
+    def _error(self, message: str, type_: str, code: Any) -> bytes:
+        self.upstream_error = True
+        return encode_json(error_body(message, type_, code=code))

@@ -1,0 +1,48 @@
+"""Every setting is documented in the README, with its real default, and the error shape is pinned."""
+
+from __future__ import annotations
+
+import re
+
+from proxy.config import Settings
+from proxy.errors import BadRequest, UpstreamTimeout
+from tests.conftest import ROOT
+
+
+def _readme_settings() -> dict[str, str]:
+    text = (ROOT / "README.md").read_text()
+    return dict(re.findall(r"^\| `([a-z_]+)` \| ([^|]+?) \|", text, flags=re.M))
+
+
+def test_every_setting_is_in_the_readme():
+    documented = _readme_settings()
+    assert set(Settings.model_fields) == set(documented)
+
+
+def test_readme_defaults_are_the_real_defaults():
+    documented = _readme_settings()
+    for name, info in Settings.model_fields.items():
+        default = info.get_default(call_default_factory=True)
+        shown = documented[name].strip("`")
+        if default is None:
+            assert shown in ("unset", "policies/strict.yaml"), name
+        elif isinstance(default, bool):
+            assert shown == str(default).lower(), name
+        elif isinstance(default, dict):
+            assert shown == "{}", name
+        else:
+            assert shown == str(default if not isinstance(default, float) or not default.is_integer()
+                                else int(default)), name
+
+
+def test_error_shape_is_pinned():
+    assert BadRequest("bad", param="model").body() == {
+        "error": {"message": "bad", "type": "invalid_request_error", "param": "model", "code": None}}
+    assert UpstreamTimeout("slow").status_code == 504
+
+
+def test_environment_variables_configure_settings(monkeypatch):
+    monkeypatch.setenv("ALLOWLIST_PROXY_PORT", "9999")
+    monkeypatch.setenv("ALLOWLIST_PROXY_MODEL_ALIASES", '{"a": "b"}')
+    settings = Settings()
+    assert settings.port == 9999 and settings.model_aliases == {"a": "b"}
