@@ -1,0 +1,1 @@
+"""Throughput tables and the vLLM log import."""
