@@ -144,8 +144,7 @@ async def chat_completions(request: Request, state: ProxyState) -> Response:
 
 def _finish(ex: Exchange) -> None:
     record = ex.record
-    ex.state.leave(record.model)
-    record.save(ex.state.writer)
+    ex.state.finish(record)
     REQUESTS.labels(record.model, record.route, str(record.status)).inc()
     UPSTREAM_LATENCY.labels(record.model).observe((record.duration_ms or 0) / 1000.0)
     log.info("request", request_id=record.id, session=record.session.id, model=record.model,

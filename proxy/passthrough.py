@@ -31,10 +31,6 @@ def _usage_from(record: RequestRecord, body: bytes) -> None:
         record.usage.add(payload.get("usage"))
 
 
-def _close(state: ProxyState, record: RequestRecord) -> None:
-    state.leave(record.model)
-    record.save(state.writer)
-
 log = get_logger("proxy.passthrough")
 
 
@@ -70,7 +66,7 @@ async def forward(request: Request, state: ProxyState, path: str) -> Response:
     except ProxyError as exc:
         if record is not None:
             record.fail("upstream_error", exc.message, exc.status_code)
-            _close(state, record)
+            state.finish(record)
         raise
     REQUESTS.labels(record.model if record else "", path, str(response.status_code)).inc()
     upstream = state.upstream
@@ -100,7 +96,7 @@ async def forward(request: Request, state: ProxyState, path: str) -> Response:
                     if response.status_code >= 400 and record.outcome == "ok":
                         record.fail("upstream_error", collected[:1000].decode("utf-8", "replace"))
                     _usage_from(record, bytes(collected))
-                    _close(state, record)
+                    state.finish(record)
 
     return StreamingResponse(relay(), status_code=response.status_code,
                              headers=response_headers(response.headers))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -11,6 +12,7 @@ from proxy.config import Settings
 from proxy.metrics import IN_FLIGHT
 from proxy.models import ModelCatalog
 from proxy.policy import PolicyManager
+from proxy.record import RequestRecord
 from proxy.sessions import SessionResolver
 from proxy.store.writer import StoreWriter
 from proxy.upstream import Upstream
@@ -28,6 +30,8 @@ class ProxyState:
     sessions: SessionResolver
     policies: PolicyManager
     in_flight: Counter[str] = field(default_factory=Counter)
+    # Called with every finished request (throughput windows, for one); must not block.
+    listeners: list[Callable[[RequestRecord], None]] = field(default_factory=list)
 
     def enter(self, model: str) -> int:
         """Counts the request in; returns the concurrency it started at (itself included)."""
@@ -40,3 +44,12 @@ class ProxyState:
         IN_FLIGHT.labels(model).dec()
         if self.in_flight[model] <= 0:
             del self.in_flight[model]
+
+    def finish(self, record: RequestRecord) -> None:
+        """The one place a request ends: counted out, queued for the store, told to listeners."""
+        if record.saved:
+            return
+        self.leave(record.model)
+        record.save(self.writer)
+        for listener in self.listeners:
+            listener(record)
