@@ -32,18 +32,24 @@ class SSEDecoder:
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         self._buffer += chunk
         events: list[SSEEvent] = []
+        buffer = self._buffer
+        # vLLM ends events with a bare "\n\n"; the other separators are looked for only when a CR shows up.
+        separators = _SEPARATORS if b"\r" in buffer else (b"\n\n",)
+        start = 0
         while True:
             end = -1
             sep_len = 0
-            for sep in _SEPARATORS:
-                pos = self._buffer.find(sep)
+            for sep in separators:
+                pos = buffer.find(sep, start)
                 if pos != -1 and (end == -1 or pos < end):
                     end, sep_len = pos, len(sep)
             if end == -1:
-                return events
-            raw = bytes(self._buffer[: end + sep_len])
-            del self._buffer[: end + sep_len]
-            events.append(_parse(raw))
+                break
+            events.append(_parse(bytes(buffer[start: end + sep_len])))
+            start = end + sep_len
+        if start:
+            del buffer[:start]
+        return events
 
     def close(self) -> list[SSEEvent]:
         """What remains when the stream ends without a final blank line."""
@@ -56,6 +62,8 @@ class SSEDecoder:
 
 
 def _parse(raw: bytes) -> SSEEvent:
+    if raw.startswith(b"data: ") and raw.count(b"\n") == 2 and raw.endswith(b"\n\n"):
+        return SSEEvent(raw=raw, data=raw[6:-2].decode("utf-8", errors="replace"))  # the usual one-line event
     text = raw.decode("utf-8", errors="replace")
     data_lines: list[str] = []
     event: str | None = None
