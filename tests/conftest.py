@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,17 +17,35 @@ from proxy.app import create_app
 from proxy.config import Settings
 from proxy.testing.scripted_upstream import ScriptedUpstream
 from proxy.testing.server import ServerThread
+from tests.databases import BACKENDS, database_url
 
 ROOT = Path(__file__).resolve().parents[1]
 STRICT_POLICY = ROOT / "policies" / "strict.yaml"
 MODEL = "qwen3.5-27b"
 
 
+class Row(tuple):
+    """A result row readable by position and by column name, whatever the database."""
+
+    def __new__(cls, values: Any, keys: list[str]) -> Row:
+        row = super().__new__(cls, values)
+        row._keys = keys  # type: ignore[attr-defined]
+        return row
+
+    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+        if isinstance(key, str):
+            return super().__getitem__(self._keys.index(key))  # type: ignore[attr-defined]
+        return super().__getitem__(key)
+
+    def keys(self) -> list[str]:
+        return list(self._keys)  # type: ignore[attr-defined]
+
+
 @dataclass
 class RunningProxy:
     server: ServerThread
     app: Any
-    db_path: Path
+    db_url: str
 
     @property
     def url(self) -> str:
@@ -43,11 +60,19 @@ class RunningProxy:
         future = asyncio.run_coroutine_threadsafe(self.state.writer.flush(10), self.app.state.loop)
         future.result(15)
 
-    def rows(self, sql: str, *params: Any) -> list[sqlite3.Row]:
+    def rows(self, sql: str, **params: Any) -> list[Row]:
+        """Runs SQL on the proxy's own engine (SQLite or Postgres), after flushing its writer."""
+        from sqlalchemy import text
+
         self.flush()
-        with sqlite3.connect(self.db_path) as conn:
-            conn.row_factory = sqlite3.Row
-            return list(conn.execute(sql, params))
+
+        async def query() -> list[Row]:
+            async with self.state.engine.connect() as conn:
+                result = await conn.execute(text(sql), params)
+                keys = list(result.keys())
+                return [Row(tuple(r), keys) for r in result]
+
+        return asyncio.run_coroutine_threadsafe(query(), self.app.state.loop).result(15)
 
     def client(self, **kwargs: Any) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=kwargs.pop("timeout", 30), **kwargs)
@@ -61,17 +86,29 @@ def upstream() -> Iterator[ScriptedUpstream]:
         yield scripted
 
 
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
 @pytest.fixture
-def start_proxy(tmp_path: Path) -> Iterator[Callable[..., RunningProxy]]:
+def db_url(backend: str, tmp_path: Path) -> Iterator[str]:
+    with database_url(backend, tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+def start_proxy(tmp_path: Path, db_url: str) -> Iterator[Callable[..., RunningProxy]]:
+    """Starts proxies; the first gets the test's database, later ones a SQLite file unless told."""
     started: list[RunningProxy] = []
 
     def _start(upstream_url: str, **overrides: Any) -> RunningProxy:
-        db_path = overrides.pop("db_path", tmp_path / f"proxy{len(started)}.db")
-        settings = Settings(upstream=upstream_url, db=f"sqlite:///{db_path}",
+        url = overrides.pop("db", db_url if not started else f"sqlite:///{tmp_path / f'proxy{len(started)}.db'}")
+        settings = Settings(upstream=upstream_url, db=url,
                             policy=overrides.pop("policy", STRICT_POLICY), log_level="warning", **overrides)
         app = create_app(settings)
         server = ServerThread(app).start()
-        running = RunningProxy(server, app, db_path)
+        running = RunningProxy(server, app, url)
         started.append(running)
         return running
 

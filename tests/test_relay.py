@@ -206,8 +206,12 @@ def test_rows_are_written_through_the_real_migrations(upstream, proxy):
     upstream.script(Reply(content="hello", prompt_tokens=100, completion_tokens=5, cached_tokens=64))
     with proxy.client() as client:
         client.post("/v1/chat/completions", json=chat(), headers={"x-session-id": "ses_abc"})
+    from alembic.script import ScriptDirectory
+
+    from proxy.store.db import alembic_config
+
     version = proxy.rows("SELECT version_num FROM alembic_version")[0][0]
-    assert version == "0001"
+    assert version == ScriptDirectory.from_config(alembic_config()).get_current_head()
     row = proxy.rows("SELECT * FROM requests")[0]
     assert row["session_id"] == "ses_abc" and row["model"] == MODEL and row["route"] == "chat"
     assert (row["prompt_tokens"], row["completion_tokens"], row["cached_tokens"]) == (100, 5, 64)

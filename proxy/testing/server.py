@@ -20,11 +20,17 @@ def free_port() -> int:
 
 class ServerThread:
     def __init__(self, app: Any, *, port: int | None = None, log_level: str = "warning") -> None:
-        self.port = port or free_port()
+        # The socket is bound here and handed to uvicorn, so no other process can take the port between
+        # choosing it and listening on it.
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind(("127.0.0.1", port or 0))
+        self.port = self._socket.getsockname()[1]
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level=log_level, access_log=False,
                                 lifespan="on", timeout_graceful_shutdown=5)
         self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self.server.run, daemon=True, name=f"uvicorn-{self.port}")
+        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._socket]}, daemon=True,
+                                        name=f"uvicorn-{self.port}")
 
     @property
     def url(self) -> str:
@@ -44,6 +50,7 @@ class ServerThread:
     def stop(self, timeout: float = 15.0) -> None:
         self.server.should_exit = True
         self._thread.join(timeout)
+        self._socket.close()
 
     def __enter__(self) -> ServerThread:
         return self.start()
