@@ -10,7 +10,7 @@ import importlib
 import sys
 
 # Order is the order of `--help`.
-SUBCOMMANDS = ("serve", "db", "import-vllm-log")
+SUBCOMMANDS = ("serve", "extract", "db", "import-vllm-log")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-import uuid
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -23,6 +23,7 @@ __all__ = [
     "TextDelta",
     "ToolCall",
     "ToolCallFormat",
+    "dumps",
     "loads_strict",
     "new_call_id",
 ]
@@ -57,9 +58,14 @@ class ToolCall:
         return self.arguments is None
 
     def openai_dict(self) -> dict[str, Any]:
-        """The call as an entry of a message's `tool_calls` (what a converted response carries)."""
+        """The call as an entry of a message's `tool_calls` (what a converted response carries).
+
+        A call without an id gets one here, once, so every rendering of it agrees.
+        """
+        if not self.id:
+            self.id = new_call_id()
         return {
-            "id": self.id or new_call_id(),
+            "id": self.id,
             "type": "function",
             "function": {"name": self.name, "arguments": self.arguments_text},
         }
@@ -106,7 +112,7 @@ Event = TextDelta | CompletedCall
 
 def new_call_id() -> str:
     """A fresh call id shaped like vLLM's (`chatcmpl-tool-` + 32 hex digits)."""
-    return f"chatcmpl-tool-{uuid.uuid4().hex}"
+    return f"chatcmpl-tool-{os.urandom(16).hex()}"  # uuid4's randomness, without the UUID object
 
 
 def _reject_constant(name: str) -> Any:
@@ -120,13 +126,24 @@ def _finite_float(text: str) -> float:
     return number
 
 
+# One decoder and one encoder, built once: `json.loads` / `json.dumps` with options build a new
+# one on every call, which costs more than the work itself for small arguments.
+_STRICT_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+_ENCODER = json.JSONEncoder(ensure_ascii=False)
+
+
+def dumps(value: Any) -> str:
+    """`json.dumps(value, ensure_ascii=False)`, the form vLLM gives arguments in."""
+    return _ENCODER.encode(value)
+
+
 def loads_strict(text: str) -> Any:
     """`json.loads` that refuses NaN and Infinity (also `1e999`, which Python reads as inf).
 
     Python accepts them, but they are not JSON: a client such as OpenCode (JSON.parse) fails on
     the arguments we would hand it, so they count as invalid here.
     """
-    return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    return _STRICT_DECODER.decode(text)
 
 
 class FormatStream(ABC):

@@ -1,0 +1,284 @@
+"""Finding tool calls in a model's content text, whole or fed in arbitrary pieces.
+
+The content formats share one wrapper tag, `<tool_call>`, so one scanner cuts the text into
+plain text, `<think>` reasoning, and call blocks, and hands each complete block to the format
+that claims it (Hermes: a JSON object; Qwen3-Coder: `<function=...>`). A format may also own a
+bare tag that opens a call without the wrapper (Qwen3-Coder's `<function=`).
+
+Grammar (outside a call):
+- `<think>` ... `</think>` is text: released to the client, never searched for calls;
+- `<tool_call>` opens a block that runs to the first `</tool_call>` (or the end of the text);
+- a format's bare tag opens a call that runs to the first of that format's closers (or the end).
+Text between calls that is only whitespace is dropped (vLLM's stream skips it too); every other
+piece of text outside calls is content, in order.
+
+Streaming: text is released as soon as it cannot be the start of a tag; only a trailing proper
+prefix of a tag (`<tool_`, `</thi`) is held until the next piece decides it. A call's text is
+never released. Whole-text extraction is the same scanner fed once, so the two cannot drift; the
+tests feed every text split at every offset to prove the cut never matters.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from proxy.toolcalls.base import (
+    CompletedCall,
+    Event,
+    ExtractionResult,
+    FormatStream,
+    Schemas,
+    TextDelta,
+    ToolCall,
+    ToolCallFormat,
+    new_call_id,
+)
+
+__all__ = ["TOOL_CALL_END", "TOOL_CALL_START", "ContentFormat", "ContentScanner", "message_text"]
+
+TOOL_CALL_START = "<tool_call>"
+TOOL_CALL_END = "</tool_call>"
+THINK_START = "<think>"
+THINK_END = "</think>"
+
+_TEXT, _THINK, _CALL = 0, 1, 2
+
+
+class ContentFormat(ToolCallFormat):
+    """A format whose calls travel inside the content text."""
+
+    # A tag that opens a call of this format without the `<tool_call>` wrapper, and its closers.
+    bare_tag: ClassVar[str | None] = None
+    bare_closers: ClassVar[tuple[str, ...]] = ()
+
+    @abstractmethod
+    def claims(self, body: str) -> bool:
+        """Is this `<tool_call>` block body written in this format?"""
+
+    @abstractmethod
+    def parse_block(self, body: str, *, closed: bool, schemas: Schemas) -> list[ToolCall]:
+        """The calls of one `<tool_call>` block body (`closed`: its `</tool_call>` was seen)."""
+
+    def parse_bare(self, body: str, *, closer: str | None, schemas: Schemas) -> list[ToolCall]:
+        """The call opened by `bare_tag`; `body` is the text after the tag, `closer` what ended it."""
+        raise NotImplementedError(f"{self.name} has no bare tag")
+
+    def extract(self, message: dict[str, Any], schemas: Schemas) -> ExtractionResult:
+        return scan_text(message_text(message), (self,), schemas)
+
+    def stream(self, schemas: Schemas) -> ContentScanner:
+        return ContentScanner((self,), schemas)
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """The content text of a message or delta (a string, or a list of text parts)."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str))
+    return ""
+
+
+def scan_text(text: str, formats: Sequence[ContentFormat], schemas: Schemas) -> ExtractionResult:
+    scanner = ContentScanner(formats, schemas)
+    result = ExtractionResult(content="")
+    pieces: list[str] = []
+    for event in scanner.feed_text(text) + scanner.finish():
+        if isinstance(event, TextDelta):
+            pieces.append(event.text)
+        else:
+            result.add(event.call)
+    result.content = "".join(pieces)
+    return result
+
+
+class ContentScanner(FormatStream):
+    """Incremental scanner over the content text of one choice."""
+
+    def __init__(self, formats: Sequence[ContentFormat], schemas: Schemas) -> None:
+        self._formats = tuple(formats)
+        self._schemas = schemas
+        self._bare: dict[str, ContentFormat] = {f.bare_tag: f for f in self._formats if f.bare_tag}
+        self._openers = (TOOL_CALL_START, THINK_START, *self._bare)
+        self._calls = 0  # content calls so far: the `index` of the next one
+        self._reset()
+
+    def _reset(self) -> None:
+        # True when the next piece, if it holds no "<", is content as it stands (nothing held,
+        # not in a call or <think>): the hot path, which ChoiceStream checks without a call.
+        self.plain = True
+        self._state = _TEXT
+        self._held = ""  # text/think: a possible tag prefix not yet released
+        self._after_call = False  # text since the last call is still only whitespace
+        self._pending_ws = ""  # that whitespace, dropped if another call follows
+        # Inside a call: its opener, the closers that end it, and its body so far (in pieces,
+        # joined once when the call ends: appending to one string would copy it per piece).
+        self._opener = ""
+        self._closers: tuple[str, ...] = ()
+        self._parts: list[str] = []
+        self._tail_len = 0  # how many trailing pieces may hold the start of a split closer
+
+    # -- FormatStream -------------------------------------------------------------------------
+
+    def feed(self, delta: dict[str, Any]) -> list[Event]:
+        content = delta.get("content") if isinstance(delta, dict) else None
+        return self.feed_text(content) if isinstance(content, str) and content else []
+
+    def feed_text(self, text: str) -> list[Event]:
+        # Hot paths. Plain text with nothing held cannot start or end anything. Inside a call,
+        # every closer ends with ">", so a piece without one cannot complete a closer.
+        if self.plain:
+            if "<" not in text:
+                return [TextDelta("content", text)] if text else []
+        elif self._state == _CALL and ">" not in text:
+            if text:
+                self._parts.append(text)
+            return []
+        events: list[Event] = []
+        texts: list[str] = []
+        data = text
+        while data:
+            if self._state == _TEXT:
+                data = self._scan_text(data, texts, events)
+            elif self._state == _THINK:
+                data = self._scan_think(data, texts)
+            else:
+                data = self._scan_call(data, texts, events)
+        _flush(texts, events)
+        self.plain = self._state == _TEXT and not self._held and not self._after_call
+        return events
+
+    def finish(self) -> list[Event]:
+        events: list[Event] = []
+        texts: list[str] = []
+        if self._state == _CALL:
+            # An unclosed final call: vLLM parses it as far as it goes, and so do we.
+            self._emit_call("".join(self._parts), None, texts, events)
+        elif self._held:
+            self._release(self._held, texts)  # a tag prefix at the very end is just text
+        _flush(texts, events)
+        self._reset()
+        return events
+
+    # -- states ---------------------------------------------------------------------------------
+
+    def _scan_text(self, data: str, texts: list[str], events: list[Event]) -> str:
+        buf = self._held + data
+        self._held = ""
+        pos = 0
+        while True:
+            i = buf.find("<", pos)
+            if i < 0:
+                self._release(buf, texts)
+                return ""
+            partial = False
+            for tag in self._openers:
+                if buf.startswith(tag, i):
+                    self._release(buf[:i], texts)
+                    return self._open(tag, buf[i + len(tag) :], texts)
+                if len(buf) - i < len(tag) and tag.startswith(buf[i:]):
+                    partial = True
+            if partial:  # undecided until more text arrives
+                self._release(buf[:i], texts)
+                self._held = buf[i:]
+                return ""
+            pos = i + 1
+
+    def _open(self, tag: str, rest: str, texts: list[str]) -> str:
+        if tag == THINK_START:
+            self._release(tag, texts)
+            self._state = _THINK
+            return rest
+        self._pending_ws = ""  # whitespace between two calls is not content
+        self._state = _CALL
+        self._opener = tag
+        self._closers = (TOOL_CALL_END,) if tag == TOOL_CALL_START else self._bare[tag].bare_closers
+        self._tail_len = max(map(len, self._closers)) - 1
+        self._parts = []
+        return rest
+
+    def _scan_think(self, data: str, texts: list[str]) -> str:
+        buf = self._held + data
+        self._held = ""
+        j = buf.find(THINK_END)
+        if j >= 0:
+            end = j + len(THINK_END)
+            self._release(buf[:end], texts)
+            self._state = _TEXT
+            return buf[end:]
+        # `</think>` has one "<", so a split closer can only start at the last "<".
+        i = buf.rfind("<", max(0, len(buf) - len(THINK_END) + 1))
+        if i >= 0 and THINK_END.startswith(buf[i:]):
+            self._release(buf[:i], texts)
+            self._held = buf[i:]
+        else:
+            self._release(buf, texts)
+        return ""
+
+    def _scan_call(self, data: str, texts: list[str], events: list[Event]) -> str:
+        # A closer split across pieces starts within the body's last (len(closer) - 1)
+        # characters; every piece holds at least one character, so that many pieces cover them.
+        window = "".join(self._parts[-self._tail_len :]) + data
+        best = -1
+        closer = ""
+        for candidate in self._closers:
+            j = window.find(candidate)
+            if j >= 0 and (best < 0 or j < best):
+                best, closer = j, candidate
+        self._parts.append(data)
+        if best < 0:
+            return ""
+        body = "".join(self._parts)
+        cut = len(body) - len(window) + best  # the window is the body's suffix
+        self._emit_call(body[:cut], closer, texts, events)
+        return body[cut + len(closer) :]
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _emit_call(self, body: str, closer: str | None, texts: list[str], events: list[Event]) -> None:
+        if self._opener == TOOL_CALL_START:
+            calls = self._parse_block(body, closer is not None)
+        else:
+            calls = self._bare[self._opener].parse_bare(body, closer=closer, schemas=self._schemas)
+        _flush(texts, events)
+        for call in calls:
+            call.id = new_call_id()
+            call.index = self._calls
+            self._calls += 1
+            events.append(CompletedCall(call))
+        self._state = _TEXT
+        self._after_call = True
+        self._pending_ws = ""
+        self._parts = []
+
+    def _parse_block(self, body: str, closed: bool) -> list[ToolCall]:
+        for fmt in self._formats:
+            if fmt.claims(body):
+                return fmt.parse_block(body, closed=closed, schemas=self._schemas)
+        raw = TOOL_CALL_START + body + (TOOL_CALL_END if closed else "")
+        error = "tool call block holds neither a <function=...> call nor a JSON object"
+        # Recorded under the first format (the registry puts Qwen3-Coder first): the store's
+        # source column names a format, and an unreadable block has none of its own.
+        source = self._formats[0].name
+        return [ToolCall(name="", arguments_text=raw, arguments=None, source=source, error=error, raw=raw)]
+
+    def _release(self, text: str, texts: list[str]) -> None:
+        if not text:
+            return
+        if self._after_call:
+            if text.isspace():
+                self._pending_ws += text
+                return
+            text = self._pending_ws + text
+            self._pending_ws = ""
+            self._after_call = False
+        texts.append(text)
+
+
+def _flush(texts: list[str], events: list[Event]) -> None:
+    if texts:
+        events.append(TextDelta("content", "".join(texts)))
+        texts.clear()
