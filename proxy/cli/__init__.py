@@ -10,7 +10,7 @@ import importlib
 import sys
 
 # Order is the order of `--help`.
-SUBCOMMANDS = ("serve", "extract", "db", "import-vllm-log")
+SUBCOMMANDS = ("serve", "check", "extract", "db", "import-vllm-log", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,103 @@
+"""The text a model gets back for a rejected call: the policy's `feedback` template, filled in."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from .matcher import matcher_for
+from .schema import Policy
+from .verdict import Verdict
+
+__all__ = ["HINTS", "format_feedback"]
+
+# One sentence per reason code, for the `{hint}` placeholder: what to do instead.
+HINTS: dict[str, str] = {
+    "pipe": "Do not pipe the output into another program; run the script alone.",
+    "redirect": "Do not redirect input or output; the script's output comes back to you as it is.",
+    "chain": "Run one command per call: no `;`, `&&`, `||`, newlines or substitutions.",
+    "cd": "Do not change directory; run the script from the project root.",
+    "wrapper": "Run `uv run` directly, not through another program (timeout, env, sudo, sh -c ...).",
+    "substitution": "Do not use `$(...)`, backticks or `<(...)`; pass literal arguments.",
+    "background": "Do not run commands in the background with `&`.",
+    "subshell": "Do not use subshells, brace groups, functions or compound commands.",
+    "expansion": "Quote arguments that contain `$`, `~`, `*`, `?`, `[`, `{`, `!`: no expansions are allowed.",
+    "assignment": "Do not set variables before the command.",
+    "obfuscation": "Write the program, subcommand and script plainly, without quotes or backslashes.",
+    "unsafe_text": "Use plain printable text: no tabs, control or invisible characters, no `=` at a word start.",
+    "comment": "Do not add comments; quote arguments that contain `#`.",
+    "parse_error": "The command does not parse: check the quotes.",
+    "empty": "The command was empty.",
+    "program": "Only `uv run` may run.",
+    "runner": "Use exactly `uv run <script>`: no other uv subcommand or uv option.",
+    "unknown_script": "Use one of the allowed scripts.",
+    "script_path": "Give the script as `scripts/<name>.py`, nothing else.",
+    "flag": "Use only the flags the script declares.",
+    "absolute_path": "Use a path relative to the project root.",
+    "path_escape": "Stay inside the project: no `..` above the root and no `~`.",
+    "unknown_tool": "Call only the tools you were given.",
+    "bad_arguments": "Send the arguments as a JSON object with every required field.",
+}
+_PLACEHOLDER = re.compile(r"\{(reasons|scripts|command|tool|shape|hint|decision)\}")
+_MAX_COMMAND = 300
+
+
+def _scripts(policy: Policy) -> str:
+    try:
+        matcher = matcher_for(policy)
+        names = matcher.script_names()
+    except Exception:
+        names = sorted(policy.bash.scripts)
+        matcher = None
+    parts = []
+    for name in names:
+        flags = matcher.flags_for(name) if matcher is not None else None
+        listed = f"{policy.bash.scripts_dir}/{name}.py"
+        parts.append(f"{listed} [{' '.join(sorted(flags))}]" if flags else listed)
+    return ", ".join(parts) or "none"
+
+
+def _command(policy: Policy, tool: str, arguments: Any) -> str:
+    if isinstance(arguments, dict) and tool in policy.bash.tools:
+        value = arguments.get(policy.bash.command_argument)
+        text = value if isinstance(value, str) else json.dumps(arguments, ensure_ascii=False, default=str)
+    else:
+        text = json.dumps(arguments, ensure_ascii=False, default=str)
+    return text if len(text) <= _MAX_COMMAND else text[:_MAX_COMMAND] + "..."
+
+
+def format_feedback(policy: Policy, verdict: Verdict, *, tool: str, arguments: dict[str, Any] | None) -> str:
+    """Fill `{reasons}`, `{scripts}`, `{command}` (and `{tool}`, `{shape}`, `{hint}`, `{decision}`).
+
+    Only these exact placeholders are replaced and everything else is left as written, so a template with
+    stray braces or `{reasons.__class__}` never raises and never reaches into objects.
+    """
+    values: dict[str, str] = {}
+
+    def fill(m: re.Match[str]) -> str:
+        key = m.group(1)
+        if key not in values:
+            try:
+                if key == "reasons":
+                    values[key] = ", ".join(verdict.reasons) or "none"
+                elif key == "scripts":
+                    values[key] = _scripts(policy)
+                elif key == "command":
+                    values[key] = _command(policy, tool, arguments)
+                elif key == "tool":
+                    values[key] = str(tool)
+                elif key == "shape":
+                    values[key] = verdict.shape or ""
+                elif key == "hint":
+                    values[key] = HINTS.get(verdict.reasons[0], "") if verdict.reasons else ""
+                else:
+                    values[key] = verdict.decision
+            except Exception:
+                values[key] = ""
+        return values[key]
+
+    try:
+        return _PLACEHOLDER.sub(fill, str(policy.feedback))
+    except Exception:
+        return str(policy.feedback)

@@ -1,0 +1,287 @@
+"""Reading a policy file: YAML with line numbers, schema validation, and the self-test of its examples.
+
+Every refusal is one `PolicyError` naming the file, the line and the dotted key, with a message that says
+what was expected and what arrived, e.g.
+`policies/strict.yaml:12: bash.scripts.search.flags: expected a list of strings (got 'x')`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from .errors import PolicyError
+from .judge import judge_call, judge_command
+from .schema import Policy, ToolExample
+
+__all__ = ["LoadedPolicy", "default_policy_path", "load_policy_file", "load_policy_text"]
+
+# A policy is a page of YAML; anything far bigger is a mistake (or an attack on the reload loop).
+MAX_POLICY_BYTES = 1 << 20
+_PACKAGED = Path(__file__).resolve().parent.parent / "default_policies" / "strict.yaml"
+
+
+@dataclass(frozen=True)
+class LoadedPolicy:
+    policy: Policy
+    name: str
+    path: Path | None
+    hash: str  # sha256 of the file's bytes (first 16 hex digits), stored with every verdict
+
+    @property
+    def mode(self) -> str:
+        return self.policy.mode
+
+
+def default_policy_path() -> Path:
+    """`policies/strict.yaml` under the working directory if there is one, else the packaged copy."""
+    local = Path.cwd() / "policies" / "strict.yaml"
+    return local if local.is_file() else _PACKAGED
+
+
+# -- YAML with lines ------------------------------------------------------------------------------------
+
+Key = tuple[str | int, ...]
+
+
+def _key_text(path: Key) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _index_lines(node: yaml.Node, path: Key, lines: dict[Key, int], file: str, seen_nodes: set[int]) -> None:
+    """Record the 1-based line of every key and list item; refuse duplicate keys (YAML keeps the last).
+
+    A node reached again through an alias is not walked twice: nested aliases would otherwise make the
+    walk exponential (a "billion laughs" file).
+    """
+    if id(node) in seen_nodes:
+        return
+    seen_nodes.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            child = (*path, key)
+            if key in seen:
+                raise PolicyError(
+                    "duplicate key (YAML would silently keep the last one)",
+                    file=file, line=key_node.start_mark.line + 1, key=_key_text(child),
+                )  # fmt: skip
+            seen.add(key)
+            lines[child] = key_node.start_mark.line + 1
+            _index_lines(value_node, child, lines, file, seen_nodes)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            child = (*path, index)
+            lines[child] = item.start_mark.line + 1
+            _index_lines(item, child, lines, file, seen_nodes)
+
+
+def _parse_yaml(text: str, file: str) -> tuple[Any, dict[Key, int]]:
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        problem = " ".join(p for p in (exc.context, exc.problem) if p) or "invalid YAML"
+        raise PolicyError(f"YAML syntax error: {problem}", file=file, line=mark.line + 1 if mark else None) from None
+    except yaml.YAMLError as exc:
+        raise PolicyError(f"YAML error: {exc}", file=file) from None
+    lines: dict[Key, int] = {}
+    if node is not None:
+        _index_lines(node, (), lines, file, set())
+    if not isinstance(data, dict):
+        got = "an empty file" if data is None else type(data).__name__
+        raise PolicyError(f"expected a mapping of policy keys at the top of the file (got {got})", file=file, line=1)
+    return data, lines
+
+
+# -- validation messages --------------------------------------------------------------------------------
+
+
+def _unwrap(annotation: Any) -> Any:
+    """Strip Annotated[...] and Optional[...] down to the type the operator has to write."""
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(members) == 1:
+            return _unwrap(members[0])
+    return annotation
+
+
+def _describe(annotation: Any, plural: bool = False) -> str:
+    annotation = _unwrap(annotation)
+    origin = typing.get_origin(annotation)
+    if annotation is str:
+        return "strings" if plural else "a string"
+    if annotation is int:
+        return "integers" if plural else "an integer"
+    if annotation is bool:
+        return "booleans" if plural else "true or false"
+    if origin is list:
+        return ("lists of " if plural else "a list of ") + _describe(typing.get_args(annotation)[0], True)
+    if origin is dict or (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        return "mappings" if plural else "a mapping"
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(annotation))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a, plural) for a in typing.get_args(annotation) if a is not type(None))
+    return "values" if plural else "a value"
+
+
+def _annotation_at(path: Key) -> tuple[Any, type[BaseModel] | None]:
+    """The annotation the schema gives a key path, and the model owning its last key (or None)."""
+    annotation: Any = Policy
+    owner: type[BaseModel] | None = None
+    for part in path:
+        annotation = _unwrap(annotation)
+        origin = typing.get_origin(annotation)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            field = annotation.model_fields.get(str(part))
+            if field is None:
+                return None, annotation
+            owner, annotation = annotation, field.annotation
+        elif origin is dict:
+            owner, annotation = None, typing.get_args(annotation)[1]
+        elif origin is list:
+            owner, annotation = None, typing.get_args(annotation)[0]
+        else:
+            return None, None
+    return annotation, owner
+
+
+def _data_path(data: Any, loc: tuple[Any, ...]) -> Key:
+    """The part of a pydantic error location that names real keys (drops union tags like 'str')."""
+    path: list[str | int] = []
+    for part in loc:
+        if (isinstance(data, dict) and part in data) or (
+            isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data)
+        ):
+            data = data[part]
+            path.append(part)
+    return tuple(path)
+
+
+def _got(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _message(error: Any, path: Key, loc: tuple[Any, ...]) -> str:
+    kind = error["type"]
+    value = error.get("input")
+    if kind == "extra_forbidden":
+        _, owner = _annotation_at(path)
+        if owner is None:  # the parent is the model: look the last key up one level
+            parent, _ = _annotation_at(path[:-1])
+            owner = _unwrap(parent) if isinstance(_unwrap(parent), type) else None
+        allowed = ", ".join(owner.model_fields) if owner else ""
+        return f"unknown key (allowed here: {allowed})" if allowed else "unknown key"
+    if kind == "missing":
+        return "required key is missing"
+    if "[key]" in loc:
+        if kind == "string_pattern_mismatch":
+            return f"expected an identifier (letters, digits and _, not starting with a digit) (got {_got(value)})"
+        return f"invalid key (got {_got(value)})"
+    if kind == "string_pattern_mismatch":
+        pattern = str(error.get("ctx", {}).get("pattern", ""))
+        if pattern.startswith("^-"):
+            return f"expected a flag such as --max-results (got {_got(value)})"
+        return f"expected a string matching {pattern} (got {_got(value)})"
+    if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than", "string_too_short",
+                "string_too_long", "literal_error"):  # fmt: skip
+        return f"{error['msg'][0].lower()}{error['msg'][1:]} (got {_got(value)})"
+    if kind == "value_error":
+        return str(error.get("ctx", {}).get("error", error["msg"]))
+    annotation, _ = _annotation_at(path)
+    if annotation is not None and kind.endswith(("_type", "_parsing")):
+        return f"expected {_describe(annotation)} (got {_got(value)})"
+    return f"{error['msg']} (got {_got(value)})"
+
+
+def _line_for(path: Key, lines: dict[Key, int]) -> int | None:
+    while path:
+        if path in lines:
+            return lines[path]
+        path = path[:-1]
+    return None
+
+
+def _validation_error(exc: ValidationError, data: Any, lines: dict[Key, int], file: str) -> PolicyError:
+    details = []
+    seen: set[Key] = set()
+    for error in exc.errors():
+        loc = tuple(error["loc"])
+        path = _data_path(data, loc)
+        if error["type"] in ("extra_forbidden", "missing") and loc and loc[-1] not in path:
+            path = (*path, loc[-1])  # the unknown or missing key itself
+        if path in seen:
+            continue  # a union reports once per member; one message per key is enough
+        seen.add(path)
+        details.append(
+            {"file": file, "line": _line_for(path, lines) or 1, "key": _key_text(path) or None,
+             "message": _message(error, path, loc)}
+        )  # fmt: skip
+    first = details[0]
+    return PolicyError(first["message"], file=file, line=first["line"], key=first["key"], details=tuple(details))
+
+
+# -- self-test ------------------------------------------------------------------------------------------
+
+
+def _self_test(policy: Policy, lines: dict[Key, int], file: str) -> None:
+    """Judge the policy's own examples; the first misjudged one refuses the file."""
+    for expected in ("allow", "reject"):
+        for index, example in enumerate(getattr(policy.examples, expected)):
+            if isinstance(example, ToolExample):
+                verdict = judge_call(policy, example.tool, example.arguments)
+                shown = f"{example.tool} {example.arguments!r}"
+            else:
+                verdict = judge_command(policy, example)
+                shown = repr(example)
+            if verdict.allowed != (expected == "allow"):
+                path: Key = ("examples", expected, index)
+                why = f" ({', '.join(verdict.reasons)})" if verdict.reasons else ""
+                raise PolicyError(
+                    f"example {shown} is judged {verdict.decision}{why}, but the policy lists it under {expected}",
+                    file=file, line=_line_for(path, lines), key=_key_text(path),
+                )  # fmt: skip
+
+
+def load_policy_text(text: str | bytes, *, file: str = "<policy>", path: Path | None = None) -> LoadedPolicy:
+    raw = text.encode("utf-8") if isinstance(text, str) else text
+    if len(raw) > MAX_POLICY_BYTES:
+        raise PolicyError(f"the file is larger than {MAX_POLICY_BYTES} bytes", file=file)
+    try:
+        decoded = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PolicyError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", file=file) from None
+    data, lines = _parse_yaml(decoded, file)
+    try:
+        policy = Policy.model_validate(data)
+    except ValidationError as exc:
+        raise _validation_error(exc, data, lines, file) from None
+    _self_test(policy, lines, file)
+    return LoadedPolicy(policy=policy, name=policy.name, path=path, hash=hashlib.sha256(raw).hexdigest()[:16])
+
+
+def load_policy_file(path: Path | str) -> LoadedPolicy:
+    """Read, validate and self-test one policy file; PolicyError names file, line and key."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise PolicyError(f"cannot read the file: {exc.strerror or exc}", file=str(path)) from None
+    return load_policy_text(raw, file=str(path), path=path)

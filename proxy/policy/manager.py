@@ -1,0 +1,210 @@
+"""The policies being served: the main one, its siblings, hot reload, and what went wrong.
+
+`current()` is read on every request, so it is one attribute read; a reload swaps the whole `LoadedPolicy`
+in one assignment, so a request sees either the old policy or the new one, never a mix. A file that fails
+to load never replaces a good policy: the last good one keeps serving, and the error is kept for
+`/policies`, logged, and counted in the metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from ..metrics import POLICY_RELOAD_FAILURES, POLICY_VALID
+from .errors import PolicyError
+from .loader import LoadedPolicy, load_policy_file
+
+__all__ = ["PolicyManager"]
+
+_log = structlog.get_logger("proxy.policy")
+_SUFFIXES = (".yaml", ".yml")
+
+
+class PolicyManager:
+    def __init__(self, path: Path | str, *, allow_header_selection: bool = False, debounce_ms: int = 200) -> None:
+        self.path = Path(path)  # as given, so messages read like the operator's own path
+        self.directory = self.path.absolute().parent
+        self._reload_lock = threading.Lock()
+        # Whether a request may pick a sibling policy by name (the app reads this flag).
+        self.allow_header_selection = allow_header_selection
+        self._debounce_ms = debounce_ms
+        self._errors: dict[str, dict[str, Any]] = {}  # file -> its current error
+        self._hashes: dict[str, str] = {}  # file -> hash of the version last loaded from it
+        self._siblings: dict[str, LoadedPolicy] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._stop: asyncio.Event | None = None
+        self._current: LoadedPolicy = self._load_main(first=True)  # type: ignore[assignment]
+        self._load_siblings()
+
+    # -- reading --------------------------------------------------------------------------------------
+
+    def current(self) -> LoadedPolicy:
+        """The last good main policy."""
+        return self._current
+
+    def get(self, name: str) -> LoadedPolicy | None:
+        """A loaded policy by its `name`: the main one or a good sibling."""
+        current = self._current
+        if name == current.name:
+            return current
+        return self._siblings.get(name)
+
+    def select(self, name: str | None) -> LoadedPolicy:
+        """The policy a request asked for by name, when header selection is on; else the main one."""
+        if name and self.allow_header_selection:
+            chosen = self.get(name)
+            if chosen is not None:
+                return chosen
+        return self._current
+
+    # -- loading --------------------------------------------------------------------------------------
+
+    def _file_key(self, path: Path) -> str:
+        return str(path)
+
+    def _record_error(self, path: Path, error: PolicyError) -> None:
+        file = self._file_key(path)
+        entry = {
+            "file": error.file or file,
+            "line": error.line,
+            "key": error.key,
+            "message": error.message,
+            "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        previous = self._errors.get(file)
+        if previous is not None and all(previous[k] == entry[k] for k in ("line", "key", "message")):
+            entry["at"] = previous["at"]  # the same error seen again: keep when it first appeared
+        self._errors[file] = entry
+        POLICY_RELOAD_FAILURES.labels(file=file).inc()
+        POLICY_VALID.labels(file=file).set(0)
+        _log.error("policy.refused", file=entry["file"], line=error.line, key=error.key, error=error.message)
+
+    def _record_good(self, path: Path, loaded: LoadedPolicy) -> None:
+        file = self._file_key(path)
+        self._errors.pop(file, None)
+        POLICY_VALID.labels(file=file).set(1)
+        if self._hashes.get(file) != loaded.hash:
+            if file in self._hashes:
+                _log.info("policy.reloaded", file=file, name=loaded.name, hash=loaded.hash, mode=loaded.mode)
+            self._hashes[file] = loaded.hash
+
+    def _load_main(self, *, first: bool = False) -> LoadedPolicy | None:
+        try:
+            loaded = load_policy_file(self.path)
+        except PolicyError as error:
+            self._record_error(self.path, error)
+            if first:
+                raise
+            return None
+        self._record_good(self.path, loaded)
+        return loaded
+
+    def _load_siblings(self) -> None:
+        siblings: dict[str, LoadedPolicy] = {}
+        try:
+            paths = sorted(
+                self.path.parent / p.name for p in self.directory.iterdir() if p.suffix in _SUFFIXES and p.is_file()
+            )
+        except OSError:
+            paths = []
+        present = {self._file_key(p) for p in paths}
+        for file in list(self._errors):
+            if file not in present and file != self._file_key(self.path):
+                self._errors.pop(file)  # a deleted file has no error any more
+        for path in paths:
+            if path.resolve() == self.path.resolve():
+                continue
+            try:
+                loaded = load_policy_file(path)
+            except PolicyError as error:
+                self._record_error(path, error)
+                previous = next((p for p in self._siblings.values() if p.path == path), None)
+                if previous is not None:
+                    siblings.setdefault(previous.name, previous)  # keep serving its last good version
+                continue
+            if loaded.name == self._current.name or loaded.name in siblings:
+                self._record_error(
+                    path, PolicyError(f"policy name {loaded.name!r} is already used by another file",
+                                      file=str(path), line=1, key="name"),
+                )  # fmt: skip
+                continue
+            self._record_good(path, loaded)
+            siblings[loaded.name] = loaded
+        self._siblings = siblings
+
+    def reload(self) -> bool:
+        """Re-read every policy file now. False when the main file was refused (the last good one stays)."""
+        with self._reload_lock:
+            loaded = self._load_main()
+            if loaded is not None:
+                self._current = loaded
+            self._load_siblings()
+            return loaded is not None
+
+    # -- watching -------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Watch the policy directory and reload on every change, in a background task."""
+        if self._task is not None:
+            return
+        self._stop = asyncio.Event()
+        self._task = asyncio.create_task(self._watch(self._stop), name="policy-watch")
+
+    async def stop(self) -> None:
+        task, stop = self._task, self._stop
+        self._task = self._stop = None
+        if task is None or stop is None:
+            return
+        stop.set()
+        try:
+            await asyncio.wait_for(task, timeout=5)
+        except (TimeoutError, asyncio.CancelledError):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _watch(self, stop: asyncio.Event) -> None:
+        from watchfiles import awatch
+
+        def relevant(_change: Any, name: str) -> bool:
+            return name.endswith(_SUFFIXES)
+
+        while not stop.is_set():
+            try:
+                async for _changes in awatch(
+                    self.directory, watch_filter=relevant, stop_event=stop, debounce=self._debounce_ms,
+                    step=50, recursive=False,
+                ):  # fmt: skip
+                    await asyncio.to_thread(self.reload)
+            except Exception:
+                # The directory vanished or the watcher failed: keep serving, try again shortly.
+                _log.exception("policy.watch_failed", directory=str(self.directory))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=1.0)
+
+    # -- reporting ------------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """The body of GET /policies."""
+        current = self._current
+
+        def describe(loaded: LoadedPolicy) -> dict[str, Any]:
+            return {
+                "name": loaded.name,
+                "path": str(loaded.path) if loaded.path else None,
+                "hash": loaded.hash,
+                "mode": loaded.mode,
+            }
+
+        return {
+            "active": describe(current),
+            "policies": [describe(current)] + [describe(p) for _, p in sorted(self._siblings.items())],
+            "errors": sorted(self._errors.values(), key=lambda e: str(e["file"])),
+        }
