@@ -112,6 +112,10 @@ async def chat_completions(request: Request, state: ProxyState) -> Response:
     messages = payload.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("`messages` must be a non-empty list", param="messages")
+    for position, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise BadRequest(f"`messages[{position}]` must be an object with a string `role`",
+                             param=f"messages[{position}]")
     headers = state.upstream.headers(request.headers)
     upstream_model = await state.models.resolve(model, headers)
     policy = _pick_policy(request, state)

@@ -11,7 +11,7 @@ from typing import Any
 
 from proxy.testing.scripted_upstream import Reply
 
-__all__ = ["OPENCODE_TOOLS", "attempts_in_turn", "bash_sequence", "looping", "switching"]
+__all__ = ["OPENCODE_TOOLS", "attempts_in_turn", "bash_sequence", "looping", "ran_a_tool", "switching"]
 
 
 def _tool(name: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -35,16 +35,28 @@ OPENCODE_TOOLS = [
 ]
 
 
+def _refused(message: dict[str, Any]) -> bool:
+    """A tool result that says the call did not run: the proxy's feedback, or a harness's denial."""
+    text = str(message.get("content") or "")
+    return text.startswith(("Rejected", "Not run")) or "denied" in text.lower()
+
+
 def attempts_in_turn(body: dict[str, Any]) -> int:
-    """How many tool results follow the last user message: the model's tries so far in this turn."""
+    """How many refused tries follow the last user message: the model's tries so far in this turn."""
     count = 0
     for message in reversed(body.get("messages") or []):
         role = message.get("role")
         if role == "user":
             break
-        if role == "tool":
+        if role == "tool" and _refused(message):
             count += 1
     return count
+
+
+def ran_a_tool(body: dict[str, Any]) -> bool:
+    """The last message is the result of a tool that actually ran: time to answer in text."""
+    messages = body.get("messages") or []
+    return bool(messages) and messages[-1].get("role") == "tool" and not _refused(messages[-1])
 
 
 def bash_sequence(commands: Sequence[str], *, content: str = "", xml: bool = False,
@@ -53,7 +65,7 @@ def bash_sequence(commands: Sequence[str], *, content: str = "", xml: bool = Fal
 
     def respond(body: dict[str, Any]) -> Reply:
         k = attempts_in_turn(body)
-        if k >= len(commands):
+        if k >= len(commands) or ran_a_tool(body):
             return Reply(content=final)
         if xml:
             text = (f"{content}<tool_call>\n<function=bash>\n<parameter=command>\n{commands[k]}\n"

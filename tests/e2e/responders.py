@@ -1,0 +1,85 @@
+"""Scripted models for OpenCode runs.
+
+A turn walks through its proposed calls: each refusal (the proxy's rejection feedback, or
+OpenCode's own permission denial) moves it to the next; any other tool result means a call
+really ran, and the model ends the turn with text. OpenCode's title request (no tools) gets a
+short title.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from proxy.enforce import SIBLING_NOT_RUN
+from proxy.testing.scripted_upstream import Reply
+
+__all__ = [
+    "OPENCODE_DENIAL", "PROXY_REJECTION", "is_refusal", "refusals_in_turn", "scripted_turn", "with_title",
+]
+
+# The opening of OpenCode 1.18's PermissionDeniedError message (a config rule said deny).
+OPENCODE_DENIAL = "The user has specified a rule which prevents you from using this specific tool call"
+_STRICT = Path(__file__).resolve().parents[2] / "policies" / "strict.yaml"
+# What the proxy's tool messages open with: the policy's feedback up to its first placeholder
+# ("Rejected ("), or the note on a sibling call that was held back with a rejected one.
+PROXY_REJECTION = (yaml.safe_load(_STRICT.read_text())["feedback"].split("{")[0], SIBLING_NOT_RUN)
+
+Call = tuple[str, dict[str, Any]]
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return content if isinstance(content, str) else ""
+
+
+def is_refusal(message: dict[str, Any]) -> bool:
+    text = _text(message).lstrip()
+    return text.startswith(PROXY_REJECTION) or OPENCODE_DENIAL in text
+
+
+def refusals_in_turn(body: dict[str, Any]) -> int:
+    count = 0
+    for message in reversed(body.get("messages") or []):
+        if message.get("role") == "user":
+            break
+        if message.get("role") == "tool" and is_refusal(message):
+            count += 1
+    return count
+
+
+def scripted_turn(calls: list[Call], *, final: str = "Finished.", repeat_last: bool = False,
+                  title: str = "E2E session") -> Callable[[dict[str, Any]], Reply]:
+    """Proposes calls[k] after k refusals in this turn; `repeat_last` makes a model that never complies."""
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if not body.get("tools"):
+            return Reply(content=title)
+        messages = body.get("messages") or []
+        last = messages[-1] if messages else {}
+        if last.get("role") == "tool" and not is_refusal(last):
+            return Reply(content=final)
+        k = refusals_in_turn(body)
+        if k >= len(calls):
+            if not repeat_last:
+                return Reply(content=final)
+            k = len(calls) - 1
+        name, arguments = calls[k]
+        return Reply(content="", tool_calls=[(name, arguments)])
+
+    return respond
+
+
+def with_title(responder: Callable[[dict[str, Any]], Reply], title: str = "E2E session",
+               ) -> Callable[[dict[str, Any]], Reply]:
+    """Answers OpenCode's title request (it offers no tools) before `responder` sees it."""
+
+    def respond(body: dict[str, Any]) -> Reply:
+        return responder(body) if body.get("tools") else Reply(content=title)
+
+    return respond
