@@ -44,6 +44,9 @@ class Settings(BaseSettings):
     )
     admin_token: str | None = Field(None, description="If set, /stats, /policies and /metrics need this bearer.")
     log_level: str = Field("info", description="Log level: debug, info, warning, error.")
+    throughput_window_seconds: float = Field(
+        10.0, description="Length of one live throughput window in seconds (vLLM logs every 10 s)."
+    )
     store_batch_size: int = Field(500, description="Most rows the store writer inserts in one transaction.")
     store_flush_seconds: float = Field(0.05, description="Longest a row waits in the writer's queue.")
 

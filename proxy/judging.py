@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.metrics import TOOL_CALLS
+from proxy.metrics_feed import LOOP_TRACKER
 from proxy.policy import LoadedPolicy, judge_call
 from proxy.policy.verdict import MALFORMED, Verdict
 from proxy.record import RequestRecord
@@ -77,3 +78,4 @@ def record_calls(writer: StoreWriter, record: RequestRecord, policy: LoadedPolic
                 "created_at": row["created_at"],
             })
         TOOL_CALLS.labels(record.model, verdict.decision, primary or "").inc()
+        LOOP_TRACKER.observe(record.session.id, record.model, verdict, policy.policy.loop_min_attempts)

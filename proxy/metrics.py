@@ -34,3 +34,16 @@ STORE_WRITE_FAILURES = Counter(
     "allowlist_proxy_store_write_failures", "Failed batch writes to the store (retried)", registry=REGISTRY
 )
 STORE_QUEUE_DEPTH = Gauge("allowlist_proxy_store_queue_depth", "Rows waiting for the store writer", registry=REGISTRY)
+LOOPS = Counter(
+    "allowlist_proxy_loops",
+    "Retry-variant loops: a session's consecutive same-shape rejections reaching the policy's loop_min_attempts",
+    ["model"], registry=REGISTRY,
+)
+FIRST_TOKEN_LATENCY = Histogram(
+    "allowlist_proxy_upstream_first_token_seconds", "Time to the first token of streamed requests", ["model"],
+    registry=REGISTRY, buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+TOKENS = Counter(
+    "allowlist_proxy_tokens", "Tokens the upstream reported in its usage, by kind (prompt | completion)",
+    ["model", "kind"], registry=REGISTRY,
+)

@@ -1,0 +1,321 @@
+"""GET /dashboard in real headless Chromium: the charts show the numbers the traffic made, refresh live, and the
+page asks nothing of any host but the proxy.
+
+Chromium is driven over the DevTools protocol with the `websockets` client; the test is skipped when no
+Chromium is installed (Debian: `apt-get install chromium`; `.ci/run` installs it). A screenshot is left in
+tests/artifacts/dashboard.png.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import math
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from proxy.app import create_app
+from proxy.config import Settings
+from proxy.testing.characters import OPENCODE_TOOLS
+from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
+from proxy.testing.server import ServerThread
+from proxy.throughput.live import live_throughput
+from tests.conftest import MODEL, ROOT, STRICT_POLICY, RunningProxy, wait_until
+
+OTHER = "qwen3.6-35b-a3b"
+TOKEN = "dash-token"
+ARTIFACT = ROOT / "tests" / "artifacts" / "dashboard.png"
+SEARCH = 'uv run scripts/search.py "rust async"'
+LOOP_COMMANDS = [f"{SEARCH} | head -5", f"{SEARCH} | head -10", f"{SEARCH} | tail -3", f"{SEARCH} | head -1"]
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-default-apps", "--mute-audio", "--hide-scrollbars",
+    # Belt and braces: no name resolves but the proxy's, so nothing could leave even if the page asked.
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+    "--remote-debugging-port=0", "--window-size=1400,1800",
+]
+
+
+def chromium_path() -> str | None:
+    given = os.environ.get("ALLOWLIST_PROXY_TEST_CHROMIUM")
+    if given:
+        return given
+    return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+
+
+class LiveSettings(Settings):
+    # The proxy reads `throughput_window_seconds` when Settings has it; 1 s windows keep this test short.
+    throughput_window_seconds: float = 1.0
+
+
+@pytest.fixture
+def backend() -> str:
+    return "sqlite"  # the page reads the stats API; the stats' own tests cover Postgres
+
+
+# --- the DevTools protocol, just enough of it --------------------------------------------------------------
+
+
+class DevTools:
+    """One browser connection; commands go to the page's session (flat mode), events are kept in order."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+        self.events: list[dict[str, Any]] = []
+        self.session: str | None = None
+        self._id = 0
+
+    def call(self, method: str, params: dict[str, Any] | None = None, *, browser: bool = False,
+             timeout: float = 15.0) -> dict[str, Any]:
+        self._id += 1
+        message: dict[str, Any] = {"id": self._id, "method": method, "params": params or {}}
+        if self.session and not browser:
+            message["sessionId"] = self.session
+        self.ws.send(json.dumps(message))
+        deadline = time.monotonic() + timeout
+        while True:
+            answer = json.loads(self.ws.recv(timeout=max(0.01, deadline - time.monotonic())))
+            if answer.get("id") == self._id:
+                if "error" in answer:
+                    raise RuntimeError(f"{method}: {answer['error']}")
+                return answer["result"]
+            self.events.append(answer)
+
+    def evaluate(self, expression: str) -> Any:
+        result = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True,
+                                                "awaitPromise": True})
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"{expression[:80]}: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    def wait_for(self, expression: str, timeout: float = 15.0) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = self.evaluate(expression)
+            if value:
+                return value
+            time.sleep(0.1)
+        status = self.evaluate("document.getElementById('status').textContent")
+        raise AssertionError(f"timed out waiting for {expression}; page status: {status}")
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[DevTools]:
+    path = chromium_path()
+    if path is None:
+        pytest.skip("Chromium not installed: apt-get install chromium (or set ALLOWLIST_PROXY_TEST_CHROMIUM)")
+    from websockets.sync.client import connect
+    profile = tmp_path / "chromium-profile"
+    process = subprocess.Popen([path, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        # Chromium writes the port it picked, and the browser's websocket path, into the profile.
+        port_file = profile / "DevToolsActivePort"
+        assert wait_until(lambda: port_file.is_file() and len(port_file.read_text().split()) == 2, timeout=30), \
+            "Chromium did not open its DevTools port"
+        port, ws_path = port_file.read_text().split()
+        with connect(f"ws://127.0.0.1:{port}{ws_path}", max_size=None, open_timeout=10) as ws:
+            tools = DevTools(ws)
+            target = tools.call("Target.createTarget", {"url": "about:blank"}, browser=True)["targetId"]
+            tools.session = tools.call("Target.attachToTarget", {"targetId": target, "flatten": True},
+                                       browser=True)["sessionId"]
+            for domain in ("Network", "Page", "Runtime", "Log"):
+                tools.call(f"{domain}.enable")
+            tools.call("Emulation.setDeviceMetricsOverride",
+                       {"width": 1400, "height": 1800, "deviceScaleFactor": 1, "mobile": False})
+            yield tools
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+# --- the proxy, its stats routes and known traffic ----------------------------------------------------------
+
+
+@pytest.fixture
+def dashboard_proxy(upstream: ScriptedUpstream, db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[RunningProxy]:
+    import proxy.stats_api as stats_api
+
+    original = stats_api.model_stats
+
+    async def with_live_throughput(engine: Any, **kwargs: Any) -> dict[str, Any]:
+        # Until proxy.stats merges live_throughput into `throughput`, do it here; a no-op once it does.
+        result = await original(engine, **kwargs)
+        live = await live_throughput(engine, model=kwargs.get("model"), since=kwargs.get("since"),
+                                     until=kwargs.get("until"))
+        for entry in result["models"]:
+            if "concurrency" not in (entry.get("throughput") or {}) and entry["model"] in live:
+                entry["throughput"] = {**(entry.get("throughput") or {}), **live[entry["model"]]}
+        return result
+
+    monkeypatch.setattr(stats_api, "model_stats", with_live_throughput)
+    settings = LiveSettings(upstream=upstream.url, db=db_url, policy=STRICT_POLICY, log_level="warning",
+                            admin_token=TOKEN)
+    app = create_app(settings)
+    if not any(getattr(route, "path", None) == "/stats/models" for route in app.routes):
+        app.include_router(stats_api.router)  # until app.py includes it
+    server = ServerThread(app).start()
+    yield RunningProxy(server, app, db_url)
+    server.stop()
+
+
+def _bash(command: str) -> Reply:
+    return Reply(tool_calls=[("bash", {"command": command})])
+
+
+def _ask(client: httpx.Client, model: str, session: str, *, stream: bool = False, tools: bool = True) -> None:
+    body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": "go"}], "stream": stream}
+    if tools:
+        body["tools"] = OPENCODE_TOOLS
+    response = client.post("/v1/chat/completions", json=body, headers={"x-session-id": session})
+    assert response.status_code == 200, response.text
+
+
+def _seed(upstream: ScriptedUpstream, proxy: RunningProxy) -> None:
+    upstream.script(*map(_bash, LOOP_COMMANDS), _bash(SEARCH), model=MODEL)  # a loop of 4, then an allowed call
+    upstream.script(_bash("cd scripts && uv run search.py"), _bash(SEARCH), model=OTHER)
+    with proxy.client() as client:
+        _ask(client, MODEL, "ses_loop")
+        _ask(client, MODEL, "ses_ok")
+        _ask(client, OTHER, "ses_other")
+    # Two streams side by side for 1.6 s: windows with 2 and then fewer requests running.
+    upstream.script(Reply(content="a" * 120, chunk_delay=0.05, completion_tokens=240, prompt_tokens=800),
+                    Reply(content="b" * 120, chunk_delay=0.05, completion_tokens=120, prompt_tokens=400), model=MODEL)
+    with proxy.client() as a, proxy.client() as b, ThreadPoolExecutor(2) as pool:
+        for future in [pool.submit(_ask, c, MODEL, s, stream=True, tools=False) for c, s in ((a, "s1"), (b, "s2"))]:
+            future.result(20)
+
+
+def _api(proxy: RunningProxy, path: str) -> Any:
+    with proxy.client(headers={"authorization": f"Bearer {TOKEN}"}) as client:
+        response = client.get(path)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+CHARTS_JS = """JSON.stringify(Object.fromEntries([...document.querySelectorAll("canvas")].map((canvas) => {
+  const chart = Chart.getChart(canvas);
+  const pixels = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+  let painted = 0;
+  for (let i = 3; i < pixels.length; i += 4) if (pixels[i]) painted++;
+  return [canvas.id, {labels: chart.data.labels, painted,
+                      datasets: chart.data.datasets.map((d) => ({label: d.label, data: d.data}))}];
+})))"""
+
+
+def _rows(tools: DevTools, table: str) -> list[list[str]]:
+    return tools.evaluate(f"""[...document.querySelectorAll("#{table} tbody tr")]
+        .map((tr) => [...tr.cells].map((td) => td.textContent))""")
+
+
+def test_dashboard_draws_the_stats_live_and_stays_on_host(
+    upstream: ScriptedUpstream, dashboard_proxy: RunningProxy, browser: DevTools
+):
+    proxy = dashboard_proxy
+    _seed(upstream, proxy)
+
+    def live_windows() -> bool:
+        future = asyncio.run_coroutine_threadsafe(live_throughput(proxy.state.engine), proxy.app.state.loop)
+        return bool(future.result(10).get(MODEL, {}).get("concurrency"))
+
+    assert wait_until(live_windows, timeout=5), "no throughput window was written"
+    time.sleep(math.floor(time.time()) + 1.5 - time.time())  # the window the streams ended in is written too
+    stats = {m["model"]: m for m in _api(proxy, "/stats/models")["models"]}
+    assert (stats[MODEL]["tool_calls"], stats[MODEL]["errors"]) == (5, 4)
+    assert (stats[OTHER]["tool_calls"], stats[OTHER]["errors"]) == (2, 1)
+
+    browser.call("Page.navigate", {"url": f"{proxy.url}/dashboard?token={TOKEN}&refresh=1"})
+    browser.wait_for("window.dashboard && window.dashboard.refreshes >= 1")
+    assert browser.evaluate("window.dashboard.errors") == 0
+    assert "token" not in browser.evaluate("location.href")  # taken out of the address bar
+    charts = json.loads(browser.evaluate(CHARTS_JS))
+
+    # Error rate per model: 4 of 5 and 1 of 2 calls.
+    error_rate = charts["chart-error-rate"]
+    assert error_rate["labels"] == [MODEL, OTHER]
+    assert error_rate["datasets"][0]["data"] == [80, 50]
+    assert [r[:6] for r in _rows(browser, "table-models")] == [
+        [MODEL, "4", "4", "5", "4", "80.0%"], [OTHER, "1", "1", "2", "1", "50.0%"]]
+
+    # Reasons: every code the API counts, per model.
+    reasons = charts["chart-reasons"]
+    assert reasons["labels"][0] == "pipe"
+    for dataset in reasons["datasets"]:
+        api_reasons = stats[dataset["label"]]["reasons"]
+        assert dict(zip(reasons["labels"], dataset["data"], strict=True)) == {
+            code: api_reasons.get(code, 0) for code in reasons["labels"]}
+    assert set(reasons["labels"]) == set(stats[MODEL]["reasons"]) | set(stats[OTHER]["reasons"])
+
+    # Loops: the one loop of four, with the commands the model tried.
+    loops = _rows(browser, "table-loops")
+    assert len(loops) == 1
+    assert loops[0][:4] == [MODEL, "ses_loop", "pipe", "4"]
+    assert browser.evaluate("""[...document.querySelectorAll("#table-loops code")].map((c) => c.textContent)""") \
+        == LOOP_COMMANDS
+
+    # Throughput by concurrency: the charts carry the API's live cells.
+    cells = stats[MODEL]["throughput"]["concurrency"]
+    levels = sorted(cells, key=int)
+    assert "2" in levels
+    for chart_id, field in (("chart-generation", "generation_tps"), ("chart-prefill", "prompt_tps"),
+                            ("chart-requests", "requests_per_minute")):
+        chart = charts[chart_id]
+        assert chart["labels"] == levels
+        series = {d["label"]: dict(zip(chart["labels"], d["data"], strict=True)) for d in chart["datasets"]}
+        assert {c: series[MODEL][c] for c in levels} == {c: cells[c][field] for c in levels}, chart_id
+    assert cells["2"]["generation_tps"] > 0
+    throughput_rows = {(r[0], r[1]): r for r in _rows(browser, "table-throughput")}
+    assert throughput_rows[MODEL, "2"][2] == f"{cells['2']['generation_tps']:.1f} ({cells['2']['n']})"
+
+    # Every chart is drawn, not only fed.
+    assert all(chart["painted"] > 500 for chart in charts.values()), {k: v["painted"] for k, v in charts.items()}
+
+    # Live: new traffic shows up without a reload. The other model's third call is rejected: 2 of 3.
+    upstream.script(_bash("cd scripts && uv run search.py"), Reply(content="I will stop here."), model=OTHER)
+    with proxy.client() as client:
+        _ask(client, OTHER, "ses_other2")
+    browser.wait_for("""Chart.getChart(document.getElementById("chart-error-rate")).data.datasets[0].data[1]
+                        === 66.7""", timeout=10)
+
+    ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
+    shot = browser.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})
+    ARTIFACT.write_bytes(base64.b64decode(shot["data"]))
+
+    # Nothing but the proxy was asked, the data requests carried the token, and nothing went wrong on the page.
+    sent = [e["params"]["request"] for e in browser.events if e.get("method") == "Network.requestWillBeSent"]
+    assert sent and all(r["url"].startswith(proxy.url + "/") for r in sent), {r["url"] for r in sent}
+    stats_requests = [r for r in sent if "/stats/" in r["url"]]
+    assert stats_requests and all(r["headers"].get("Authorization") == f"Bearer {TOKEN}" for r in stats_requests)
+    problems = [e["params"] for e in browser.events
+                if e.get("method") == "Runtime.exceptionThrown"
+                or (e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")]
+    assert problems == []
+
+
+def test_dashboard_files_are_served_with_a_strict_policy(start_proxy: Callable[..., RunningProxy], upstream):
+    proxy = start_proxy(upstream.url, admin_token=TOKEN)
+    with proxy.client() as client:
+        page = client.get("/dashboard")  # no token: the page holds no data
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert "default-src 'none'" in page.headers["content-security-policy"]
+        assert "connect-src 'self'" in page.headers["content-security-policy"]
+        script = client.get("/dashboard/static/chart.umd.min.js")
+        assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
+        assert script.content.startswith(b"/*!\n * Chart.js v4")
+        missing = client.get("/dashboard/static/nothing.js")
+        assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+        assert client.get("/dashboard/static/..%2F..%2Fpyproject.toml").status_code == 404
