@@ -119,7 +119,7 @@ async def chat_completions(request: Request, state: ProxyState) -> Response:
     headers = state.upstream.headers(request.headers)
     upstream_model = await state.models.resolve(model, headers)
     policy = _pick_policy(request, state)
-    session = state.sessions.resolve(request.headers, messages)
+    session = await state.sessions.aresolve(request.headers, messages)
     stream = payload.get("stream") is True
 
     changed = False

@@ -8,13 +8,28 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FEEDBACK_MARKER", "SessionResolver", "SessionRef", "conversation_digests"]
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from proxy.logs import get_logger
+from proxy.store import tables
+from proxy.store.writer import StoreWriter
+
+__all__ = ["FEEDBACK_MARKER", "SessionRef", "SessionResolver", "conversation_digests"]
+
+log = get_logger("proxy.sessions")
+
+# How many of a conversation's latest prefixes are looked up in the shared store: the turn a
+# request continues is one of its last few messages.
+_SHARED_LOOKBACK = 64
 
 # Set on the proxy's own feedback turns; never part of the lineage a client can continue.
 FEEDBACK_MARKER = "allowlist_proxy_feedback"
@@ -71,23 +86,70 @@ def conversation_digests(messages: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 class SessionResolver:
-    def __init__(self, custom_header: str | None = None, *, max_entries: int = 200_000) -> None:
+    """Resolves sessions from headers, else from lineage kept in memory and, when given a store, in the
+    database too, so that replicas sharing one database continue each other's sessions."""
+
+    def __init__(self, custom_header: str | None = None, *, max_entries: int = 200_000,
+                 engine: AsyncEngine | None = None, writer: StoreWriter | None = None) -> None:
         self._custom_header = custom_header.lower() if custom_header else None
         self._lineage: OrderedDict[str, str] = OrderedDict()
         self._max_entries = max_entries
+        self._engine = engine
+        self._writer = writer
 
-    def resolve(self, headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]] | None) -> SessionRef:
+    def _from_headers(self, headers: Mapping[str, str]) -> SessionRef | None:
         header = headers.get("x-session-id")
         if header:
             return SessionRef(header[:128], "header", False)
         if self._custom_header and (custom := headers.get(self._custom_header)):
             return SessionRef(custom[:128], "custom_header", False)
-        for digest in reversed(conversation_digests(messages or [])):
+        return None
+
+    def _local(self, digests: list[str]) -> str | None:
+        for digest in reversed(digests):
             found = self._lineage.get(digest)
             if found is not None:
                 self._lineage.move_to_end(digest)
-                return SessionRef(found, "lineage", False)
+                return found
+        return None
+
+    def resolve(self, headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]] | None) -> SessionRef:
+        """From headers and this process's memory only."""
+        if (ref := self._from_headers(headers)) is not None:
+            return ref
+        found = self._local(conversation_digests(messages or []))
+        if found is not None:
+            return SessionRef(found, "lineage", False)
         return SessionRef("lin_" + uuid.uuid4().hex, "lineage", True)
+
+    async def aresolve(self, headers: Mapping[str, str],
+                       messages: Sequence[Mapping[str, Any]] | None) -> SessionRef:
+        """Like resolve, then the shared store: another replica may have served the earlier turns."""
+        if (ref := self._from_headers(headers)) is not None:
+            return ref
+        digests = conversation_digests(messages or [])
+        found = self._local(digests)
+        if found is None and self._engine is not None and digests:
+            found = await self._shared(digests[-_SHARED_LOOKBACK:])
+        if found is not None:
+            return SessionRef(found, "lineage", False)
+        return SessionRef("lin_" + uuid.uuid4().hex, "lineage", True)
+
+    async def _shared(self, digests: list[str]) -> str | None:
+        assert self._engine is not None
+        query = select(tables.session_lineage.c.digest, tables.session_lineage.c.session_id).where(
+            tables.session_lineage.c.digest.in_(digests))
+        try:
+            async with self._engine.connect() as conn:
+                rows = {digest: session for digest, session in (await conn.execute(query))}
+        except SQLAlchemyError as exc:
+            log.warning("sessions.lineage_lookup_failed", error=str(exc))
+            return None
+        for digest in reversed(digests):
+            if digest in rows:
+                self._lineage[digest] = rows[digest]
+                return rows[digest]
+        return None
 
     def remember(self, session_id: str, messages: Sequence[Mapping[str, Any]],
                  reply: Mapping[str, Any] | None = None) -> None:
@@ -96,8 +158,12 @@ class SessionResolver:
         digests = conversation_digests(conversation)
         if not digests:
             return
+        now = time.time()
         for digest in digests[-2:]:
             self._lineage[digest] = session_id
             self._lineage.move_to_end(digest)
+            if self._writer is not None:
+                self._writer.put(tables.session_lineage, {"digest": digest, "session_id": session_id,
+                                                          "created_at": now})
         while len(self._lineage) > self._max_entries:
             self._lineage.popitem(last=False)

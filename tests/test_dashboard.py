@@ -147,27 +147,10 @@ def browser(tmp_path: Path) -> Iterator[DevTools]:
 
 
 @pytest.fixture
-def dashboard_proxy(upstream: ScriptedUpstream, db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[RunningProxy]:
-    import proxy.stats_api as stats_api
-
-    original = stats_api.model_stats
-
-    async def with_live_throughput(engine: Any, **kwargs: Any) -> dict[str, Any]:
-        # Until proxy.stats merges live_throughput into `throughput`, do it here; a no-op once it does.
-        result = await original(engine, **kwargs)
-        live = await live_throughput(engine, model=kwargs.get("model"), since=kwargs.get("since"),
-                                     until=kwargs.get("until"))
-        for entry in result["models"]:
-            if "concurrency" not in (entry.get("throughput") or {}) and entry["model"] in live:
-                entry["throughput"] = {**(entry.get("throughput") or {}), **live[entry["model"]]}
-        return result
-
-    monkeypatch.setattr(stats_api, "model_stats", with_live_throughput)
+def dashboard_proxy(upstream: ScriptedUpstream, db_url: str) -> Iterator[RunningProxy]:
     settings = LiveSettings(upstream=upstream.url, db=db_url, policy=STRICT_POLICY, log_level="warning",
                             admin_token=TOKEN)
     app = create_app(settings)
-    if not any(getattr(route, "path", None) == "/stats/models" for route in app.routes):
-        app.include_router(stats_api.router)  # until app.py includes it
     server = ServerThread(app).start()
     yield RunningProxy(server, app, db_url)
     server.stop()

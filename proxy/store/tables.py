@@ -6,7 +6,15 @@ Times are Unix seconds as floats so that window arithmetic is the same SQL on SQ
 from __future__ import annotations
 
 from sqlalchemy import (
-    Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text,
+    Boolean,
+    Column,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
 )
 
 __all__ = ["metadata", "requests", "sessions", "tool_call_reasons", "tool_calls"]
@@ -49,6 +57,9 @@ requests = Table(
     Column("mode", String(16)),
     Index("ix_requests_model_started", "model", "started_at"),
     Index("ix_requests_session", "session_id"),
+    # Covering index of the stats' request counts, attempts and throughput (migration 0003).
+    Index("ix_requests_model_stats", "model", "started_at", "session_id", "attempts", "concurrency",
+          "completion_tokens", "duration_ms", "ttft_ms"),
 )
 
 tool_calls = Table(
@@ -78,6 +89,11 @@ tool_calls = Table(
     Index("ix_tool_calls_model_created", "model", "created_at"),
     Index("ix_tool_calls_session_created", "session_id", "created_at", "call_index"),
     Index("ix_tool_calls_request", "request_id"),
+    # Covering indexes of the stats (migration 0003): verdict counts per model, and each session's calls in
+    # order with what loop detection compares, so neither reads the table.
+    Index("ix_tool_calls_model_verdict", "model", "created_at", "decision", "primary_reason"),
+    Index("ix_tool_calls_session_order", "session_id", "created_at", "call_index", "decision", "shape",
+          "primary_reason", "model"),
 )
 
 # One row per (call, reason) so reason counts are a GROUP BY on any database.
@@ -90,4 +106,33 @@ tool_call_reasons = Table(
     Column("model", String(256), nullable=False),
     Column("created_at", Float, nullable=False),
     Index("ix_tool_call_reasons_model_created", "model", "created_at"),
+    Index("ix_tool_call_reasons_model_reason", "model", "created_at", "reason"),  # stats (migration 0003)
 )
+
+# Live throughput: one row per model and fixed window (migration 0002). Rows are additive: the ticker writes
+# the window's sampled `running` once, and requests that end later add their token shares to the windows they
+# overlapped, so every column but `running` is a sum and `running` stays NULL until the window was sampled.
+throughput_windows = Table(
+    "throughput_windows",
+    metadata,
+    Column("model", String(256), primary_key=True),
+    Column("window_start", Float, primary_key=True),  # Unix seconds, a multiple of `seconds`
+    Column("seconds", Float, primary_key=True),  # the window length, so a changed setting never mixes windows
+    Column("running", Integer),  # requests in flight at the window's end, like vLLM's `Running: N`
+    Column("prompt_tokens", Integer, nullable=False, default=0),  # prefills whose first token came in the window
+    Column("generation_tokens", Float, nullable=False, default=0.0),  # shares of completions, by time overlap
+    Column("completed_requests", Integer, nullable=False, default=0),
+    Index("ix_throughput_windows_start", "window_start"),
+)
+__all__ += ["throughput_windows"]
+
+# Conversation lineage (migration 0004): a digest of a conversation's prefix -> the session it belongs
+# to, so that replicas sharing one database continue each other's sessions.
+session_lineage = Table(
+    "session_lineage",
+    metadata,
+    Column("digest", String(64), primary_key=True),
+    Column("session_id", String(128), nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+__all__ += ["session_lineage"]

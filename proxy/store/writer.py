@@ -28,10 +28,10 @@ log = get_logger("proxy.store.writer")
 
 # Inserted in this order within a batch so readers never see a call without its request.
 _TABLE_ORDER = {t.name: i for i, t in enumerate(
-    (tables.sessions, tables.requests, tables.tool_calls, tables.tool_call_reasons)
+    (tables.sessions, tables.session_lineage, tables.requests, tables.tool_calls, tables.tool_call_reasons)
 )}
 # Rows of these tables may be written again by another request or replica: first one wins.
-_INSERT_OR_IGNORE = {"sessions"}
+_INSERT_OR_IGNORE = {"sessions", "session_lineage"}
 
 
 class StoreWriter:

@@ -1,0 +1,66 @@
+"""`allowlist-proxy demo`: the proxy in front of a built-in scripted upstream, a few agent sessions
+driven through it, then the statistics — a first look with no GPU."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("demo", help="run the proxy against a built-in scripted model and show the stats",
+                            description="Start the proxy in front of a scripted upstream that replays a "
+                                        "switching (dense-like) and a looping (MoE-like) model, drive sessions "
+                                        "through it, and print the statistics.")
+    parser.add_argument("--port", type=int, default=8080, help="proxy port (default 8080; 0 picks a free one)")
+    parser.add_argument("--sessions", type=int, default=3, help="parallel sessions per model (default 3)")
+    parser.add_argument("--db", default=None, help="store URL (default: a temporary SQLite file)")
+    parser.add_argument("--exit", action="store_true", help="stop after printing instead of serving on")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from proxy.app import create_app
+    from proxy.config import Settings
+    from proxy.stats import loops_table, model_stats, reasons_table, seed_table
+    from proxy.testing.demo_traffic import demo_upstream, drive_sessions
+    from proxy.testing.server import ServerThread
+
+    with tempfile.TemporaryDirectory(prefix="allowlist-demo-") as tmp:
+        upstream = demo_upstream()
+        with ServerThread(upstream.app) as upstream_server:
+            upstream.url = upstream_server.url + "/v1"
+            db = args.db or f"sqlite:///{Path(tmp) / 'demo.db'}"
+            settings = Settings(upstream=upstream.url, db=db, log_level="warning", port=args.port)
+            app = create_app(settings)
+            with ServerThread(app, port=args.port or None) as proxy_server:
+                print(f"proxy on {proxy_server.url}/v1 in front of a scripted upstream; "
+                      f"{args.sessions} sessions per model...")
+                asyncio.run(drive_sessions(proxy_server.url, args.sessions))
+                state = app.state.proxy
+                asyncio.run_coroutine_threadsafe(state.writer.flush(10), app.state.loop).result(15)
+                loop_min = state.policies.current().policy.loop_min_attempts
+                stats = asyncio.run_coroutine_threadsafe(
+                    model_stats(state.engine, loop_min_attempts=loop_min), app.state.loop).result(30)
+                print()
+                print(seed_table(stats))
+                print()
+                print(reasons_table(stats))
+                print()
+                print(loops_table(stats))
+                print()
+                print(f"dashboard: {proxy_server.url}/dashboard   stats: {proxy_server.url}/stats/models")
+                if args.exit:
+                    return 0
+                print("serving; Ctrl-C to stop")
+                try:
+                    while True:
+                        time.sleep(3600)
+                except KeyboardInterrupt:
+                    return 0

@@ -1,0 +1,108 @@
+"""`allowlist-proxy stats`: the seed's per-model table, the reasons table and the loops, from the store.
+
+Read-only: it never creates or migrates a store, so pointing it at the wrong URL says so instead of
+printing an empty table from a fresh file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from proxy.config import Settings, normalize_db_url
+
+__all__ = ["open_store", "register", "run", "sqlite_path"]
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "stats", help="per-model error rates, reason codes and retry loops from the store",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the /stats/models JSON object")
+    out.add_argument("--markdown", action="store_true", help="print Markdown tables")
+    parser.add_argument("--since", metavar="T", help="epoch seconds, ISO 8601, or a duration ago (24h, 7d)")
+    parser.add_argument("--until", metavar="T", help="epoch seconds, ISO 8601, or a duration ago")
+    parser.add_argument("--db", metavar="URL", default=None, help="database URL [env ALLOWLIST_PROXY_DB]")
+    parser.add_argument("--model", help="only this model")
+    parser.add_argument("--policy", help="only calls judged by this policy (its name)")
+    parser.add_argument("--route", help="only this route, e.g. chat")
+    parser.add_argument("--throughput", action="store_true",
+                        help="also print the live throughput tables per concurrency (10-second windows)")
+    parser.add_argument("--loop-min-attempts", type=int, default=3, metavar="N",
+                        help="shortest run of same-shape rejections counted as a loop (default 3)")
+    parser.set_defaults(func=run)
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite URL (None for other databases and in-memory SQLite)."""
+    url = normalize_db_url(url)
+    if not url.startswith("sqlite"):
+        return None
+    path = url.split("///", 1)[1] if "///" in url else ""
+    path = path.split("?", 1)[0]
+    return Path(path) if path and path != ":memory:" else None
+
+
+def open_store(url: str) -> Any:
+    """An engine on an existing store; FileNotFoundError when a SQLite file is missing."""
+    from proxy.store.db import create_engine
+
+    path = sqlite_path(url)
+    if path is not None and not path.is_file():
+        raise FileNotFoundError(f"no store at {path} (start the proxy or run `allowlist-proxy db upgrade`)")
+    return create_engine(url)
+
+
+def run(args: argparse.Namespace) -> int:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from proxy.stats import loops_table, model_stats, parse_time, reasons_table, seed_table
+
+    url = args.db or Settings().db
+    try:
+        since, until = parse_time(args.since), parse_time(args.until)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    async def compute() -> dict[str, Any]:
+        engine = open_store(url)
+        try:
+            return await model_stats(engine, since=since, until=until, model=args.model, policy=args.policy,
+                                     route=args.route, loop_min_attempts=args.loop_min_attempts)
+        finally:
+            await engine.dispose()
+
+    try:
+        stats = asyncio.run(compute())
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except SQLAlchemyError as exc:
+        print(f"error: cannot read the store at {url.split('@')[-1]}: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(stats, indent=2))
+        return 0
+    md = bool(args.markdown)
+    if not stats["models"]:
+        print("no tool calls or requests in the store for this window")
+        return 0
+    print(seed_table(stats, markdown=md))
+    print()
+    if any(m["reasons"] for m in stats["models"]):
+        print(reasons_table(stats, markdown=md))
+        print()
+    print(loops_table(stats, markdown=md))
+    if args.throughput:
+        from proxy.throughput.live import render_live_tables
+
+        print()
+        print(render_live_tables({m["model"]: m["throughput"] for m in stats["models"]}), end="")
+    return 0

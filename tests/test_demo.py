@@ -1,0 +1,22 @@
+"""`allowlist-proxy demo` prints the stats table, with loops for the looping model."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+
+def test_demo_prints_the_table_with_loops_for_the_looping_model():
+    result = subprocess.run([sys.executable, "-m", "proxy", "demo", "--port", "0", "--exit", "--sessions", "2"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "Model" in out and "Err/tool" in out
+    dense = re.search(r"^qwen3\.5-27b\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|", out, re.M)
+    assert dense and dense.group(1) == "2"
+    loops = re.search(r"^qwen3\.6-35b-a3b\s*\|\s*(\d+)\s*\|", out.split("Loops", 1)[1], re.M)
+    assert loops and int(loops.group(1)) == 2  # one loop of three `| head`/`| tail` variants per session
+    assert "/dashboard" in out

@@ -1,0 +1,39 @@
+"""Two proxy processes' worth of state sharing one database: sessions continue across replicas."""
+
+from __future__ import annotations
+
+from proxy.testing.scripted_upstream import Reply
+from tests.conftest import chat
+
+
+def test_consecutive_requests_of_one_session_on_different_replicas(upstream, start_proxy):
+    first_replica = start_proxy(upstream.url)
+    second_replica = start_proxy(upstream.url, db=first_replica.db_url)
+    upstream.script(Reply(content="first answer"), Reply(content="second answer"), Reply(content="third"))
+    opening = [{"role": "system", "content": "You are a coder."}, {"role": "user", "content": "task A"}]
+    with first_replica.client() as client:
+        client.post("/v1/chat/completions", json=chat(opening))
+    first_replica.flush()
+    follow = [*opening, {"role": "assistant", "content": "first answer"}, {"role": "user", "content": "go on"}]
+    with second_replica.client() as client:
+        client.post("/v1/chat/completions", json=chat(follow, stream=True))
+    second_replica.flush()
+    third = [*follow, {"role": "assistant", "content": "second answer"}, {"role": "user", "content": "and?"}]
+    with first_replica.client() as client:
+        client.post("/v1/chat/completions", json=chat(third))
+    sessions = [r[0] for r in first_replica.rows("SELECT session_id FROM requests ORDER BY started_at")]
+    assert len(sessions) == 3 and len(set(sessions)) == 1
+
+
+def test_stats_are_identical_from_either_replica(upstream, start_proxy):
+    first_replica = start_proxy(upstream.url)
+    second_replica = start_proxy(upstream.url, db=first_replica.db_url)
+    upstream.script(*[Reply(content=f"answer {i}") for i in range(4)])
+    for i, replica in enumerate((first_replica, second_replica, first_replica, second_replica)):
+        with replica.client() as client:
+            client.post("/v1/chat/completions", json=chat(), headers={"x-session-id": f"ses_r{i % 2}"})
+        replica.flush()
+    with first_replica.client() as a, second_replica.client() as b:
+        left, right = a.get("/stats/models").json(), b.get("/stats/models").json()
+    assert left == right
+    assert left["models"][0]["requests"] == 4 and left["models"][0]["sessions"] == 2
