@@ -10,18 +10,26 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from proxy.chat import chat_completions
+from proxy.chat import _pick_policy, chat_completions
+from proxy.completions import completions
 from proxy.config import Settings
+from proxy.dashboard import router as dashboard_router
 from proxy.errors import ProxyError, Unauthorized, error_body, error_response
 from proxy.logs import configure_logging, get_logger
+from proxy.messages_api import create_message
 from proxy.metrics import REGISTRY
+from proxy.metrics_feed import observe_request
 from proxy.models import ModelCatalog
 from proxy.passthrough import forward, list_models
 from proxy.policy import PolicyManager, default_policy_path
+from proxy.responses_api import create_response
+from proxy.routes_policy import passthrough_refusal
 from proxy.sessions import SessionResolver
 from proxy.state import ProxyState
+from proxy.stats_api import router as stats_router
 from proxy.store.db import create_engine, migrate
 from proxy.store.writer import StoreWriter
+from proxy.throughput.live import LiveWindows
 from proxy.upstream import Upstream
 
 __all__ = ["create_app"]
@@ -46,11 +54,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         state = ProxyState(
             settings=settings, upstream=upstream, engine=engine, writer=writer,
             models=ModelCatalog(upstream, ttl=settings.models_cache_seconds, aliases=settings.model_aliases),
-            sessions=SessionResolver(settings.session_header), policies=policies,
+            sessions=SessionResolver(settings.session_header, engine=engine, writer=writer), policies=policies,
         )
+        live = LiveWindows(engine, state.in_flight,
+                           window_seconds=settings.throughput_window_seconds)
+        state.listeners += [live.observe, observe_request]
         app.state.proxy = state
+        app.state.live = live
         app.state.loop = asyncio.get_running_loop()  # lets tests and the CLI reach the writer
         await policies.start()
+        await live.start()
         log.info("proxy.started", upstream=settings.upstream, db=settings.db.split("@")[-1],
                  policy=policies.current().name, mode=policies.current().policy.mode)
         try:
@@ -58,11 +71,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await policies.stop()
             await upstream.aclose()
+            await live.stop()
             await writer.stop()
             await engine.dispose()
             log.info("proxy.stopped", rows_written=writer.rows_written)
 
     app = FastAPI(title="allowlist-proxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.include_router(dashboard_router)
+    app.include_router(stats_router)
 
     @app.exception_handler(ProxyError)
     async def _proxy_error(_request: Request, exc: ProxyError) -> JSONResponse:
@@ -85,13 +101,32 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def _chat(request: Request) -> Response:
         return await chat_completions(request, state_of(request))
 
+    @app.post("/v1/completions")
+    async def _completions(request: Request) -> Response:
+        return await completions(request, state_of(request))
+
+    @app.post("/v1/responses")
+    async def _responses(request: Request) -> Response:
+        return await create_response(request, state_of(request))
+
+    @app.post("/v1/messages")
+    async def _messages(request: Request) -> Response:
+        return await create_message(request, state_of(request))
+
     @app.get("/v1/models")
     async def _models(request: Request) -> Response:
-        return await list_models(request, state_of(request))
+        state = state_of(request)
+        if refused := passthrough_refusal("GET", "/v1/models", _pick_policy(request, state)):
+            return refused
+        return await list_models(request, state)
 
     @app.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
     async def _forward(request: Request, path: str) -> Response:
-        return await forward(request, state_of(request), "/" + path)
+        # Only what the policy's passthrough_routes lists; the routes that carry tool calls are judged above.
+        state = state_of(request)
+        if refused := passthrough_refusal(request.method, "/v1/" + path, _pick_policy(request, state)):
+            return refused
+        return await forward(request, state, "/" + path)
 
     @app.get("/health")
     async def _health(request: Request) -> dict[str, object]:

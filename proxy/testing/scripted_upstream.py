@@ -24,6 +24,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from proxy.testing.dialects import dialect_routes
+
 __all__ = ["Reply", "ScriptedUpstream"]
 
 _COMPACT = (",", ":")
@@ -85,6 +87,7 @@ class ScriptedUpstream:
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self.app = Starlette(routes=[
+            *dialect_routes(self),  # /v1/responses, /v1/messages and streamed /v1/completions, on the same replies
             Route("/v1/chat/completions", self._chat, methods=["POST"]),
             Route("/v1/completions", self._completions, methods=["POST"]),
             Route("/v1/models", self._models, methods=["GET"]),
