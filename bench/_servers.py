@@ -13,6 +13,8 @@ import httpx
 
 from proxy.testing.server import free_port
 
+__all__ = ["ROOT", "Servers", "free_port", "rss_mb", "wait_ready"]
+
 ROOT = Path(__file__).resolve().parents[1]
 
 UPSTREAM_SCRIPT = """

@@ -1,27 +1,36 @@
-"""Overhead of the proxy over a direct connection, interleaved in one run on the same upstream.
+"""Overhead of the proxy over a direct connection, side by side with a bare FastAPI+httpx passthrough
+(and LiteLLM's proxy when installed), interleaved in one run on the same scripted upstream.
 
-    python bench/overhead.py [--requests N] [--levels 1,8,32,128]
+    python bench/overhead.py [--requests N] [--levels 1,8,32,128] [--chunks 200]
 
-Prints, per concurrency level: added latency p50/p99 (proxy minus direct, per pair of requests
-sent back to back), the requests/s ratio, for streams the chunks/s ratio and the added time to
-first byte, and the proxy's RSS.
+LiteLLM is looked for at $LITELLM_BIN, else `litellm` on PATH; install it in a virtual environment of its
+own (`python3 -m venv /tmp/litellm-venv && /tmp/litellm-venv/bin/pip install 'litellm[proxy]'`).
+
+Per concurrency level and target: added latency p50/p99 (target minus direct, per pair of requests sent
+back to back by one worker), the requests/s ratio, for streams the chunks/s ratio, the added time to
+first byte, and the target's RSS.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _servers import Servers, rss_mb
+from _servers import Servers, free_port, rss_mb, wait_ready
 
 BODY = {"model": "qwen3.5-27b", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 16}
+HERE = Path(__file__).resolve().parent
 
 
 def pct(values: list[float], q: float) -> float:
@@ -48,45 +57,75 @@ async def one(client: httpx.AsyncClient, base: str, stream: bool) -> tuple[float
     return time.perf_counter() - start, first or 0.0, chunks
 
 
-async def level(servers: Servers, concurrency: int, requests: int, stream: bool) -> dict[str, float]:
-    limits = httpx.Limits(max_connections=concurrency * 2, max_keepalive_connections=concurrency * 2)
-    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
-        for base in (servers.upstream, servers.proxy):  # warm both pools
+async def level(direct: str, targets: dict[str, tuple[str, int]], concurrency: int, requests: int,
+                stream: bool) -> dict[str, dict[str, float]]:
+    limits = httpx.Limits(max_connections=concurrency * 4, max_keepalive_connections=concurrency * 4)
+    headers = {"authorization": "Bearer sk-bench"}
+    async with httpx.AsyncClient(limits=limits, timeout=120, headers=headers) as client:
+        for base in [direct, *(url for url, _ in targets.values())]:  # warm every pool
             await asyncio.gather(*(one(client, base, stream) for _ in range(concurrency)))
-        added: list[float] = []
-        added_ttfb: list[float] = []
-        totals = {"direct": 0.0, "proxy": 0.0}
-        chunk_counts = {"direct": 0, "proxy": 0}
-        queue = asyncio.Queue[int]()
-        for i in range(requests):
-            queue.put_nowait(i)
+        added = {name: [] for name in targets}
+        added_first = {name: [] for name in targets}
+        totals = {name: 0.0 for name in [*targets, "direct"]}
+        chunks = {name: 0 for name in [*targets, "direct"]}
+        remaining = [requests]
 
         async def worker() -> None:
-            while True:
-                try:
-                    queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    return
-                d_total, d_first, d_chunks = await one(client, servers.upstream, stream)
-                p_total, p_first, p_chunks = await one(client, servers.proxy, stream)
-                added.append((p_total - d_total) * 1000)
-                added_ttfb.append((p_first - d_first) * 1000)
+            while remaining[0] > 0:
+                remaining[0] -= 1
+                d_total, d_first, d_chunks = await one(client, direct, stream)
                 totals["direct"] += d_total
-                totals["proxy"] += p_total
-                chunk_counts["direct"] += d_chunks
-                chunk_counts["proxy"] += p_chunks
+                chunks["direct"] += d_chunks
+                for name, (url, _) in targets.items():
+                    total, first, n = await one(client, url, stream)
+                    added[name].append((total - d_total) * 1000)
+                    added_first[name].append((first - d_first) * 1000)
+                    totals[name] += total
+                    chunks[name] += n
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-        rss = rss_mb(servers.proxy_pid)
-    result = {
-        "added_p50_ms": statistics.median(added), "added_p99_ms": pct(added, 0.99),
-        "rps_ratio": totals["direct"] / totals["proxy"], "ttfb_added_p50_ms": statistics.median(added_ttfb),
-        "rss_mb": rss,
-    }
-    if stream:
-        result["chunks_per_s_ratio"] = (chunk_counts["proxy"] / totals["proxy"]) / (
-            chunk_counts["direct"] / totals["direct"])
-    return result
+    out = {}
+    for name, (_, pid) in targets.items():
+        row = {"p50": statistics.median(added[name]), "p99": pct(added[name], 0.99),
+               "rps": totals["direct"] / totals[name], "ttfb": statistics.median(added_first[name]),
+               "rss": rss_mb(pid)}
+        if stream:
+            row["chunks"] = (chunks[name] / totals[name]) / (chunks["direct"] / totals["direct"])
+        out[name] = row
+    return out
+
+
+def start_bare(upstream: str) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(HERE / "bare_passthrough.py"), str(port), upstream])
+    wait_ready(f"http://127.0.0.1:{port}/health")
+    return proc, f"http://127.0.0.1:{port}/v1"
+
+
+def start_litellm(upstream: str, tmp: str) -> tuple[subprocess.Popen[bytes] | None, str]:
+    binary = os.environ.get("LITELLM_BIN") or shutil.which("litellm")
+    if not binary or not Path(binary).exists():
+        return None, "LiteLLM not installed (set LITELLM_BIN): no LiteLLM column"
+    config = Path(tmp) / "litellm.yaml"
+    config.write_text(f"""model_list:
+  - model_name: qwen3.5-27b
+    litellm_params:
+      model: openai/qwen3.5-27b
+      api_base: {upstream}
+      api_key: sk-bench
+general_settings: {{}}
+litellm_settings:
+  drop_params: true
+""")
+    port = free_port()
+    proc = subprocess.Popen([binary, "--config", str(config), "--port", str(port), "--host", "127.0.0.1",
+                             "--num_workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}/health/liveliness", timeout=120)
+    except TimeoutError:
+        proc.kill()
+        return None, "LiteLLM did not start within 120 s: no LiteLLM column"
+    return proc, f"http://127.0.0.1:{port}/v1"
 
 
 async def main() -> None:
@@ -96,17 +135,31 @@ async def main() -> None:
     parser.add_argument("--chunks", type=int, default=200)
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
-    with Servers(chunks=args.chunks) as servers:
-        for stream in (False, True):
-            kind = f"streaming ({args.chunks} chunks)" if stream else "non-streaming"
-            print(f"\n{kind}: proxy vs direct, same scripted upstream, interleaved pairs")
-            print(f"{'conc':>5} {'added p50 ms':>13} {'added p99 ms':>13} {'req/s ratio':>12} "
-                  f"{'ttfb +p50 ms':>13} {'chunks/s ratio':>15} {'proxy RSS MB':>13}")
-            for concurrency in levels:
-                r = await level(servers, concurrency, max(args.requests, concurrency * 4), stream)
-                print(f"{concurrency:>5} {r['added_p50_ms']:>13.2f} {r['added_p99_ms']:>13.2f} "
-                      f"{r['rps_ratio']:>12.2f} {r['ttfb_added_p50_ms']:>13.2f} "
-                      f"{r.get('chunks_per_s_ratio', float('nan')):>15.2f} {r['rss_mb']:>13.1f}")
+    with Servers(chunks=args.chunks) as servers, tempfile.TemporaryDirectory() as tmp:
+        bare, bare_url = start_bare(servers.upstream)
+        litellm, litellm_url = start_litellm(servers.upstream, tmp)
+        targets = {"allowlist-proxy": (servers.proxy, servers.proxy_pid), "bare fastapi+httpx": (bare_url, bare.pid)}
+        if litellm is not None:
+            targets["litellm"] = (litellm_url, litellm.pid)
+        else:
+            print(litellm_url)
+        try:
+            for stream in (False, True):
+                kind = f"streaming ({args.chunks} chunks)" if stream else "non-streaming"
+                print(f"\n{kind}: added over direct, same scripted upstream, interleaved")
+                print(f"{'conc':>5} {'target':<20} {'added p50 ms':>13} {'added p99 ms':>13} {'req/s ratio':>12} "
+                      f"{'ttfb +p50 ms':>13} {'chunks/s ratio':>15} {'RSS MB':>8}")
+                for concurrency in levels:
+                    result = await level(servers.upstream, targets, concurrency,
+                                         max(args.requests, concurrency * 4), stream)
+                    for name, r in result.items():
+                        print(f"{concurrency:>5} {name:<20} {r['p50']:>13.2f} {r['p99']:>13.2f} {r['rps']:>12.2f} "
+                              f"{r['ttfb']:>13.2f} {r.get('chunks', float('nan')):>15.2f} {r['rss']:>8.1f}")
+        finally:
+            for proc in (bare, litellm):
+                if proc is not None:
+                    proc.terminate()
+                    proc.wait(20)
 
 
 if __name__ == "__main__":

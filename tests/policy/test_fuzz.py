@@ -85,6 +85,10 @@ def reference_allows(command: str) -> bool:
     return all(value.split("=", 1)[0] in flags for value, _ in words[3:] if value.startswith("-"))
 
 
+# A pathological input (exponential backtracking, a parser stuck in recovery) costs seconds or hangs;
+# a judged command costs microseconds. The bound sits far above scheduling noise on a loaded 2-core CI box.
+BOUND_SECONDS = 2.0
+
 _ANY_TEXT = st.text(st.characters(codec=None, categories=None), max_size=80)
 _NEAR = st.text(
     st.sampled_from(sorted(SAFE) + list(" '\"$`\\!*?[]{}~#;&|<>()^\t\n\r\x00\x1b\u200b\u00a0éｕ")), max_size=30
@@ -99,7 +103,7 @@ def test_never_raises_is_fast_and_matches_reference(policy: Policy, command: str
     start = time.perf_counter()
     verdict = judge_command(policy, command)
     elapsed = time.perf_counter() - start
-    assert elapsed < 0.25, f"{elapsed * 1e3:.1f} ms for {command!r}"
+    assert elapsed < BOUND_SECONDS, f"{elapsed * 1e3:.1f} ms for {command!r}"
     assert verdict.allowed == reference_allows(command), (command, verdict)
     if verdict.allowed:
         assert verdict.reasons == ()
@@ -127,7 +131,7 @@ def test_long_hostile_inputs_are_bounded(policy: Policy) -> None:
     for command in hostile:
         start = time.perf_counter()
         verdict = judge_command(policy, command)
-        assert time.perf_counter() - start < 0.25, command[:40]
+        assert time.perf_counter() - start < BOUND_SECONDS, command[:40]
         assert verdict.decision == "reject" and verdict.reasons
 
 
