@@ -52,7 +52,11 @@ class Upstream:
         self.client = httpx.AsyncClient(
             timeout=httpx.Timeout(connect=settings.connect_timeout, read=settings.read_timeout,
                                   write=settings.read_timeout, pool=settings.read_timeout),
-            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200, keepalive_expiry=30),
+            # vLLM's uvicorn closes an idle keep-alive connection after 5 s: reusing one that old races with
+            # that close and fails the request, so idle connections are dropped first.
+            # (retries: a failed connect is tried once more.)
+            transport=httpx.AsyncHTTPTransport(retries=1, limits=httpx.Limits(
+                max_connections=1000, max_keepalive_connections=200, keepalive_expiry=4.0)),
             headers={"accept-encoding": "identity"},
         )
 
