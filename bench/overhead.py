@@ -29,6 +29,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _servers import Servers, free_port, rss_mb, wait_ready
 
+# LiteLLM refuses to start without a strong master key; every target gets the same header.
+KEY = "sk-" + "5f0c3a9e" * 8
 BODY = {"model": "qwen3.5-27b", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 16}
 HERE = Path(__file__).resolve().parent
 
@@ -60,7 +62,7 @@ async def one(client: httpx.AsyncClient, base: str, stream: bool) -> tuple[float
 async def level(direct: str, targets: dict[str, tuple[str, int]], concurrency: int, requests: int,
                 stream: bool) -> dict[str, dict[str, float]]:
     limits = httpx.Limits(max_connections=concurrency * 4, max_keepalive_connections=concurrency * 4)
-    headers = {"authorization": "Bearer sk-bench"}
+    headers = {"authorization": f"Bearer {KEY}"}
     async with httpx.AsyncClient(limits=limits, timeout=120, headers=headers) as client:
         for base in [direct, *(url for url, _ in targets.values())]:  # warm every pool
             await asyncio.gather(*(one(client, base, stream) for _ in range(concurrency)))
@@ -113,7 +115,8 @@ def start_litellm(upstream: str, tmp: str) -> tuple[subprocess.Popen[bytes] | No
       model: openai/qwen3.5-27b
       api_base: {upstream}
       api_key: sk-bench
-general_settings: {{}}
+general_settings:
+  master_key: {KEY}
 litellm_settings:
   drop_params: true
 """)
