@@ -253,7 +253,7 @@ class _Choice:
     """One choice of one attempt while it streams."""
 
     stream: ChoiceStream
-    content: str = ""
+    content: list[str] = field(default_factory=list)  # joined once at the end: += would copy per chunk
     pending: list[ToolCall] = field(default_factory=list)
     emitted_tools: int = 0
     finish_reason: str | None = None
@@ -455,7 +455,8 @@ class _StreamRelay:
                     released[e.field] = released.get(e.field, "") + e.text
                 elif isinstance(e, CompletedCall):
                     completed.append(e.call)
-            choice.content += released.get("content", "")
+            if "content" in released:
+                choice.content.append(released["content"])
             choice.pending.extend(completed)
             same_text = all(released.get(f, "") == (delta.get(f) or "") for f in _TEXT_FIELDS)
             content_calls = any(c.source != "openai" for c in completed)
@@ -514,7 +515,7 @@ class _StreamRelay:
         return self.ex.judge(calls)
 
     def _content(self) -> str:
-        return "".join(ch.content for ch in self.choices.values())
+        return "".join(part for ch in self.choices.values() for part in ch.content)
 
     def _release(self) -> list[bytes]:
         """Enforce mode, all allowed: each call as one whole delta, then the finish chunks."""
