@@ -21,8 +21,10 @@ UPSTREAM_SCRIPT = """
 import sys, uvicorn
 from proxy.testing.scripted_upstream import ScriptedUpstream, Reply
 chunks = int(sys.argv[2])
+tool = sys.argv[3] == "1"
+calls = [("bash", {"command": 'uv run scripts/search.py "rust async"'})] if tool else []
 up = ScriptedUpstream(models=["qwen3.5-27b"], responder=lambda body: Reply(
-    content="x" * chunks, content_chunk=1, completion_tokens=chunks))
+    content="x" * chunks, content_chunk=1, completion_tokens=chunks, tool_calls=calls))
 uvicorn.run(up.app, host="127.0.0.1", port=int(sys.argv[1]), log_level="error", access_log=False)
 """
 
@@ -40,8 +42,9 @@ def wait_ready(url: str, timeout: float = 30.0) -> None:
 
 
 class Servers:
-    def __init__(self, *, chunks: int = 200, policy: str = "policies/strict.yaml") -> None:
+    def __init__(self, *, chunks: int = 200, policy: str = "policies/strict.yaml", tool_call: bool = False) -> None:
         self.chunks = chunks
+        self.tool_call = tool_call
         self.policy = policy
         self.procs: list[subprocess.Popen[bytes]] = []
         self.tmp = tempfile.TemporaryDirectory()
@@ -50,7 +53,8 @@ class Servers:
         up_port, proxy_port = free_port(), free_port()
         self.upstream = f"http://127.0.0.1:{up_port}/v1"
         self.proxy = f"http://127.0.0.1:{proxy_port}/v1"
-        self.procs.append(subprocess.Popen([sys.executable, "-c", UPSTREAM_SCRIPT, str(up_port), str(self.chunks)],
+        self.procs.append(subprocess.Popen([sys.executable, "-c", UPSTREAM_SCRIPT, str(up_port), str(self.chunks),
+                                            "1" if self.tool_call else "0"],
                                            cwd=ROOT))
         env = {**os.environ, "ALLOWLIST_PROXY_LOG_LEVEL": "warning"}
         self.procs.append(subprocess.Popen(

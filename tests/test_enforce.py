@@ -214,3 +214,22 @@ def test_a_later_request_of_the_session_continues_it_without_the_feedback_turns(
         client.post("/v1/chat/completions", json=chat(follow, tools=OPENCODE_TOOLS))
     sessions = {r[0] for r in proxy.rows("SELECT session_id FROM requests")}
     assert len(sessions) == 1
+
+
+def test_policy_header_selects_another_loaded_policy_only_when_allowed(upstream, start_proxy):
+    piped = ALLOWED + " | head -5"
+    strict = start_proxy(upstream.url)
+    selectable = start_proxy(upstream.url, policy_header=True)
+    headers = {"x-allowlist-policy": "observe-uv-scripts", "x-session-id": "ses_header"}
+    body = chat([{"role": "user", "content": "go"}], tools=OPENCODE_TOOLS)
+    for running, passes in ((strict, False), (selectable, True)):
+        upstream.script(Reply(tool_calls=[("bash", {"command": piped})]), Reply(content="gave up"))
+        with running.client() as client:
+            message = client.post("/v1/chat/completions", json=body, headers=headers).json()["choices"][0]["message"]
+        upstream.queue.clear()
+        commands = [json.loads(c["function"]["arguments"])["command"] for c in message.get("tool_calls") or []]
+        assert (commands == [piped]) is passes
+    with selectable.client() as client:
+        response = client.post("/v1/chat/completions", json=body, headers={"x-allowlist-policy": "nope"})
+    assert response.status_code == 400 and "nope" in response.json()["error"]["message"]
+    assert selectable.rows("SELECT mode FROM tool_calls")[0][0] == "observe"
