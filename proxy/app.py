@@ -10,11 +10,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from proxy.chat import _pick_policy, chat_completions
+from proxy.chat import chat_completions
 from proxy.completions import completions
 from proxy.config import Settings
 from proxy.dashboard import router as dashboard_router
 from proxy.errors import ProxyError, Unauthorized, error_body, error_response
+from proxy.exchange import pick_policy
 from proxy.logs import configure_logging, get_logger
 from proxy.messages_api import create_message
 from proxy.metrics import REGISTRY
@@ -116,7 +117,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.get("/v1/models")
     async def _models(request: Request) -> Response:
         state = state_of(request)
-        if refused := passthrough_refusal("GET", "/v1/models", _pick_policy(request, state)):
+        if refused := passthrough_refusal("GET", "/v1/models", pick_policy(request, state)):
             return refused
         return await list_models(request, state)
 
@@ -124,7 +125,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def _forward(request: Request, path: str) -> Response:
         # Only what the policy's passthrough_routes lists; the routes that carry tool calls are judged above.
         state = state_of(request)
-        if refused := passthrough_refusal(request.method, "/v1/" + path, _pick_policy(request, state)):
+        if refused := passthrough_refusal(request.method, "/v1/" + path, pick_policy(request, state)):
             return refused
         return await forward(request, state, "/" + path)
 

@@ -19,10 +19,10 @@ from starlette.responses import Response, StreamingResponse
 from proxy.body import read_body, read_json_object
 from proxy.enforce import blocked_message, retry_messages, tool_call_delta, turn_allowed
 from proxy.errors import BadRequest, ProxyError, error_body
-from proxy.judging import JudgedCall, judge_calls, record_calls
+from proxy.exchange import Exchange, finish_exchange, open_stream_attempt, pick_policy, request_attempt
+from proxy.judging import JudgedCall
 from proxy.logs import get_logger
-from proxy.metrics import BUDGET_EXHAUSTED, REQUESTS, RETRIES, UPSTREAM_LATENCY
-from proxy.policy import LoadedPolicy
+from proxy.metrics import BUDGET_EXHAUSTED, RETRIES
 from proxy.record import RequestRecord
 from proxy.sse import DONE, SSEDecoder, encode_json
 from proxy.state import ProxyState
@@ -34,61 +34,6 @@ __all__ = ["chat_completions"]
 log = get_logger("proxy.chat")
 _TEXT_FIELDS = ("content", "reasoning", "reasoning_content")
 _COMPACT = (",", ":")
-
-
-@dataclass
-class Exchange:
-    """One client request: what was asked, under which policy, and what has happened so far."""
-
-    state: ProxyState
-    record: RequestRecord
-    payload: dict[str, Any]
-    original_body: bytes
-    body_changed: bool
-    headers: dict[str, str]
-    policy: LoadedPolicy
-    tools: list[dict[str, Any]] | None
-    offered: set[str]
-    client_wants_usage: bool
-    extra_messages: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def enforce(self) -> bool:
-        return self.policy.policy.mode == "enforce"
-
-    @property
-    def budget(self) -> int:
-        return max(0, int(self.policy.policy.retry_budget))
-
-    @property
-    def scan_content(self) -> bool:
-        # A request that offers no tools cannot run one; text that merely looks like a call is left alone.
-        return bool(self.offered)
-
-    def body(self) -> bytes:
-        if not self.extra_messages and not self.body_changed:
-            return self.original_body
-        payload = dict(self.payload)
-        if self.extra_messages:
-            payload["messages"] = list(payload["messages"]) + self.extra_messages
-        return json.dumps(payload, ensure_ascii=False).encode()
-
-    def judge(self, calls: list[ToolCall]) -> list[JudgedCall]:
-        return judge_calls(self.policy, calls, self.offered)
-
-    def keep(self, attempt: int, judged: list[JudgedCall], *, delivered: bool) -> None:
-        record_calls(self.state.writer, self.record, self.policy, attempt, judged, delivered=delivered)
-
-
-def _pick_policy(request: Request, state: ProxyState) -> LoadedPolicy:
-    manager = state.policies
-    wanted = request.headers.get("x-allowlist-policy")
-    if wanted and state.settings.policy_header:
-        found = manager.get(wanted)
-        if found is None:
-            raise BadRequest(f"x-allowlist-policy names no loaded policy: {wanted!r}", param="x-allowlist-policy")
-        return found
-    return manager.current()
 
 
 def _offered_tools(tools: Any) -> tuple[list[dict[str, Any]] | None, set[str]]:
@@ -118,7 +63,7 @@ async def chat_completions(request: Request, state: ProxyState) -> Response:
                              param=f"messages[{position}]")
     headers = state.upstream.headers(request.headers)
     upstream_model = await state.models.resolve(model, headers)
-    policy = _pick_policy(request, state)
+    policy = pick_policy(request, state)
     session = await state.sessions.aresolve(request.headers, messages)
     stream = payload.get("stream") is True
 
@@ -143,22 +88,7 @@ async def chat_completions(request: Request, state: ProxyState) -> Response:
     try:
         return await _complete(exchange, messages)
     finally:
-        _finish(exchange)
-
-
-def _finish(ex: Exchange) -> None:
-    record = ex.record
-    ex.state.finish(record)
-    REQUESTS.labels(record.model, record.route, str(record.status)).inc()
-    UPSTREAM_LATENCY.labels(record.model).observe((record.duration_ms or 0) / 1000.0)
-    log.info("request", request_id=record.id, session=record.session.id, model=record.model,
-             route=record.route, stream=record.stream, status=record.status, outcome=record.outcome,
-             attempts=record.attempts, ttfb_ms=_round(record.ttfb_ms), ttft_ms=_round(record.ttft_ms),
-             duration_ms=_round(record.duration_ms), concurrency=record.concurrency)
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 2)
+        finish_exchange(exchange)
 
 
 # ---------------------------------------------------------------- non-streaming
@@ -169,18 +99,10 @@ async def _complete(ex: Exchange, messages: list[Any]) -> Response:
     judged: list[JudgedCall] = []
     for attempt in range(1, ex.budget + 2):
         record.attempts = attempt
-        try:
-            response = await ex.state.upstream.request("POST", "/chat/completions", headers=ex.headers,
-                                                       content=ex.body())
-        except ProxyError as exc:
-            record.fail("upstream_error", exc.message, exc.status_code)
-            raise
-        record.mark_first_byte()
-        record.status = response.status_code
+        response = await request_attempt(ex, "/chat/completions")
+        if isinstance(response, Response):
+            return response
         headers = response_headers(response.headers)
-        if response.status_code != 200:
-            record.fail("upstream_error", response.text[:1000])
-            return Response(response.content, status_code=response.status_code, headers=headers)
         try:
             obj = json.loads(response.content)
             results = extract_from_response(obj, ex.tools)
@@ -262,25 +184,9 @@ class _Choice:
 
 
 async def _stream(ex: Exchange, messages: list[Any]) -> Response:
-    record = ex.record
-    try:
-        response = await ex.state.upstream.open_stream("POST", "/chat/completions", headers=ex.headers,
-                                                       content=ex.body())
-    except ProxyError as exc:
-        record.fail("upstream_error", exc.message, exc.status_code)
-        _finish(ex)
-        raise
-    record.status = response.status_code
-    if response.status_code != 200:
-        try:
-            content = await response.aread()
-        except Exception as exc:  # the error body itself broke off
-            content = json.dumps(error_body(f"upstream failed: {exc}", "upstream_error")).encode()
-        finally:
-            await response.aclose()
-        record.fail("upstream_error", content.decode("utf-8", "replace")[:1000])
-        _finish(ex)
-        return Response(content, status_code=response.status_code, headers=response_headers(response.headers))
+    response = await open_stream_attempt(ex, "/chat/completions")
+    if isinstance(response, Response):
+        return response
     relay = _StreamRelay(ex, messages)
     return StreamingResponse(relay.run(response), media_type="text/event-stream",
                              headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
@@ -365,7 +271,7 @@ class _StreamRelay:
                     await current.aclose()
                 if self.done and not self.upstream_error:
                     self.ex.state.sessions.remember(record.session.id, self.messages, self._reply())
-                _finish(ex)
+                finish_exchange(ex)
 
     # -- one upstream attempt
 

@@ -22,9 +22,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from proxy.body import read_body, read_json_object
-from proxy.chat import Exchange, _finish, _pick_policy
 from proxy.enforce import blocked_message, turn_allowed
 from proxy.errors import BadRequest, ProxyError, error_body
+from proxy.exchange import Exchange, finish_exchange, open_stream_attempt, pick_policy, request_attempt
 from proxy.judging import JudgedCall, judge_calls
 from proxy.record import RequestRecord
 from proxy.sse import DONE, SSEDecoder, SSEEvent, encode_json
@@ -48,7 +48,7 @@ async def completions(request: Request, state: ProxyState) -> Response:
         raise BadRequest("`model` must be a non-empty string", param="model")
     headers = state.upstream.headers(request.headers)
     upstream_model = await state.models.resolve(model, headers)
-    policy = _pick_policy(request, state)
+    policy = pick_policy(request, state)
     session = await state.sessions.aresolve(request.headers, None)  # a raw prompt has no turns to follow
     stream = payload.get("stream") is True
     changed = upstream_model != model
@@ -71,7 +71,7 @@ async def completions(request: Request, state: ProxyState) -> Response:
     try:
         return await _complete(ex)
     finally:
-        _finish(ex)
+        finish_exchange(ex)
 
 
 def _judge(ex: Exchange, calls: list[ToolCall]) -> list[JudgedCall]:
@@ -92,17 +92,10 @@ def _block(ex: Exchange, judged: list[JudgedCall]) -> dict[str, Any]:
 
 async def _complete(ex: Exchange) -> Response:
     record = ex.record
-    try:
-        response = await ex.state.upstream.request("POST", "/completions", headers=ex.headers, content=ex.body())
-    except ProxyError as exc:
-        record.fail("upstream_error", exc.message, exc.status_code)
-        raise
-    record.mark_first_byte()
-    record.status = response.status_code
+    response = await request_attempt(ex, "/completions")
+    if isinstance(response, Response):
+        return response
     headers = response_headers(response.headers)
-    if response.status_code != 200:
-        record.fail("upstream_error", response.text[:1000])
-        return Response(response.content, status_code=response.status_code, headers=headers)
     try:
         obj = json.loads(response.content)
         results = extract_from_response(obj, None)
@@ -124,25 +117,9 @@ async def _complete(ex: Exchange) -> Response:
 
 
 async def _stream(ex: Exchange) -> Response:
-    record = ex.record
-    try:
-        response = await ex.state.upstream.open_stream("POST", "/completions", headers=ex.headers,
-                                                       content=ex.body())
-    except ProxyError as exc:
-        record.fail("upstream_error", exc.message, exc.status_code)
-        _finish(ex)
-        raise
-    record.status = response.status_code
-    if response.status_code != 200:
-        try:
-            content = await response.aread()
-        except Exception as exc:  # the error body itself broke off (httpx's error, not yet translated)
-            content = json.dumps(error_body(f"upstream failed: {exc}", "upstream_error")).encode()
-        finally:
-            await response.aclose()
-        record.fail("upstream_error", content.decode("utf-8", "replace")[:1000])
-        _finish(ex)
-        return Response(content, status_code=response.status_code, headers=response_headers(response.headers))
+    response = await open_stream_attempt(ex, "/completions")
+    if isinstance(response, Response):
+        return response
     return StreamingResponse(_Relay(ex).run(response), media_type="text/event-stream",
                              headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
 
@@ -209,7 +186,7 @@ class _Relay:
                 for attempt_calls, sent in self._split(delivered):
                     if attempt_calls:
                         ex.keep(1, attempt_calls, delivered=sent)
-                _finish(ex)
+                finish_exchange(ex)
 
     def _split(self, delivered: bool) -> list[tuple[list[JudgedCall], bool]]:
         if delivered:

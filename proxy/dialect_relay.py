@@ -25,9 +25,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from proxy.body import read_body, read_json_object
-from proxy.chat import Exchange, _finish, _pick_policy
 from proxy.enforce import blocked_message, retry_messages, turn_allowed
 from proxy.errors import BadRequest, ProxyError, UpstreamProtocolError, error_response
+from proxy.exchange import Exchange, finish_exchange, pick_policy, request_attempt
 from proxy.metrics import BUDGET_EXHAUSTED, RETRIES
 from proxy.record import RequestRecord, Usage
 from proxy.sse import SSEDecoder, SSEEvent
@@ -206,7 +206,7 @@ async def handle(request: Request, state: ProxyState, dialect: Dialect) -> Respo
     try:
         return await _complete(ex)
     finally:
-        _finish(ex)
+        finish_exchange(ex)
 
 
 async def _exchange(request: Request, state: ProxyState, dialect: Dialect) -> DialectExchange:
@@ -218,7 +218,7 @@ async def _exchange(request: Request, state: ProxyState, dialect: Dialect) -> Di
     dialect.validate(payload)
     headers = state.upstream.headers(request.headers)
     upstream_model = await state.models.resolve(model, headers)
-    policy = _pick_policy(request, state)
+    policy = pick_policy(request, state)
     conversation = dialect.conversation(payload)
     session = await state.sessions.aresolve(request.headers, conversation)  # replicas share the lineage
     changed = upstream_model != model
@@ -242,18 +242,10 @@ async def _complete(ex: DialectExchange) -> Response:
     obj: dict[str, Any] = {}
     for attempt in range(1, ex.budget + 2):
         record.attempts = attempt
-        try:
-            response = await ex.state.upstream.request("POST", dialect.path, headers=ex.headers, content=ex.body())
-        except ProxyError as exc:
-            record.fail("upstream_error", exc.message, exc.status_code)
-            raise
-        record.mark_first_byte()
-        record.status = response.status_code
+        response = await request_attempt(ex, dialect.path)  # an upstream error is already in the dialect's shape
+        if isinstance(response, Response):
+            return response
         headers = response_headers(response.headers)
-        if response.status_code != 200:
-            # vLLM already answers in the dialect's error shape: passed on as it is.
-            record.fail("upstream_error", response.text[:1000])
-            return Response(response.content, status_code=response.status_code, headers=headers)
         try:
             obj = json.loads(response.content)
             if not isinstance(obj, dict):
@@ -300,7 +292,7 @@ async def _stream(ex: DialectExchange) -> Response:
         response = await ex.state.upstream.open_stream("POST", ex.spec.path, headers=ex.headers, content=ex.body())
     except ProxyError as exc:
         record.fail("upstream_error", exc.message, exc.status_code)
-        _finish(ex)
+        finish_exchange(ex)
         raise
     record.status = response.status_code
     if response.status_code != 200:
@@ -308,12 +300,12 @@ async def _stream(ex: DialectExchange) -> Response:
             content = await response.aread()
         except Exception as exc:  # the error body itself broke off (httpx's error, not yet translated)
             record.fail("upstream_error", f"upstream failed: {exc}")
-            _finish(ex)
+            finish_exchange(ex)
             return ex.spec.error_response(UpstreamProtocolError(f"upstream failed: {exc}"))
         finally:
             await response.aclose()
         record.fail("upstream_error", content.decode("utf-8", "replace")[:1000])
-        _finish(ex)
+        finish_exchange(ex)
         return Response(content, status_code=response.status_code, headers=response_headers(response.headers))
     relay = _Relay(ex, ex.spec.stream(ex))
     return StreamingResponse(relay.run(response), media_type="text/event-stream",
@@ -378,7 +370,7 @@ class _Relay:
                     await current.aclose()
                 if self.done and not stream.upstream_error:
                     ex.remember(stream.reply())
-                _finish(ex)
+                finish_exchange(ex)
 
     async def _attempt(self, response: Any) -> AsyncIterator[bytes]:
         ex, stream = self.ex, self.stream
