@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,12 +20,19 @@ from starlette.responses import Response, StreamingResponse
 from proxy.body import read_body, read_json_object
 from proxy.enforce import blocked_message, retry_messages, tool_call_delta, turn_allowed
 from proxy.errors import BadRequest, ProxyError, error_body
-from proxy.exchange import Exchange, finish_exchange, open_stream_attempt, pick_policy, request_attempt
+from proxy.exchange import (
+    Exchange,
+    finish_exchange,
+    open_stream_attempt,
+    pick_policy,
+    request_attempt,
+    upstream_events,
+)
 from proxy.judging import JudgedCall
 from proxy.logs import get_logger
 from proxy.metrics import BUDGET_EXHAUSTED, RETRIES
 from proxy.record import RequestRecord
-from proxy.sse import DONE, SSEDecoder, encode_json
+from proxy.sse import DONE, encode_json
 from proxy.state import ProxyState
 from proxy.toolcalls import ChoiceStream, CompletedCall, TextDelta, ToolCall, extract_from_response
 from proxy.upstream import response_headers
@@ -277,21 +285,15 @@ class _StreamRelay:
 
     async def _relay_attempt(self, response: Any) -> AsyncIterator[bytes]:
         ex, record = self.ex, self.ex.record
-        decoder = SSEDecoder()
         self.attempt_usage = None
         try:
-            async for chunk in ex.state.upstream.iter_bytes(response):
-                record.mark_first_byte()
-                for event in decoder.feed(chunk):
+            async with aclosing(upstream_events(ex, response)) as events:
+                async for event in events:
                     out = self._event(event)
                     if out:
                         yield out
                     if self.upstream_error:
                         return
-            for event in decoder.close():
-                out = self._event(event)
-                if out:
-                    yield out
         except ProxyError as exc:
             self.upstream_error = True
             record.fail("upstream_error", exc.message)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -24,10 +25,17 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from proxy.body import read_body, read_json_object
 from proxy.enforce import blocked_message, turn_allowed
 from proxy.errors import BadRequest, ProxyError, error_body
-from proxy.exchange import Exchange, finish_exchange, open_stream_attempt, pick_policy, request_attempt
+from proxy.exchange import (
+    Exchange,
+    finish_exchange,
+    open_stream_attempt,
+    pick_policy,
+    request_attempt,
+    upstream_events,
+)
 from proxy.judging import JudgedCall, judge_calls
 from proxy.record import RequestRecord
-from proxy.sse import DONE, SSEDecoder, SSEEvent, encode_json
+from proxy.sse import DONE, SSEEvent, encode_json
 from proxy.state import ProxyState
 from proxy.toolcalls import CompletedCall, ToolCall, extract_from_response
 from proxy.toolcalls.registry import CONTENT_FORMATS
@@ -146,23 +154,14 @@ class _Relay:
     async def run(self, response: Any) -> AsyncIterator[bytes]:
         ex, record = self.ex, self.ex.record
         try:
-            decoder = SSEDecoder()
             try:
-                async for chunk in ex.state.upstream.iter_bytes(response):
-                    record.mark_first_byte()
-                    for event in decoder.feed(chunk):
+                async with aclosing(upstream_events(ex, response)) as events:
+                    async for event in events:
                         out = self._event(event)
                         if out:
                             yield out
                         if self.rejected or self.upstream_error:
                             break
-                    if self.rejected or self.upstream_error:
-                        break
-                else:
-                    for event in decoder.close():
-                        out = self._event(event)
-                        if out:
-                            yield out
             except ProxyError as exc:
                 self.upstream_error = True
                 record.fail("upstream_error", exc.message)

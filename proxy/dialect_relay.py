@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Hashable
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -27,10 +28,10 @@ from starlette.responses import Response, StreamingResponse
 from proxy.body import read_body, read_json_object
 from proxy.enforce import blocked_message, retry_messages, turn_allowed
 from proxy.errors import BadRequest, ProxyError, UpstreamProtocolError, error_response
-from proxy.exchange import Exchange, finish_exchange, pick_policy, request_attempt
+from proxy.exchange import Exchange, finish_exchange, pick_policy, request_attempt, upstream_events
 from proxy.metrics import BUDGET_EXHAUSTED, RETRIES
 from proxy.record import RequestRecord, Usage
-from proxy.sse import SSEDecoder, SSEEvent
+from proxy.sse import SSEEvent
 from proxy.state import ProxyState
 from proxy.toolcalls import ToolCall
 from proxy.upstream import response_headers
@@ -374,20 +375,14 @@ class _Relay:
 
     async def _attempt(self, response: Any) -> AsyncIterator[bytes]:
         ex, stream = self.ex, self.stream
-        decoder = SSEDecoder()
         try:
-            async for chunk in ex.state.upstream.iter_bytes(response):
-                ex.record.mark_first_byte()
-                for event in decoder.feed(chunk):
+            async with aclosing(upstream_events(ex, response)) as events:
+                async for event in events:
                     out = stream.event(event)
                     if out:
                         yield out
                     if stream.upstream_error:
                         return
-            for event in decoder.close():
-                out = stream.event(event)
-                if out:
-                    yield out
         except ProxyError as exc:
             stream.fail(exc.message)
             yield stream.error(exc.message, exc.error_type, exc.code)

@@ -4,6 +4,7 @@ policy, the upstream attempts made for it, and its end."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,11 +18,13 @@ from proxy.logs import get_logger
 from proxy.metrics import REQUESTS, UPSTREAM_LATENCY
 from proxy.policy import LoadedPolicy
 from proxy.record import RequestRecord
+from proxy.sse import SSEDecoder, SSEEvent
 from proxy.state import ProxyState
 from proxy.toolcalls import ToolCall
 from proxy.upstream import response_headers
 
-__all__ = ["Exchange", "finish_exchange", "open_stream_attempt", "pick_policy", "request_attempt"]
+__all__ = ["Exchange", "finish_exchange", "open_stream_attempt", "pick_policy", "request_attempt",
+           "upstream_events"]
 
 log = get_logger("proxy.exchange")
 
@@ -133,6 +136,20 @@ async def open_stream_attempt(ex: Exchange, path: str) -> httpx.Response | Respo
     record.fail("upstream_error", content.decode("utf-8", "replace")[:1000])
     finish_exchange(ex)
     return Response(content, status_code=response.status_code, headers=response_headers(response.headers))
+
+
+async def upstream_events(ex: Exchange, response: httpx.Response) -> AsyncIterator[SSEEvent]:
+    """The events of a streaming upstream response as they arrive, whatever the chunk boundaries.
+
+    Raises ProxyError when the upstream breaks off. Use under `contextlib.aclosing` when leaving early.
+    """
+    decoder = SSEDecoder()
+    async for chunk in ex.state.upstream.iter_bytes(response):
+        ex.record.mark_first_byte()
+        for event in decoder.feed(chunk):
+            yield event
+    for event in decoder.close():
+        yield event
 
 
 def _round(value: float | None) -> float | None:
