@@ -18,9 +18,11 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from proxy.body import read_body, read_json_object
-from proxy.enforce import blocked_message, retry_messages, tool_call_delta, turn_allowed
+from proxy.enforce import blocked_message, retry_messages, tool_call_delta
 from proxy.errors import BadRequest, ProxyError, error_body
 from proxy.exchange import (
+    BLOCKED,
+    DELIVER,
     Exchange,
     finish_exchange,
     open_stream_attempt,
@@ -30,7 +32,6 @@ from proxy.exchange import (
 )
 from proxy.judging import JudgedCall
 from proxy.logs import get_logger
-from proxy.metrics import BUDGET_EXHAUSTED, RETRIES
 from proxy.record import RequestRecord
 from proxy.sse import DONE, encode_json
 from proxy.state import ProxyState
@@ -121,8 +122,8 @@ async def _complete(ex: Exchange, messages: list[Any]) -> Response:
         record.mark_first_token()
         calls = [c for r in results for c in (r.tool_calls + r.malformed) if ex.scan_content or c.source == "openai"]
         judged = ex.judge(calls)
-        if not ex.enforce or turn_allowed(judged):
-            ex.keep(attempt, judged, delivered=True)
+        outcome = ex.settle(attempt, judged)
+        if outcome == DELIVER:
             changed = _convert_content_calls(ex, obj, results) or attempt > 1
             if attempt > 1 and isinstance(obj.get("usage"), dict):
                 obj["usage"].update(record.usage.as_openai())
@@ -131,14 +132,10 @@ async def _complete(ex: Exchange, messages: list[Any]) -> Response:
                 return Response(response.content, status_code=200, headers=headers)
             return Response(json.dumps(obj, ensure_ascii=False).encode(), status_code=200,
                             media_type="application/json")
-        ex.keep(attempt, judged, delivered=False)
-        if attempt > ex.budget:
+        if outcome == BLOCKED:
             break
-        RETRIES.labels(record.model).inc()
         content = results[0].content if results else None
-        ex.extra_messages += retry_messages(ex.policy, content, [j for j in judged])
-    record.budget_exhausted = True
-    BUDGET_EXHAUSTED.labels(record.model).inc()
+        ex.extra_messages += retry_messages(ex.policy, content, judged)
     text = blocked_message(ex.policy, judged, record.attempts)
     obj["choices"] = [{"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
                        "logprobs": None, "finish_reason": "stop"}]
@@ -238,19 +235,15 @@ class _StreamRelay:
                 if self.upstream_error:
                     break
                 judged = self._judge_attempt()
-                if not ex.enforce or turn_allowed(judged):
-                    ex.keep(self.attempt, judged, delivered=True)
+                outcome = ex.settle(self.attempt, judged)
+                if outcome == DELIVER:
                     if ex.enforce:
                         for piece in self._release():
                             yield piece
                     break
-                ex.keep(self.attempt, judged, delivered=False)
-                if self.attempt > ex.budget:
-                    record.budget_exhausted = True
-                    BUDGET_EXHAUSTED.labels(record.model).inc()
+                if outcome == BLOCKED:
                     yield self._blocked(judged)
                     break
-                RETRIES.labels(record.model).inc()
                 ex.extra_messages += retry_messages(ex.policy, self._content(), judged)
                 self.attempt += 1
                 record.attempts = self.attempt

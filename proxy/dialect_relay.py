@@ -26,10 +26,17 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from proxy.body import read_body, read_json_object
-from proxy.enforce import blocked_message, retry_messages, turn_allowed
+from proxy.enforce import blocked_message, retry_messages
 from proxy.errors import BadRequest, ProxyError, UpstreamProtocolError, error_response
-from proxy.exchange import Exchange, finish_exchange, pick_policy, request_attempt, upstream_events
-from proxy.metrics import BUDGET_EXHAUSTED, RETRIES
+from proxy.exchange import (
+    BLOCKED,
+    DELIVER,
+    Exchange,
+    finish_exchange,
+    pick_policy,
+    request_attempt,
+    upstream_events,
+)
 from proxy.record import RequestRecord, Usage
 from proxy.sse import SSEEvent
 from proxy.state import ProxyState
@@ -259,20 +266,16 @@ async def _complete(ex: DialectExchange) -> Response:
         record.usage.add(dialect.usage(obj.get("usage")))
         record.mark_first_token()
         judged = ex.judge(calls)
-        if not ex.enforce or turn_allowed(judged):
-            ex.keep(attempt, judged, delivered=True)
+        outcome = ex.settle(attempt, judged)
+        if outcome == DELIVER:
             ex.remember(dialect.reply(obj))
             if attempt == 1:
                 return Response(response.content, status_code=200, headers=headers)
             dialect.set_usage(obj, record.usage)
             return _json(obj)
-        ex.keep(attempt, judged, delivered=False)
-        if attempt > ex.budget:
+        if outcome == BLOCKED:
             break
-        RETRIES.labels(record.model).inc()
         ex.extra_messages += dialect.retry_items(retry_messages(ex.policy, dialect.text(obj), judged))
-    record.budget_exhausted = True
-    BUDGET_EXHAUSTED.labels(record.model).inc()
     dialect.set_blocked(obj, blocked_message(ex.policy, judged, record.attempts))
     dialect.set_usage(obj, record.usage)
     ex.remember(dialect.reply(obj))
@@ -331,20 +334,16 @@ class _Relay:
                 if stream.upstream_error:
                     break
                 judged = ex.judge(stream.calls())
-                if not ex.enforce or turn_allowed(judged):
-                    ex.keep(stream.attempt, judged, delivered=True)
+                outcome = ex.settle(stream.attempt, judged)
+                if outcome == DELIVER:
                     if ex.enforce:
                         for piece in stream.release():
                             yield piece
                     break
-                ex.keep(stream.attempt, judged, delivered=False)
-                if stream.attempt > ex.budget:
-                    record.budget_exhausted = True
-                    BUDGET_EXHAUSTED.labels(record.model).inc()
+                if outcome == BLOCKED:
                     for piece in stream.blocked(blocked_message(ex.policy, judged, stream.attempt)):
                         yield piece
                     break
-                RETRIES.labels(record.model).inc()
                 ex.extra_messages += ex.spec.retry_items(retry_messages(ex.policy, stream.text(), judged))
                 stream.begin_attempt()
                 record.attempts = stream.attempt

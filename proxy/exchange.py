@@ -12,10 +12,11 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy.enforce import turn_allowed
 from proxy.errors import BadRequest, ProxyError, error_body
 from proxy.judging import JudgedCall, judge_calls, record_calls
 from proxy.logs import get_logger
-from proxy.metrics import REQUESTS, UPSTREAM_LATENCY
+from proxy.metrics import BUDGET_EXHAUSTED, REQUESTS, RETRIES, UPSTREAM_LATENCY
 from proxy.policy import LoadedPolicy
 from proxy.record import RequestRecord
 from proxy.sse import SSEDecoder, SSEEvent
@@ -23,10 +24,13 @@ from proxy.state import ProxyState
 from proxy.toolcalls import ToolCall
 from proxy.upstream import response_headers
 
-__all__ = ["Exchange", "finish_exchange", "open_stream_attempt", "pick_policy", "request_attempt",
-           "upstream_events"]
+__all__ = ["BLOCKED", "DELIVER", "RETRY", "Exchange", "finish_exchange", "open_stream_attempt", "pick_policy",
+           "request_attempt", "upstream_events"]
 
 log = get_logger("proxy.exchange")
+
+# What happens after an attempt whose calls were judged.
+DELIVER, RETRY, BLOCKED = "deliver", "retry", "blocked"
 
 
 @dataclass
@@ -71,6 +75,20 @@ class Exchange:
 
     def keep(self, attempt: int, judged: list[JudgedCall], *, delivered: bool) -> None:
         record_calls(self.state.writer, self.record, self.policy, attempt, judged, delivered=delivered)
+
+    def settle(self, attempt: int, judged: list[JudgedCall]) -> str:
+        """Records an attempt's verdicts and says what follows under the policy's mode and budget:
+        DELIVER (observe mode, or every call allowed), RETRY (budget left) or BLOCKED (budget spent)."""
+        if not self.enforce or turn_allowed(judged):
+            self.keep(attempt, judged, delivered=True)
+            return DELIVER
+        self.keep(attempt, judged, delivered=False)
+        if attempt > self.budget:
+            self.record.budget_exhausted = True
+            BUDGET_EXHAUSTED.labels(self.record.model).inc()
+            return BLOCKED
+        RETRIES.labels(self.record.model).inc()
+        return RETRY
 
 
 def pick_policy(request: Request, state: ProxyState) -> LoadedPolicy:

@@ -9,7 +9,6 @@ not judged again.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -165,9 +164,7 @@ def render(result: RecheckResult, path: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from proxy.cli.stats import open_store
+    from proxy.cli.stats import read_store
     from proxy.policy import PolicyError, load_policy_file
     from proxy.stats import parse_time
 
@@ -183,20 +180,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     url = args.db or Settings().db
 
-    async def compute() -> RecheckResult:
-        engine = open_store(url)
-        try:
-            return await recheck(engine, loaded, since=since, until=until, model=args.model, limit=args.limit)
-        finally:
-            await engine.dispose()
-
-    try:
-        result = asyncio.run(compute())
-    except FileNotFoundError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except SQLAlchemyError as exc:
-        print(f"error: cannot read the store at {url.split('@')[-1]}: {exc}", file=sys.stderr)
-        return 1
+    result, code = read_store(url, lambda engine: recheck(engine, loaded, since=since, until=until,
+                                                            model=args.model, limit=args.limit))
+    if code:
+        return code
     print(json.dumps(result.as_dict(), indent=2) if args.json else render(result, args.policy))
     return 0

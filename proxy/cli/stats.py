@@ -10,12 +10,13 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from proxy.config import Settings, normalize_db_url
 
-__all__ = ["open_store", "register", "run", "sqlite_path"]
+__all__ = ["read_store", "register", "run", "sqlite_path"]
 
 
 def register(subparsers: Any) -> None:
@@ -49,19 +50,33 @@ def sqlite_path(url: str) -> Path | None:
     return Path(path) if path and path != ":memory:" else None
 
 
-def open_store(url: str) -> Any:
-    """An engine on an existing store; FileNotFoundError when a SQLite file is missing."""
+def read_store(url: str, query: Callable[[Any], Awaitable[Any]]) -> tuple[Any, int]:
+    """Runs `query(engine)` on an existing store, read-only: (its result, 0), or (None, 1) with the
+    reason printed when the store is missing (a SQLite file is never created here) or unreadable."""
+    from sqlalchemy.exc import SQLAlchemyError
+
     from proxy.store.db import create_engine
 
     path = sqlite_path(url)
     if path is not None and not path.is_file():
-        raise FileNotFoundError(f"no store at {path} (start the proxy or run `allowlist-proxy db upgrade`)")
-    return create_engine(url)
+        print(f"error: no store at {path} (start the proxy or run `allowlist-proxy db upgrade`)", file=sys.stderr)
+        return None, 1
+
+    async def run_query() -> Any:
+        engine = create_engine(url)
+        try:
+            return await query(engine)
+        finally:
+            await engine.dispose()
+
+    try:
+        return asyncio.run(run_query()), 0
+    except SQLAlchemyError as exc:
+        print(f"error: cannot read the store at {url.split('@')[-1]}: {exc}", file=sys.stderr)
+        return None, 1
 
 
 def run(args: argparse.Namespace) -> int:
-    from sqlalchemy.exc import SQLAlchemyError
-
     from proxy.stats import loops_table, model_stats, parse_time, reasons_table, seed_table
 
     url = args.db or Settings().db
@@ -71,22 +86,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    async def compute() -> dict[str, Any]:
-        engine = open_store(url)
-        try:
-            return await model_stats(engine, since=since, until=until, model=args.model, policy=args.policy,
-                                     route=args.route, loop_min_attempts=args.loop_min_attempts)
-        finally:
-            await engine.dispose()
-
-    try:
-        stats = asyncio.run(compute())
-    except FileNotFoundError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except SQLAlchemyError as exc:
-        print(f"error: cannot read the store at {url.split('@')[-1]}: {exc}", file=sys.stderr)
-        return 1
+    stats, code = read_store(url, lambda engine: model_stats(
+        engine, since=since, until=until, model=args.model, policy=args.policy, route=args.route,
+        loop_min_attempts=args.loop_min_attempts))
+    if code:
+        return code
     if args.json:
         print(json.dumps(stats, indent=2))
         return 0
