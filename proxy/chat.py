@@ -169,7 +169,7 @@ def _convert_content_calls(ex: Exchange, obj: dict[str, Any], results: list[Any]
 def _remember(ex: Exchange, messages: list[Any], obj: dict[str, Any]) -> None:
     choices = obj.get("choices") or []
     reply = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
-    ex.state.sessions.remember(ex.record.session.id, messages, reply if isinstance(reply, dict) else None)
+    ex.state.sessions.remember(ex.record.session, messages, reply if isinstance(reply, dict) else None)
 
 
 # ---------------------------------------------------------------- streaming
@@ -271,7 +271,7 @@ class _StreamRelay:
                 if current is not None:
                     await current.aclose()
                 if self.done and not self.upstream_error:
-                    self.ex.state.sessions.remember(record.session.id, self.messages, self._reply())
+                    self.ex.state.sessions.remember(record.session, self.messages, self._reply())
                 finish_exchange(ex)
 
     # -- one upstream attempt

@@ -131,7 +131,7 @@ class DialectExchange(Exchange):
         if not reply:
             return
         messages = list(self.conversation or []) + reply[:-1]
-        self.state.sessions.remember(self.record.session.id, messages, reply[-1])
+        self.state.sessions.remember(self.record.session, messages, reply[-1])
 
 
 class IndexMap:

@@ -151,9 +151,16 @@ class SessionResolver:
                 return rows[digest]
         return None
 
-    def remember(self, session_id: str, messages: Sequence[Mapping[str, Any]],
+    def remember(self, session: SessionRef, messages: Sequence[Mapping[str, Any]],
                  reply: Mapping[str, Any] | None = None) -> None:
-        """Record the conversation the client now holds, so its next request continues this session."""
+        """Record the conversation the client now holds, so its next request continues this session.
+
+        Not for a session a header named: that client names its sessions itself, and hashing a 60k-token
+        conversation costs most of a millisecond per request.
+        """
+        if session.source != "lineage":
+            return
+        session_id = session.id
         conversation = list(messages) + ([reply] if reply else [])
         digests = conversation_digests(conversation)
         if not digests:

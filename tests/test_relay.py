@@ -229,6 +229,8 @@ def test_sessions_follow_the_header(upstream, proxy):
     rows = proxy.rows("SELECT session_id FROM requests ORDER BY started_at")
     assert [r[0] for r in rows] == ["ses_one", "ses_two", "ses_one"]
     assert proxy.rows("SELECT count(*) FROM sessions")[0][0] == 2
+    # A client that names its sessions needs no lineage: nothing is hashed or stored for it.
+    assert proxy.rows("SELECT count(*) FROM session_lineage")[0][0] == 0
 
 
 def test_sessions_follow_lineage_without_a_header(upstream, proxy):
@@ -243,6 +245,7 @@ def test_sessions_follow_lineage_without_a_header(upstream, proxy):
     rows = [r[0] for r in proxy.rows("SELECT session_id FROM requests ORDER BY started_at")]
     assert rows[0] == rows[1] != rows[2]
     assert rows[0].startswith("lin_")
+    assert proxy.rows("SELECT count(*) FROM session_lineage")[0][0] > 0
 
 
 def test_concurrency_at_start_is_recorded(upstream, proxy):
