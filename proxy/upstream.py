@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+import functools
+import http.cookiejar
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import httpx
 
 from proxy.config import Settings
 from proxy.errors import ProxyError, UpstreamProtocolError, UpstreamTimeout, UpstreamUnavailable
+from proxy.upstream_transport import upstream_transport
 
 __all__ = ["Upstream", "forward_headers", "map_httpx_error"]
 
@@ -45,6 +48,15 @@ def response_headers(headers: httpx.Headers) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in _DROP_RESPONSE_HEADERS}
 
 
+class _NoCookies(http.cookiejar.CookieJar):
+    """The upstream's cookies are not the proxy's to keep: kept, one client's cookie would go out with
+    every other client's requests. (Set-Cookie still reaches the client that got it.) Not parsing them
+    also spares the cookie machinery httpx runs on every response."""
+
+    def extract_cookies(self, response: Any, request: Any) -> None:
+        return None
+
+
 class Upstream:
     def __init__(self, settings: Settings) -> None:
         self.base_url = settings.upstream
@@ -55,10 +67,14 @@ class Upstream:
             # vLLM's uvicorn closes an idle keep-alive connection after 5 s: reusing one that old races with
             # that close and fails the request, so idle connections are dropped first.
             # (retries: a failed connect is tried once more.)
-            transport=httpx.AsyncHTTPTransport(retries=1, limits=httpx.Limits(
-                max_connections=1000, max_keepalive_connections=200, keepalive_expiry=4.0)),
+            transport=upstream_transport(httpx.Limits(
+                max_connections=1000, max_keepalive_connections=200, keepalive_expiry=4.0), retries=1),
             headers={"accept-encoding": "identity"},
+            cookies=_NoCookies(),
         )
+        # Parsed once per path rather than per request: the routes that carry traffic are a handful, and
+        # the bound keeps arbitrary passthrough paths from growing it.
+        self._target = functools.lru_cache(maxsize=256)(lambda path: httpx.URL(self.url(path)))
 
     def url(self, path: str) -> str:
         """`path` is the part after `/v1` (e.g. `/chat/completions`)."""
@@ -70,7 +86,7 @@ class Upstream:
     async def request(self, method: str, path: str, *, headers: Mapping[str, str], content: bytes | None = None,
                       params: Any = None) -> httpx.Response:
         try:
-            return await self.client.request(method, self.url(path), headers=headers, content=content,
+            return await self.client.request(method, self._target(path), headers=headers, content=content,
                                              params=params)
         except httpx.HTTPError as exc:
             raise map_httpx_error(exc, self.base_url) from exc
@@ -78,19 +94,26 @@ class Upstream:
     async def open_stream(self, method: str, path: str, *, headers: Mapping[str, str],
                           content: bytes | None = None, params: Any = None) -> httpx.Response:
         """Sends the request and returns once the status and headers are in; the caller must aclose()."""
-        request = self.client.build_request(method, self.url(path), headers=headers, content=content,
+        request = self.client.build_request(method, self._target(path), headers=headers, content=content,
                                             params=params)
         try:
             return await self.client.send(request, stream=True)
         except httpx.HTTPError as exc:
             raise map_httpx_error(exc, self.base_url) from exc
 
-    async def iter_bytes(self, response: httpx.Response) -> AsyncIterator[bytes]:
+    @contextlib.contextmanager
+    def errors_translated(self) -> Iterator[None]:
+        """httpx errors raised inside become the proxy's own. For loops over a response's body, so that
+        each chunk is not handed through one more generator."""
         try:
-            async for chunk in response.aiter_raw():
-                yield chunk
+            yield
         except httpx.HTTPError as exc:
             raise map_httpx_error(exc, self.base_url) from exc
+
+    async def iter_bytes(self, response: httpx.Response) -> AsyncIterator[bytes]:
+        with self.errors_translated():
+            async for chunk in response.aiter_raw():
+                yield chunk
 
     async def reachable(self) -> bool:
         with contextlib.suppress(httpx.HTTPError):

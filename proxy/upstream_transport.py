@@ -1,0 +1,92 @@
+"""The httpx transport to the upstream: httpx's own, with a network backend that makes the pool's
+per-request bookkeeping cheap.
+
+Before every request and after every response, httpcore's pool asks each pooled connection whether
+it has expired, which asks the socket whether it is readable. anyio answers through
+`SocketStream.extra_attributes`, a table of lambdas rebuilt on every ask: with a few dozen pooled
+connections that was the proxy's largest cost per request. Here the socket is looked up once per
+connection and polled directly; everything else is anyio's stream as is.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import ssl
+from collections.abc import Iterable
+from typing import Any
+
+import httpcore
+import httpx
+
+__all__ = ["upstream_transport"]
+
+
+def upstream_transport(limits: httpx.Limits, *, retries: int) -> httpx.AsyncHTTPTransport:
+    transport = httpx.AsyncHTTPTransport(limits=limits, retries=retries)
+    # httpx offers no way to hand its pool a network backend, so the pool is rebuilt with the same
+    # settings (a test pins that the backend is in use, should httpx rename `_pool`).
+    transport._pool = httpcore.AsyncConnectionPool(
+        ssl_context=httpx.create_ssl_context(),
+        max_connections=limits.max_connections,
+        max_keepalive_connections=limits.max_keepalive_connections,
+        keepalive_expiry=limits.keepalive_expiry,
+        retries=retries,
+        network_backend=PollingBackend(),
+    )
+    return transport
+
+
+def _readable(sock: socket.socket | None) -> bool:
+    """httpcore's rule: a socket with data (or EOF) waiting is readable; a gone socket counts as readable."""
+    fd = -1 if sock is None else sock.fileno()
+    if fd < 0:
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+class PollingStream(httpcore.AsyncNetworkStream):
+    """anyio's stream, with `is_readable` answered from a socket looked up once."""
+
+    __slots__ = ("_inner", "_socket")
+
+    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
+        self._inner = inner
+        self._socket: socket.socket | None = inner.get_extra_info("socket")
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return await self._inner.read(max_bytes, timeout)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        await self._inner.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
+                        timeout: float | None = None) -> httpcore.AsyncNetworkStream:
+        return PollingStream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        if info == "is_readable":
+            return _readable(self._socket)
+        return self._inner.get_extra_info(info)
+
+
+class PollingBackend(httpcore.AsyncNetworkBackend):
+    def __init__(self) -> None:
+        self._inner = httpcore.AnyIOBackend()
+
+    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
+                          local_address: str | None = None,
+                          socket_options: Iterable[Any] | None = None) -> httpcore.AsyncNetworkStream:
+        return PollingStream(await self._inner.connect_tcp(host, port, timeout, local_address, socket_options))
+
+    async def connect_unix_socket(self, path: str, timeout: float | None = None,
+                                  socket_options: Iterable[Any] | None = None) -> httpcore.AsyncNetworkStream:
+        return PollingStream(await self._inner.connect_unix_socket(path, timeout, socket_options))
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)

@@ -1,0 +1,65 @@
+"""The upstream client: httpx's transport with the polling network backend really in use, no cookie jar,
+parsed targets."""
+
+from __future__ import annotations
+
+import socket
+
+import httpx
+
+from proxy.config import Settings
+from proxy.upstream import Upstream
+from proxy.upstream_transport import PollingBackend, _readable, upstream_transport
+
+
+def test_the_pool_uses_the_polling_backend():
+    transport = upstream_transport(httpx.Limits(max_connections=5, max_keepalive_connections=2), retries=1)
+    assert isinstance(transport._pool._network_backend, PollingBackend)
+    assert transport._pool._max_connections == 5
+    assert transport._pool._max_keepalive_connections == 2
+    assert transport._pool._retries == 1
+
+
+def test_readable_means_data_or_end_waiting():
+    left, right = socket.socketpair()
+    try:
+        assert not _readable(left)
+        right.sendall(b"x")
+        assert _readable(left)
+        left.recv(1)
+        right.close()
+        assert _readable(left)  # the peer closed: a read would return b""
+    finally:
+        left.close()
+    assert _readable(left)  # closed here: fileno() is -1
+    assert _readable(None)
+
+
+async def test_requests_go_through_and_connections_are_reused(upstream):
+    transport = upstream_transport(httpx.Limits(max_connections=5, max_keepalive_connections=2), retries=0)
+    async with httpx.AsyncClient(transport=transport) as client:
+        for _ in range(3):
+            response = await client.get(upstream.url + "/models")
+            assert response.status_code == 200 and response.json()["data"]
+        assert len(transport._pool.connections) == 1
+
+
+async def test_upstream_cookies_are_not_kept_for_other_clients():
+    upstream = Upstream(Settings(upstream="http://upstream.test/v1"))
+    try:
+        request = httpx.Request("GET", "http://upstream.test/v1/models")
+        upstream.client.cookies.extract_cookies(httpx.Response(200, headers={"set-cookie": "a=b; Path=/"},
+                                                               request=request))
+        assert not upstream.client.cookies
+    finally:
+        await upstream.aclose()
+
+
+async def test_targets_are_the_base_url_and_path():
+    upstream = Upstream(Settings(upstream="http://upstream.test/v1/"))
+    try:
+        assert str(upstream._target("/chat/completions")) == upstream.url("/chat/completions") \
+            == "http://upstream.test/v1/chat/completions"
+        assert upstream._target("/models") is upstream._target("/models")
+    finally:
+        await upstream.aclose()
