@@ -6,6 +6,7 @@ name gets a bare 404 from vLLM. Refusing here lists the names that would work.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
@@ -33,6 +34,7 @@ class ModelCatalog:
         self._ttl = ttl
         self.aliases = dict(aliases)
         self._cache: dict[str, ModelsAnswer] = {}
+        self._pending: dict[str, asyncio.Future[ModelsAnswer]] = {}
 
     @staticmethod
     def _key(headers: Mapping[str, str]) -> str:
@@ -43,9 +45,24 @@ class ModelCatalog:
     async def fetch(self, headers: Mapping[str, str]) -> ModelsAnswer:
         key = self._key(headers)
         cached = self._cache.get(key)
-        now = time.monotonic()
-        if cached is not None and now - cached.fetched_at < self._ttl:
+        if cached is not None and time.monotonic() - cached.fetched_at < self._ttl:
             return cached
+        # One upstream request per key at a time: when the answer expires under load, every request
+        # in flight would otherwise ask for /models at once.
+        pending = self._pending.get(key)
+        if pending is None:
+            pending = self._pending[key] = asyncio.ensure_future(self._fetch(key, headers))
+            pending.add_done_callback(lambda task: self._fetched(key, task))
+        # Shielded: a client that goes away does not cancel the answer the others wait for.
+        return await asyncio.shield(pending)
+
+    def _fetched(self, key: str, task: asyncio.Future[ModelsAnswer]) -> None:
+        self._pending.pop(key, None)
+        if not task.cancelled():
+            task.exception()  # retrieved here too, so that no waiter left means no "never retrieved" warning
+
+    async def _fetch(self, key: str, headers: Mapping[str, str]) -> ModelsAnswer:
+        now = time.monotonic()
         response = await self._upstream.request("GET", "/models", headers=headers)
         names: list[str] | None = None
         if response.status_code == 200:
