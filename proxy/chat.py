@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from proxy.body import read_body, read_json_object
+from proxy.chunk_shape import TextFrame
 from proxy.enforce import blocked_message, retry_messages, tool_call_delta
 from proxy.errors import BadRequest, ProxyError, error_body
 from proxy.exchange import (
@@ -214,6 +215,7 @@ class _StreamRelay:
         self.usage_chunk: dict[str, Any] | None = None
         self.usage_raw: bytes | None = None
         self.choices: dict[int, _Choice] = {}
+        self.frame: TextFrame | None = None
         self.attempt = 1
         self.attempt_usage: Any = None
         self.upstream_error = False
@@ -307,6 +309,8 @@ class _StreamRelay:
             return event.raw  # comments and keep-alives
         if event.is_done:
             return None  # one [DONE] at the very end
+        if self.frame is not None and (text := self.frame.text(event.data)) is not None:
+            return self._text_chunk(event.raw, self.frame.index, text)
         try:
             obj = json.loads(event.data)
         except ValueError:
@@ -330,12 +334,26 @@ class _StreamRelay:
                 self.usage_raw = event.raw if self.attempt == 1 else None
                 return None
             return event.raw
-        return self._chunk(event.raw, obj, choices)
+        self.frame = TextFrame.learn(event.data, obj) or self.frame
+        return self._chunk(event.raw, bool(usage), choices)
 
-    def _chunk(self, raw: bytes, obj: dict[str, Any], choices: list[Any]) -> bytes | None:
+    def _text_chunk(self, raw: bytes, index: Any, text: str) -> bytes | None:
+        """The bulk of a stream: a chunk whose one choice carries only `delta.content` (no finish, no
+        usage), read through the stream's TextFrame. When the text is released as it came, this is what
+        `_chunk` does for such a chunk, with the branches that cannot apply left out."""
+        choice = self.choices.get(index)
+        if choice is None or not choice.stream.releases_as_is(text):
+            return self._chunk(raw, False, [{"index": index, "delta": {"content": text}, "finish_reason": None}])
+        choice.content.append(text)
+        self.ex.record.mark_first_token()
+        if self.attempt == 1:
+            return raw
+        return self._rebuild([(index, choice, {"content": text}, [TextDelta("content", text)], None)])
+
+    def _chunk(self, raw: bytes, has_usage: bool, choices: list[Any]) -> bytes | None:
         ex = self.ex
         items = []
-        passthrough = self.attempt == 1 and (self.ex.client_wants_usage or not obj.get("usage"))
+        passthrough = self.attempt == 1 and (ex.client_wants_usage or not has_usage)
         for raw_choice in choices:
             if not isinstance(raw_choice, dict):
                 continue

@@ -162,10 +162,11 @@ async def upstream_events(ex: Exchange, response: httpx.Response) -> AsyncIterat
     Raises ProxyError when the upstream breaks off. Use under `contextlib.aclosing` when leaving early.
     """
     decoder = SSEDecoder()
-    async for chunk in ex.state.upstream.iter_bytes(response):
-        ex.record.mark_first_byte()
-        for event in decoder.feed(chunk):
-            yield event
+    with ex.state.upstream.errors_translated():
+        async for chunk in response.aiter_raw():
+            ex.record.mark_first_byte()
+            for event in decoder.feed(chunk):
+                yield event
     for event in decoder.close():
         yield event
 

@@ -30,6 +30,8 @@ class SSEDecoder:
         self._buffer = bytearray()
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
+        if not self._buffer and _one_whole_event(chunk):
+            return [_parse(bytes(chunk))]  # the usual read from vLLM: nothing to buffer or search
         self._buffer += chunk
         events: list[SSEEvent] = []
         buffer = self._buffer
@@ -59,6 +61,11 @@ class SSEDecoder:
         raw = bytes(self._buffer)
         self._buffer.clear()
         return [_parse(raw)]
+
+
+def _one_whole_event(chunk: bytes) -> bool:
+    """Whether `chunk` is exactly one event ended by a bare "\\n\\n", as vLLM writes each event."""
+    return chunk.endswith(b"\n\n") and chunk.find(b"\n\n") == len(chunk) - 2 and b"\r" not in chunk
 
 
 def _parse(raw: bytes) -> SSEEvent:

@@ -49,3 +49,15 @@ def test_unterminated_tail_is_returned_on_close():
     assert decoder.feed(b'data: {"x":1}') == []
     [event] = decoder.close()
     assert event.data == '{"x":1}'
+
+
+def test_a_read_holding_one_whole_event_gives_it_as_is():
+    piece = b'data: {"a":1}\n\n'
+    [event] = SSEDecoder().feed(piece)
+    assert event.raw is piece
+    assert event.data == '{"a":1}'
+
+
+def test_whole_event_reads_mixed_with_partial_ones_give_the_same_events():
+    pieces = [b'data: {"a":1}\n\n', b"data: x\n\n\n", b'\ndata: {"b":2}\n\n', b"data: y", b"\n\n", b"data: z\n\n"]
+    assert _decode(pieces) == _decode([b"".join(pieces)])

@@ -64,6 +64,14 @@ class ChoiceStream:
                 events += self._structured.feed_fragments(value)
         return events
 
+    def releases_as_is(self, content: str) -> bool:
+        """Whether `feed({"content": content})` would release `content` unchanged and change nothing,
+        so that a caller may skip it: non-empty text, and either content is not scanned or the scanner
+        holds nothing and the text cannot start a tag."""
+        if not content:
+            return False
+        return self._content is None or (self._content.plain and "<" not in content)
+
     def finish(self) -> list[Event]:
         """The choice ended (finish_reason seen, or the stream ended): flush and complete."""
         events = self._content.finish() if self._content is not None else []

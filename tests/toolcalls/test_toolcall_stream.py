@@ -220,3 +220,28 @@ def test_structured_new_index_without_id_is_a_new_call() -> None:
     assert (done.call.name, done.call.arguments) == ("a", {"x": 1})
     [last] = stream.finish()
     assert (last.call.index, last.call.name, last.call.arguments, last.call.id) == (1, "b", {}, None)
+
+
+@pytest.mark.parametrize("scan", [True, False])
+def test_releases_as_is_promises_only_what_feed_does(scan: bool) -> None:
+    """The relay skips `feed` for text that `releases_as_is` vouches for: fed anyway, it must come out
+    unchanged, and the stream must go on as if it had not been fed at all."""
+    pieces = ["Hi ", "", "there", " <", "tool_call>\n<function=ls>\n</function>\n</tool_call>", "after", "<b>", "x"]
+    fed, skipped = ChoiceStream(OPENCODE_TOOLS, scan_content=scan), ChoiceStream(OPENCODE_TOOLS, scan_content=scan)
+    out_fed: list[Event] = []
+    out_skipped: list[Event] = []
+    for piece in pieces:
+        if fed.releases_as_is(piece):
+            assert fed.feed({"content": piece}) == [TextDelta("content", piece)]
+            out_fed.append(TextDelta("content", piece))
+            out_skipped.append(TextDelta("content", piece))
+        else:
+            out_fed += fed.feed({"content": piece})
+            out_skipped += skipped.feed({"content": piece})
+    out_fed += fed.finish()
+    out_skipped += skipped.finish()
+    assert content(out_fed) == content(out_skipped)
+    names = [c.call.name for c in calls(out_fed)]
+    assert names == [c.call.name for c in calls(out_skipped)] == (["ls"] if scan else [])
+    assert not fed.releases_as_is("")
+    assert fed.releases_as_is("<") is not scan  # unscanned content is text whatever it holds

@@ -1,0 +1,71 @@
+"""TextFrame: a text chunk read through its learnt frame gives what parsing it whole gives, or nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from proxy.chunk_shape import TextFrame
+
+HEAD = '{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
+TAIL = ',"logprobs":null,"finish_reason":null}]}'
+
+
+def chunk(delta: str) -> str:
+    return HEAD + '"delta":' + delta + TAIL
+
+
+def learnt(content: str = "x") -> TextFrame:
+    data = chunk(json.dumps({"content": content}, ensure_ascii=False, separators=(",", ":")))
+    frame = TextFrame.learn(data, json.loads(data))
+    assert frame is not None
+    return frame
+
+
+@pytest.mark.parametrize("text", ["hello", "", "é ü 中", 'say "hi"\n', "<tool_call>\n<function=bash>", "a\\b",
+                                  "\u2028\x7f\t"])
+def test_matching_chunks_read_as_their_parse(text):
+    frame = learnt()
+    for literal in (json.dumps(text, ensure_ascii=False), json.dumps(text)):
+        data = chunk('{"content":' + literal + "}")
+        assert frame.text(data) == json.loads(data)["choices"][0]["delta"]["content"] == text
+    assert frame.index == 0
+
+
+@pytest.mark.parametrize("delta", [
+    '{"content":"a","reasoning":"b"}',  # another field after the text
+    '{"content":"a"},"x":{"y":"b"}',  # more JSON smuggled in the middle
+    '{"content":null}',
+    '{"content":1}',
+    '{"content":"a\\q"}',  # not a valid escape
+    '{"content":"a',
+    '{"content":"}',  # one quote alone is no string
+    '{"content":"a\tb"}',  # a raw tab: not JSON
+    '{"tool_calls":[]}',
+])
+def test_anything_else_does_not_match(delta):
+    assert learnt().text(chunk(delta)) is None
+
+
+def test_other_frames_do_not_match():
+    frame = learnt()
+    assert frame.text(chunk('{"content":"a"}').replace("chatcmpl-1", "chatcmpl-2")) is None
+    assert frame.text(chunk('{"content":"a"}').replace('"finish_reason":null', '"finish_reason":"stop"')) is None
+    assert frame.text("[DONE]") is None
+
+
+@pytest.mark.parametrize("data", [
+    chunk('{"content":"a","role":"assistant"}'),
+    chunk('{"content":"a"}').replace('"finish_reason":null', '"finish_reason":"stop"'),
+    chunk('{"content":"a"}').replace('}]}', '}],"usage":{"completion_tokens":1}}'),
+    chunk('{"content":"a"}').replace('[{"index":0,', '[{"index":1,"delta":{"content":"b"}},{"index":0,'),
+    '{"error":{"message":"x"},"choices":[{"index":0,"delta":{"content":"a"}}]}',
+])
+def test_only_plain_single_choice_text_chunks_teach_a_frame(data):
+    assert TextFrame.learn(data, json.loads(data)) is None
+
+
+def test_a_frame_is_not_learnt_when_the_text_is_spelled_unusually():
+    data = chunk('{"content":"\\u0061"}')  # "a", escaped though it need not be
+    assert TextFrame.learn(data, json.loads(data)) is None
