@@ -8,7 +8,9 @@ own (`python3 -m venv /tmp/litellm-venv && /tmp/litellm-venv/bin/pip install 'li
 
 Per concurrency level and target: added latency p50/p99 (target minus direct, per pair of requests sent
 back to back by one worker), the requests/s ratio, for streams the chunks/s ratio, the added time to
-first byte, and the target's RSS.
+first byte, the target's CPU time per request (what the added latency becomes once the CPUs are busy,
+and steadier than latency on a small shared machine), and the target's peak RSS while the level ran
+(sampled every 20 ms; `--levels 200` with streaming gives the RSS at 200 concurrent streams).
 """
 
 from __future__ import annotations
@@ -63,10 +65,13 @@ async def level(direct: str, targets: dict[str, tuple[str, int]], concurrency: i
                 stream: bool) -> dict[str, dict[str, float]]:
     limits = httpx.Limits(max_connections=concurrency * 4, max_keepalive_connections=concurrency * 4)
     headers = {"authorization": f"Bearer {KEY}"}
+    peak = {name: 0.0 for name in targets}
+    sampler = asyncio.create_task(sample_rss(targets, peak))
     async with httpx.AsyncClient(limits=limits, timeout=120, headers=headers) as client:
         for base in [direct, *(url for url, _ in targets.values())]:  # warm every pool
             await asyncio.gather(*(one(client, base, stream) for _ in range(concurrency)))
         added = {name: [] for name in targets}
+        cpu_before = {name: cpu_seconds(pid) for name, (_, pid) in targets.items()}
         added_first = {name: [] for name in targets}
         totals = {name: 0.0 for name in [*targets, "direct"]}
         chunks = {name: 0 for name in [*targets, "direct"]}
@@ -86,15 +91,32 @@ async def level(direct: str, targets: dict[str, tuple[str, int]], concurrency: i
                     chunks[name] += n
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
+        cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, (_, pid) in targets.items()}
+    sampler.cancel()
     out = {}
     for name, (_, pid) in targets.items():
         row = {"p50": statistics.median(added[name]), "p99": pct(added[name], 0.99),
                "rps": totals["direct"] / totals[name], "ttfb": statistics.median(added_first[name]),
-               "rss": rss_mb(pid)}
+               "cpu": cpu[name] * 1000 / requests, "rss": max(peak[name], rss_mb(pid))}
         if stream:
             row["chunks"] = (chunks[name] / totals[name]) / (chunks["direct"] / totals["direct"])
         out[name] = row
     return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time the process has used so far."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def sample_rss(targets: dict[str, tuple[str, int]], peak: dict[str, float]) -> None:
+    """The RSS after a level is what the process kept; the peak under load is what it needed."""
+    while True:
+        for name, (_, pid) in targets.items():
+            peak[name] = max(peak[name], rss_mb(pid))
+        await asyncio.sleep(0.02)
 
 
 def start_bare(upstream: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -151,13 +173,14 @@ async def main() -> None:
                 kind = f"streaming ({args.chunks} chunks)" if stream else "non-streaming"
                 print(f"\n{kind}: added over direct, same scripted upstream, interleaved")
                 print(f"{'conc':>5} {'target':<20} {'added p50 ms':>13} {'added p99 ms':>13} {'req/s ratio':>12} "
-                      f"{'ttfb +p50 ms':>13} {'chunks/s ratio':>15} {'RSS MB':>8}")
+                      f"{'ttfb +p50 ms':>13} {'chunks/s ratio':>15} {'CPU ms/req':>11} {'peak RSS MB':>12}")
                 for concurrency in levels:
                     result = await level(servers.upstream, targets, concurrency,
                                          max(args.requests, concurrency * 4), stream)
                     for name, r in result.items():
                         print(f"{concurrency:>5} {name:<20} {r['p50']:>13.2f} {r['p99']:>13.2f} {r['rps']:>12.2f} "
-                              f"{r['ttfb']:>13.2f} {r.get('chunks', float('nan')):>15.2f} {r['rss']:>8.1f}")
+                              f"{r['ttfb']:>13.2f} {r.get('chunks', float('nan')):>15.2f} {r['cpu']:>11.2f} "
+                              f"{r['rss']:>12.1f}")
         finally:
             for proc in (bare, litellm):
                 if proc is not None:
