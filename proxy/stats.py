@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from proxy.store import queries
+from proxy.store import figures, queries
 from proxy.store.queries import Filters, LoopSummary
 from proxy.throughput.live import empty_throughput, live_throughput
 
@@ -97,13 +97,13 @@ async def model_stats(
     """DESIGN.md's `GET /stats/models` object for the calls and requests the filters select."""
     f = Filters(since=since, until=until, policy=policy, model=model, route=route)
     async with engine.connect() as conn:
-        calls = await queries.call_counts(conn, f)
-        reqs = await queries.request_counts(conn, f)
-        reasons = await queries.reason_counts(conn, f)
-        primaries = await queries.primary_reason_counts(conn, f)
-        sequences = await queries.sequence_stats(conn, f, loop_min_attempts)
-        attempts = await queries.attempt_histograms(conn, f)
-        throughput = await queries.throughput_by_concurrency(conn, f)
+        calls = await figures.call_counts(conn, f)
+        reqs = await figures.request_counts(conn, f)
+        reasons = await figures.reason_counts(conn, f)
+        primaries = await figures.primary_reason_counts(conn, f)
+        sequences = await figures.sequence_stats(conn, f, loop_min_attempts)
+        attempts = await figures.attempt_histograms(conn, f)
+        throughput = await figures.throughput_by_concurrency(conn, f)
     live = await live_throughput(engine, model=model, since=since, until=until)
     models = []
     for name in sorted(set(calls) | set(reqs)):
@@ -189,17 +189,17 @@ async def top_loops(
     """The longest retry-variant loops with the commands the model tried, longest first."""
     f = Filters(since=since, until=until, model=model)
     async with engine.connect() as conn:
-        found = await queries.longest_loops(conn, f, loop_min_attempts, limit)
-        calls = await queries.loop_calls(conn, f, [(lp["session_id"], lp["run_no"]) for lp in found])
-    commands: dict[tuple[str, int], list[str]] = {}
+        found = await figures.longest_loops(conn, f, loop_min_attempts, limit)
+        calls = await figures.loop_calls(conn, found)
+    commands: dict[int, list[str]] = {}
     for call in calls:
-        commands.setdefault((call["session_id"], call["run_no"]), []).append(call["cmd_key"])
+        commands.setdefault(call["loop"], []).append(call["cmd_key"])
     return [{
         "session_id": lp["session_id"], "model": lp["model"], "shape": lp["shape"],
         "attempts": int(lp["attempts"]), "exact_repeat": bool(lp["exact"]),
-        "started_at": lp["started_at"], "ended_at": lp["ended_at"],
-        "commands": commands.get((lp["session_id"], lp["run_no"]), []),
-    } for lp in found]
+        "started_at": lp["start_at"], "ended_at": lp["end_at"],
+        "commands": commands.get(i, []),
+    } for i, lp in enumerate(found)]
 
 
 # --- tables -------------------------------------------------------------------------------------------------

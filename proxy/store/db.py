@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from proxy.config import normalize_db_url
 from proxy.errors import ProxyError
 
-__all__ = ["StoreError", "alembic_config", "create_engine", "migrate", "translate_db_error"]
+__all__ = ["StoreError", "alembic_config", "create_engine", "migrate", "schema_revisions", "translate_db_error"]
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
@@ -70,3 +70,14 @@ async def migrate(engine: AsyncEngine, revision: str = "head") -> None:
     conn: AsyncConnection
     async with engine.begin() as conn:
         await conn.run_sync(_upgrade)
+
+
+async def schema_revisions(engine: AsyncEngine) -> tuple[str | None, str]:
+    """(the store's schema revision, None for an empty database; the newest this proxy knows)."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head() or ""
+    async with engine.connect() as conn:
+        current = await conn.run_sync(lambda sync: MigrationContext.configure(sync).get_current_revision())
+    return current, head

@@ -1,31 +1,29 @@
-"""The statistics as SQL over the store: every figure is an aggregate the database computes.
+"""The statistics as SQL over the store's rows: every figure is an aggregate the database computes.
 
 Portable to SQLite and Postgres (SQLAlchemy Core, standard window functions and row values, no dialect
 functions). Each function returns small per-model results; nothing here loads the store's rows into Python.
+`proxy.store.figures` uses the counts for the partial hours at a window's edges, and the hourly rollups
+for the rest.
 
-Loops are found with gaps-and-islands over each session's calls in order (created_at, call_index): an error
-call starts a run unless the call just before it is an error with the same shape and model; a running SUM
-of the starts over the session's error calls numbers the runs; GROUP BY the run number gives each run's
-length, and a run of at least `loop_min_attempts` is a loop. "The call just before" is one index seek per
-error call rather than LAG over every call: the same answer, but the work grows with the errors, not with
-all calls (SQLite's window functions cost about 4 microseconds a row).
+One session's view marks its loops with gaps-and-islands over the session's calls in order (created_at,
+call_index): an error call starts a run unless the call just before it is an error with the same shape and
+model; a running SUM of the starts over the session's error calls numbers the runs; GROUP BY the run number
+gives each run's length, and a run of at least `loop_min_attempts` is a loop. It finds the same runs as
+`proxy.store.runs`, which keeps them for the store-wide figures.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
-    Float,
     and_,
     case,
-    cast,
     distinct,
     func,
     literal,
-    null,
     or_,
     select,
     tuple_,
@@ -34,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import CTE
 
+from proxy.store.runs import ERROR_DECISIONS
 from proxy.store.tables import requests, sessions, tool_call_reasons, tool_calls
 
 __all__ = [
@@ -42,19 +41,16 @@ __all__ = [
     "LoopSummary",
     "attempt_histograms",
     "call_counts",
-    "longest_loops",
-    "loop_calls",
+    "conditions",
     "primary_reason_counts",
     "reason_counts",
+    "request_conditions",
     "request_counts",
-    "sequence_stats",
     "session_calls",
     "session_exists",
     "session_request_count",
-    "throughput_by_concurrency",
 ]
 
-ERROR_DECISIONS = ("reject", "malformed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +75,7 @@ class LoopSummary:
     recovered: int = 0
 
 
-def _conditions(f: Filters, time_col: Any, policy_col: Any, model_col: Any, route_col: Any) -> list[Any]:
+def conditions(f: Filters, time_col: Any, policy_col: Any, model_col: Any, route_col: Any) -> list[Any]:
     conds: list[Any] = []
     if f.since is not None:
         conds.append(time_col >= f.since)
@@ -96,12 +92,12 @@ def _conditions(f: Filters, time_col: Any, policy_col: Any, model_col: Any, rout
 
 def _call_conditions(f: Filters, table: Any = tool_calls) -> list[Any]:
     t = table.c
-    return _conditions(f, t.created_at, t.policy_name, t.model, t.route)
+    return conditions(f, t.created_at, t.policy_name, t.model, t.route)
 
 
-def _request_conditions(f: Filters) -> list[Any]:
+def request_conditions(f: Filters) -> list[Any]:
     r = requests.c
-    return _conditions(f, r.started_at, r.policy_name, r.model, r.route)
+    return conditions(f, r.started_at, r.policy_name, r.model, r.route)
 
 
 def _is_error(decision: Any) -> ColumnElement[Any]:
@@ -126,7 +122,7 @@ async def request_counts(conn: AsyncConnection, f: Filters) -> dict[str, tuple[i
     """model -> (requests, distinct sessions among them)."""
     r = requests.c
     stmt = (select(r.model, func.count(), func.count(distinct(r.session_id)))
-            .where(*_request_conditions(f)).group_by(r.model))
+            .where(*request_conditions(f)).group_by(r.model))
     return {m: (int(n), int(s)) for m, n, s in await conn.execute(stmt)}
 
 
@@ -135,7 +131,7 @@ async def reason_counts(conn: AsyncConnection, f: Filters) -> dict[str, dict[str
     tr = tool_call_reasons.c
     stmt = select(tr.model, tr.reason, func.count())
     if f.policy is None and f.route is None:
-        conds = _conditions(f, tr.created_at, None, tr.model, None)
+        conds = conditions(f, tr.created_at, None, tr.model, None)
     else:
         # The reasons table carries model and time, not policy or route: join only when asked for those.
         stmt = stmt.select_from(tool_call_reasons.join(tool_calls, tool_calls.c.id == tr.tool_call_id))
@@ -165,34 +161,10 @@ async def attempt_histograms(conn: AsyncConnection, f: Filters) -> dict[str, dic
     """model -> {upstream attempts: requests}; small whatever the store's size, so medians come from it."""
     r = requests.c
     stmt = (select(r.model, r.attempts, func.count())
-            .where(*_request_conditions(f)).group_by(r.model, r.attempts))
+            .where(*request_conditions(f)).group_by(r.model, r.attempts))
     out: dict[str, dict[int, int]] = {}
     for model, attempts, n in await conn.execute(stmt):
         out.setdefault(model, {})[int(attempts)] = int(n)
-    return out
-
-
-async def throughput_by_concurrency(conn: AsyncConnection, f: Filters) -> dict[str, list[dict[str, Any]]]:
-    """model -> per concurrency level: requests, mean completion tokens/s, mean time to first token.
-
-    Per-request means only; a finer view over 10-second windows replaces this later, hence its own function.
-    """
-    r = requests.c
-    rate = case(
-        (and_(r.completion_tokens.is_not(None), r.duration_ms > 0),
-         cast(r.completion_tokens, Float) * 1000.0 / r.duration_ms),
-        else_=null(),
-    )
-    stmt = (select(r.model, r.concurrency, func.count(), func.avg(rate), func.avg(r.ttft_ms))
-            .where(*_request_conditions(f)).group_by(r.model, r.concurrency)
-            .order_by(r.model, r.concurrency))
-    out: dict[str, list[dict[str, Any]]] = {}
-    for model, level, n, tps, ttft in await conn.execute(stmt):
-        out.setdefault(model, []).append({
-            "concurrency": int(level), "requests": int(n),
-            "completion_tokens_per_s": None if tps is None else float(tps),
-            "ttft_ms": None if ttft is None else float(ttft),
-        })
     return out
 
 
@@ -246,129 +218,11 @@ def _error_runs(selection: Selection, name: str = "runs") -> CTE:
     errors = select(
         t.session_id, t.model, t.created_at, t.call_index, _shape_key(t).label("shape_key"),
         _neighbour(t, selection, before=True, value=continues).label("continues"),
-        _neighbour(t, selection, before=False, value=lambda n: n.decision).label("next_decision"),
     ).where(_is_error(t.decision), *selection(tool_calls)).cte(name + "_errors")
     e = errors.c
     is_start = case((e.continues == 1, 0), else_=1)
     run_no = func.sum(is_start).over(partition_by=e.session_id, order_by=_session_order(e), rows=(None, 0))
     return select(*[c for c in e if c.name != "continues"], run_no.label("run_no")).cte(name)
-
-
-def _same_call(runs: CTE) -> Any:
-    r, t = runs.c, tool_calls.c
-    return and_(t.session_id == r.session_id, t.created_at == r.created_at, t.call_index == r.call_index)
-
-
-def _with_call(runs: CTE) -> Any:
-    """The runs joined to their calls' rows (for the command and the id), on the session-order key."""
-    return runs.join(tool_calls, _same_call(runs))
-
-
-def _loops(runs: CTE, min_attempts: int, name: str = "loops") -> CTE:
-    """The runs long enough to be loops, with whether each is an exact repeat."""
-    r = runs.c
-    attempts = func.count()
-    found = (
-        select(
-            r.session_id, r.run_no,
-            func.min(r.model).label("model"),
-            func.min(r.shape_key).label("shape"),
-            attempts.label("attempts"),
-            func.min(r.created_at).label("started_at"),
-            func.max(r.created_at).label("ended_at"),
-        )
-        .group_by(r.session_id, r.run_no)
-        .having(attempts >= min_attempts)
-        .cte(name + "_found")
-    )
-    lf = found.c
-    # An exact repeat sends the very same command every time; a variant changes it a little. The commands
-    # are read for the loops' calls only, which are few next to all the error calls.
-    command = func.coalesce(tool_calls.c.command, tool_calls.c.arguments_raw)
-    exact = (
-        select(r.session_id, r.run_no,
-               case((func.min(command) == func.max(command), 1), else_=0).label("exact"))
-        .select_from(_with_call(runs))
-        # A membership test rather than a join, so that it filters the runs before their calls are read.
-        .where(tuple_(r.session_id, r.run_no).in_(select(lf.session_id, lf.run_no)))
-        .group_by(r.session_id, r.run_no)
-        .subquery(name + "_exact")
-    )
-    x = exact.c
-    return (
-        select(*found.c, x.exact)
-        .select_from(found.join(exact, and_(x.session_id == lf.session_id, x.run_no == lf.run_no)))
-        .cte(name)
-    )
-
-
-async def sequence_stats(conn: AsyncConnection, f: Filters, min_attempts: int) -> dict[str, LoopSummary]:
-    """model -> loops and recovery, from one pass over the calls in session order."""
-    runs = _error_runs(lambda a: _call_conditions(f, a))
-    loops = _loops(runs, min_attempts)
-    r, lp = runs.c, loops.c
-    recovery = (
-        select(
-            r.model,
-            func.count(r.next_decision).label("followed"),
-            func.sum(case((r.next_decision == "allow", 1), else_=0)).label("recovered"),
-        )
-        .group_by(r.model)
-        .subquery("recovery")
-    )
-    loop_agg = (
-        select(
-            lp.model,
-            func.count().label("n"),
-            func.max(lp.attempts).label("longest"),
-            func.sum(lp.attempts).label("total"),
-            func.sum(lp.exact).label("exact"),
-        )
-        .group_by(lp.model)
-        .subquery("loop_agg")
-    )
-    # Every model with a loop has error calls, so the recovery side lists all models with anything to say.
-    stmt = select(
-        recovery.c.model, recovery.c.followed, recovery.c.recovered,
-        loop_agg.c.n, loop_agg.c.longest, loop_agg.c.total, loop_agg.c.exact,
-    ).select_from(recovery.outerjoin(loop_agg, loop_agg.c.model == recovery.c.model))
-    out: dict[str, LoopSummary] = {}
-    for model, followed, recovered, n, longest, total, exact in await conn.execute(stmt):
-        out[model] = LoopSummary(
-            count=int(n or 0), max_attempts=int(longest or 0), total_attempts=int(total or 0),
-            exact_repeats=int(exact or 0), followed=int(followed or 0), recovered=int(recovered or 0),
-        )
-    return out
-
-
-async def longest_loops(
-    conn: AsyncConnection, f: Filters, min_attempts: int, limit: int
-) -> list[dict[str, Any]]:
-    """The longest loops (newest first among equals), without their calls."""
-    loops = _loops(_error_runs(lambda a: _call_conditions(f, a)), min_attempts)
-    lp = loops.c
-    stmt = (select(lp.session_id, lp.run_no, lp.model, lp.shape, lp.attempts, lp.exact, lp.started_at,
-                   lp.ended_at)
-            .order_by(lp.attempts.desc(), lp.started_at.desc(), lp.session_id)
-            .limit(limit))
-    return [dict(row._mapping) for row in await conn.execute(stmt)]
-
-
-async def loop_calls(
-    conn: AsyncConnection, f: Filters, keys: Sequence[tuple[str, int]]
-) -> list[dict[str, Any]]:
-    """The calls of the given (session, run number) loops in order; runs numbered as in `longest_loops`."""
-    if not keys:
-        return []
-    sessions_wanted = sorted({s for s, _ in keys})
-    runs = _error_runs(lambda a: [*_call_conditions(f, a), a.c.session_id.in_(sessions_wanted)])
-    r, t = runs.c, tool_calls.c
-    wanted = or_(*[and_(r.session_id == s, r.run_no == n) for s, n in keys])
-    stmt = (select(r.session_id, r.run_no, t.id, r.created_at,
-                   func.coalesce(t.command, t.arguments_raw).label("cmd_key"))
-            .select_from(_with_call(runs))
-            .where(wanted).order_by(r.session_id, r.run_no, *_session_order(r)))
-    return [dict(row._mapping) for row in await conn.execute(stmt)]
 
 
 # --- one session --------------------------------------------------------------------------------------------

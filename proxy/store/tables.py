@@ -136,3 +136,100 @@ session_lineage = Table(
     Column("created_at", Float, nullable=False),
 )
 __all__ += ["session_lineage"]
+
+# -- rollups (migration 0005) -------------------------------------------------------------------------------
+# The stats' additive figures per hour, kept by the writer in the same transaction as the rows they count, so
+# that `/stats/models` over a million calls sums a few thousand rows (see proxy/store/rollups.py). `bucket` is
+# the hour's start in Unix seconds; policy "" stands for a row stored without a policy.
+
+stats_calls = Table(
+    "stats_calls",
+    metadata,
+    Column("bucket", Float, primary_key=True),
+    Column("model", String(256), primary_key=True),
+    Column("policy_name", String(128), primary_key=True),
+    Column("route", String(64), primary_key=True),
+    Column("decision", String(16), primary_key=True),
+    Column("primary_reason", String(32), primary_key=True),  # the decision where the call has no reason
+    Column("n", Integer, nullable=False),
+    Index("ix_stats_calls_model_bucket", "model", "bucket", "decision", "primary_reason", "n"),
+)
+
+stats_reasons = Table(
+    "stats_reasons",
+    metadata,
+    Column("bucket", Float, primary_key=True),
+    Column("model", String(256), primary_key=True),
+    Column("policy_name", String(128), primary_key=True),
+    Column("route", String(64), primary_key=True),
+    Column("reason", String(32), primary_key=True),
+    Column("n", Integer, nullable=False),
+)
+
+stats_requests = Table(
+    "stats_requests",
+    metadata,
+    Column("bucket", Float, primary_key=True),
+    Column("model", String(256), primary_key=True),
+    Column("policy_name", String(128), primary_key=True),
+    Column("route", String(64), primary_key=True),
+    Column("attempts", Integer, primary_key=True),
+    Column("concurrency", Integer, primary_key=True),
+    Column("n", Integer, nullable=False),
+    # Sums and counts, so that means over any set of hours are exact.
+    Column("rate_sum", Float, nullable=False),  # completion tokens per second of the requests that have one
+    Column("rate_n", Integer, nullable=False),
+    Column("ttft_sum", Float, nullable=False),
+    Column("ttft_n", Integer, nullable=False),
+)
+
+# One row per session and hour it had requests in: distinct sessions over any hours are a COUNT(DISTINCT).
+stats_sessions = Table(
+    "stats_sessions",
+    metadata,
+    Column("bucket", Float, primary_key=True),
+    Column("model", String(256), primary_key=True),
+    Column("policy_name", String(128), primary_key=True),
+    Column("route", String(64), primary_key=True),
+    Column("session_id", String(128), primary_key=True),
+)
+
+# Streamed requests that ended well, their TTFT and time per output token in logarithmic bins
+# (proxy/store/latency_sketch.py): percentiles over any hours within 1%, exact where the data are sparse.
+stats_latency = Table(
+    "stats_latency",
+    metadata,
+    Column("bucket", Float, primary_key=True),
+    Column("model", String(256), primary_key=True),
+    Column("concurrency", Integer, primary_key=True),
+    Column("kind", String(8), primary_key=True),  # ttft | tpot
+    Column("bin", Integer, primary_key=True),
+    Column("n", Integer, nullable=False),
+    Column("low", Float, nullable=False),
+    Column("high", Float, nullable=False),
+)
+
+# Each session's runs of consecutive error calls of one shape (proxy/store/runs.py), found on the session's
+# whole sequence and kept up to date by the writer; a run of at least `loop_min_attempts` is a loop.
+error_runs = Table(
+    "error_runs",
+    metadata,
+    Column("session_id", String(128), primary_key=True),
+    Column("start_at", Float, primary_key=True),  # the first call's (created_at, call_index)
+    Column("start_index", Integer, primary_key=True),
+    Column("end_at", Float, nullable=False),
+    Column("end_index", Integer, nullable=False),
+    Column("model", String(256), nullable=False),
+    Column("policy_name", String(128), nullable=False),
+    Column("route", String(64), nullable=False),
+    Column("shape", String(256), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("exact", Boolean, nullable=False),  # every attempt sent the very same command
+    # The session's call after the run, NULL while there is none yet.
+    Column("next_at", Float),
+    Column("next_index", Integer),
+    Column("next_decision", String(16)),
+    Index("ix_error_runs_model_start", "model", "start_at", "attempts", "next_decision", "exact"),
+    Index("ix_error_runs_attempts", "attempts", "start_at"),
+)
+__all__ += ["error_runs", "stats_calls", "stats_latency", "stats_reasons", "stats_requests", "stats_sessions"]

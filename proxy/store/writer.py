@@ -11,18 +11,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import Table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from proxy.logs import get_logger
 from proxy.metrics import STORE_QUEUE_DEPTH, STORE_WRITE_FAILURES
-from proxy.store import tables
+from proxy.store import rollups, tables
 
-__all__ = ["StoreWriter"]
+__all__ = ["StoreWriter", "insert_rows"]
 
 log = get_logger("proxy.store.writer")
 
@@ -122,9 +123,7 @@ class StoreWriter:
         for table, row in batch:
             grouped.setdefault(table.name, (table, []))[1].append(row)
         async with self._engine.begin() as conn:
-            for name in sorted(grouped, key=lambda n: _TABLE_ORDER.get(n, 99)):
-                table, rows = grouped[name]
-                await conn.execute(self._insert(table, conn.dialect.name), rows)
+            await insert_rows(conn, {name: rows for name, (_, rows) in grouped.items()})
         self.rows_written += len(batch)
 
     async def _write_one_by_one(self, batch: list[tuple[Table, dict[str, Any]]]) -> None:
@@ -136,14 +135,26 @@ class StoreWriter:
                 STORE_WRITE_FAILURES.inc()
                 log.error("store.row_rejected", table=table.name, error=str(exc.orig), row=_brief(row))
 
-    @staticmethod
-    def _insert(table: Table, dialect: str) -> Any:
-        if table.name in _INSERT_OR_IGNORE:
-            if dialect == "sqlite":
-                return sqlite.insert(table).on_conflict_do_nothing()
-            if dialect == "postgresql":
-                return postgresql.insert(table).on_conflict_do_nothing()
-        return table.insert()
+
+async def insert_rows(conn: AsyncConnection, rows: Mapping[str, list[dict[str, Any]]]) -> None:
+    """Insert rows by table name, in the order readers rely on, and fold them into the stats' rollups in the
+    same transaction (so the rollups never count a row that is not there, or miss one that is)."""
+    for name in sorted(rows, key=lambda n: _TABLE_ORDER.get(n, 99)):
+        if rows[name]:
+            table = tables.metadata.tables[name]
+            await conn.execute(_insert(table, conn.dialect.name), rows[name])
+    calls, reqs = rows.get("tool_calls", []), rows.get("requests", [])
+    if calls or reqs:
+        await conn.run_sync(rollups.apply_rows, calls, reqs)
+
+
+def _insert(table: Table, dialect: str) -> Any:
+    if table.name in _INSERT_OR_IGNORE:
+        if dialect == "sqlite":
+            return sqlite.insert(table).on_conflict_do_nothing()
+        if dialect == "postgresql":
+            return postgresql.insert(table).on_conflict_do_nothing()
+    return table.insert()
 
 
 def _brief(row: dict[str, Any]) -> dict[str, Any]:

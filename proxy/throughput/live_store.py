@@ -1,7 +1,8 @@
 """SQL of the live throughput windows: the additive upsert the ticker issues, and the reads behind the tables.
 
 Kept apart from `proxy.store.queries` (the compliance statistics) because nothing else reads or writes
-`throughput_windows`; the request-latency percentiles read `requests` the same way on SQLite and Postgres.
+`throughput_windows`; the request-latency percentiles come from the stats' hourly latency bins
+(`proxy.store.figures.latency_bins`).
 """
 
 from __future__ import annotations
@@ -10,13 +11,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Float, and_, case, cast, func, select
+from sqlalchemy import case, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ColumnElement
 
+from proxy.store import figures
 from proxy.store.db import StoreError
-from proxy.store.tables import requests, throughput_windows
+from proxy.store.latency_sketch import percentile
+from proxy.store.queries import Filters
+from proxy.store.tables import throughput_windows
 
 __all__ = ["LatencyCell", "WindowRow", "latency_percentiles", "read_windows", "upsert_windows"]
 
@@ -98,30 +102,6 @@ async def read_windows(
     return [WindowRow(*row) async for row in result]
 
 
-def _percentile_rank(n: Any, percent: int) -> Any:
-    # Nearest rank, ceil(p * n), in integer arithmetic so SQLite needs no math functions.
-    return (n * percent + 99) // 100
-
-
-def _percentiles(value: ColumnElement[Any], conds: Sequence[ColumnElement[bool]]) -> Any:
-    r = requests.c
-    group = (r.model, r.concurrency)
-    ranked = (
-        select(r.model, r.concurrency, value.label("v"),
-               func.row_number().over(partition_by=group, order_by=value).label("rn"),
-               func.count().over(partition_by=group).label("n"))
-        .where(*conds, value.is_not(None))
-        .subquery()
-    )
-    q = ranked.c
-    return (
-        select(q.model, q.concurrency, func.max(q.n),
-               func.max(case((q.rn == _percentile_rank(q.n, 50), q.v))),
-               func.max(case((q.rn == _percentile_rank(q.n, 99), q.v))))
-        .group_by(q.model, q.concurrency)
-    )
-
-
 async def latency_percentiles(
     conn: AsyncConnection, *, model: str | None, since: float | None, until: float | None
 ) -> dict[str, dict[int, LatencyCell]]:
@@ -129,27 +109,15 @@ async def latency_percentiles(
 
     Only streamed requests that ended well count: for a whole (non-streamed) answer the first token
     arrives with the last, so its TTFT is its duration and its time per output token is meaningless.
+    The values come binned from the hourly rollups (exact where sparse, within 1% where dense).
     """
-    r = requests.c
-    conds: list[ColumnElement[bool]] = [r.stream.is_(True), r.outcome == "ok", r.ttft_ms.is_not(None),
-                                        *_time_conditions(r.started_at, since, until)]
-    if model is not None:
-        conds.append(r.model == model)
-    tpot = case((and_(r.completion_tokens > 1, r.duration_ms >= r.ttft_ms),
-                 (r.duration_ms - r.ttft_ms) / cast(r.completion_tokens - 1, Float)))
-    found: dict[tuple[str, int], dict[str, Any]] = {}
-    for name, value in (("ttft", r.ttft_ms), ("tpot", tpot)):
-        for row_model, level, n, p50, p99 in await conn.execute(_percentiles(value, conds)):
-            cell = found.setdefault((row_model, int(level)), {"requests": 0})
-            if name == "ttft":
-                cell["requests"] = int(n)
-            cell[f"{name}_ms_p50"] = None if p50 is None else float(p50)
-            cell[f"{name}_ms_p99"] = None if p99 is None else float(p99)
+    found = await figures.latency_bins(conn, Filters(since=since, until=until, model=model))
     out: dict[str, dict[int, LatencyCell]] = {}
-    for (row_model, level), cell in sorted(found.items()):
+    for (row_model, level), kinds in sorted(found.items()):
+        ttft, tpot = kinds.get("ttft", {}), kinds.get("tpot", {})
         out.setdefault(row_model, {})[level] = LatencyCell(
-            requests=cell["requests"],
-            ttft_ms_p50=cell.get("ttft_ms_p50"), ttft_ms_p99=cell.get("ttft_ms_p99"),
-            tpot_ms_p50=cell.get("tpot_ms_p50"), tpot_ms_p99=cell.get("tpot_ms_p99"),
+            requests=sum(b.count for b in ttft.values()),
+            ttft_ms_p50=percentile(ttft, 50), ttft_ms_p99=percentile(ttft, 99),
+            tpot_ms_p50=percentile(tpot, 50), tpot_ms_p99=percentile(tpot, 99),
         )
     return out

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.policy import judge_call, load_policy_file
-from proxy.store import tables
+from proxy.store.writer import insert_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 STRICT = load_policy_file(ROOT / "policies" / "strict.yaml")
@@ -43,9 +43,7 @@ class Store:
 
     async def save(self, engine: AsyncEngine) -> None:
         async with engine.begin() as conn:
-            for name in ("sessions", "requests", "tool_calls", "tool_call_reasons"):
-                if self.rows[name]:
-                    await conn.execute(tables.metadata.tables[name].insert(), self.rows[name])
+            await insert_rows(conn, self.rows)  # as the store's writer does, rollups included
         for batch in self.rows.values():
             batch.clear()
 

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from sqlalchemy import insert, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.app import create_app
@@ -20,6 +20,7 @@ from proxy.record import RequestRecord
 from proxy.sessions import SessionRef
 from proxy.store import tables
 from proxy.store.db import create_engine, migrate
+from proxy.store.writer import insert_rows
 from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
 from proxy.testing.server import ServerThread
 from proxy.throughput.live import LiveWindows, empty_throughput, live_throughput, render_live_tables, spread
@@ -128,7 +129,7 @@ async def test_latency_percentiles_per_concurrency(engine: AsyncEngine):
     rows.append({**rows[0], "id": "whole", "stream": False, "ttft_ms": 5000.0})  # not streamed: left out
     rows.append({**rows[0], "id": "failed", "outcome": "upstream_error", "ttft_ms": 5000.0})
     async with engine.begin() as conn:
-        await conn.execute(insert(tables.requests), rows)
+        await insert_rows(conn, {"requests": rows})
     latency = (await live_throughput(engine))["m"]["latency"]
     assert latency == {"3": {"requests": 100, "ttft_ms_p50": 50.0, "ttft_ms_p99": 99.0,
                              "tpot_ms_p50": 50.0, "tpot_ms_p99": 99.0}}
@@ -203,6 +204,7 @@ def test_two_parallel_streams_give_the_known_cells(upstream: ScriptedUpstream, l
         for future in [pool.submit(_stream, a), pool.submit(_stream, b)]:
             future.result(20)
     time.sleep(math.floor(start) + 4.3 - time.time())  # the tick closing W3 has run and written
+    live_proxy.flush()  # and the request rows are in, whatever the writer's pace
 
     result = on_app(live_proxy, live_throughput(live_proxy.state.engine))[MODEL]
     cells = result["concurrency"]

@@ -1,0 +1,294 @@
+"""The figures of `/stats/models`, read from the hourly rollups with the rows at a window's edges.
+
+A window [since, until) is split into the whole hours inside it, summed from the rollup tables
+(`proxy.store.rollups`), and at most two partial hours at its ends, computed from the rows themselves by the
+plain SQL of `proxy.store.queries`. The two add up to the same figures the rows would give (distinct sessions
+are a COUNT(DISTINCT) over the union of both sides, latency percentiles merge bins), so a window of any
+length costs the rollup rows of its hours plus at most two hours of rows. Loops and recovery come from the
+sessions' error runs (`proxy.store.runs`), selected by their first call.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sqlalchemy import Float, and_, case, cast, func, literal, null, select, tuple_, union_all
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from proxy.store import queries
+from proxy.store.latency_sketch import Bin, bin_of, merge_bin
+from proxy.store.queries import ERROR_DECISIONS, Filters, LoopSummary
+from proxy.store.rollups import BUCKET_SECONDS, latency_values
+from proxy.store.tables import (
+    error_runs,
+    requests,
+    stats_calls,
+    stats_latency,
+    stats_reasons,
+    stats_requests,
+    stats_sessions,
+    tool_calls,
+)
+
+__all__ = [
+    "Split",
+    "attempt_histograms",
+    "call_counts",
+    "latency_bins",
+    "longest_loops",
+    "loop_calls",
+    "primary_reason_counts",
+    "reason_counts",
+    "request_counts",
+    "sequence_stats",
+    "split",
+    "throughput_by_concurrency",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """The whole hours of a window, [first, end) with None for unbounded (or no hours at all), and the
+    windows of rows left at its edges."""
+
+    hours: tuple[float | None, float | None] | None
+    edges: tuple[Filters, ...]
+
+
+def split(f: Filters) -> Split:
+    first = None if f.since is None else math.ceil(f.since / BUCKET_SECONDS) * BUCKET_SECONDS
+    end = None if f.until is None else math.floor(f.until / BUCKET_SECONDS) * BUCKET_SECONDS
+    if first is not None and end is not None and first >= end:
+        return Split(None, (f,))  # within one hour, or across one boundary: rows only
+    edges = []
+    if f.since is not None and first is not None and f.since < first:
+        edges.append(replace(f, until=first))
+    if f.until is not None and end is not None and end < f.until:
+        edges.append(replace(f, since=end))
+    return Split((first, end), tuple(edges))
+
+
+def _rollup_conditions(f: Filters, hours: tuple[float | None, float | None], table: Any) -> list[Any]:
+    t = table.c
+    first, end = hours
+    conds: list[Any] = []
+    if first is not None:
+        conds.append(t.bucket >= first)
+    if end is not None:
+        conds.append(t.bucket < end)
+    if f.model is not None:
+        conds.append(t.model == f.model)
+    if f.policy is not None and "policy_name" in t:
+        conds.append(t.policy_name == f.policy)
+    if f.route is not None and "route" in t:
+        conds.append(t.route == f.route)
+    return conds
+
+
+def _add_counts(into: dict[str, dict[Any, int]], found: dict[str, dict[Any, int]]) -> None:
+    for model, counts in found.items():
+        mine = into.setdefault(model, {})
+        for key, n in counts.items():
+            mine[key] = mine.get(key, 0) + n
+
+
+# --- counts -------------------------------------------------------------------------------------------------
+
+async def call_counts(conn: AsyncConnection, f: Filters) -> dict[str, tuple[int, int]]:
+    """model -> (tool calls, errors)."""
+    parts = split(f)
+    out: dict[str, tuple[int, int]] = {}
+    if parts.hours is not None:
+        c = stats_calls.c
+        errors = func.sum(case((c.decision.in_(ERROR_DECISIONS), c.n), else_=0))
+        stmt = (select(c.model, func.sum(c.n), errors)
+                .where(*_rollup_conditions(f, parts.hours, stats_calls)).group_by(c.model))
+        out = {m: (int(n), int(e or 0)) for m, n, e in await conn.execute(stmt)}
+    for edge in parts.edges:
+        for model, (n, e) in (await queries.call_counts(conn, edge)).items():
+            n0, e0 = out.get(model, (0, 0))
+            out[model] = (n0 + n, e0 + e)
+    return out
+
+
+async def _counts_by_key(
+    conn: AsyncConnection, f: Filters, table: Any, key: str,
+    rows: Callable[[AsyncConnection, Filters], Awaitable[dict[str, dict[Any, int]]]], *conds: Any,
+) -> dict[str, dict[Any, int]]:
+    """model -> {key: count}: the rollup `table`'s whole hours, grouped by its column `key`, plus what the
+    `rows` query gives for the window's edges."""
+    parts = split(f)
+    out: dict[str, dict[Any, int]] = {}
+    if parts.hours is not None:
+        c = table.c
+        stmt = (select(c.model, c[key], func.sum(c.n))
+                .where(*conds, *_rollup_conditions(f, parts.hours, table)).group_by(c.model, c[key]))
+        for model, value, n in await conn.execute(stmt):
+            out.setdefault(model, {})[value] = int(n)
+    for edge in parts.edges:
+        _add_counts(out, await rows(conn, edge))
+    return out
+
+
+async def primary_reason_counts(conn: AsyncConnection, f: Filters) -> dict[str, dict[str, int]]:
+    """model -> {primary reason: error calls led by it}."""
+    return await _counts_by_key(conn, f, stats_calls, "primary_reason", queries.primary_reason_counts,
+                                stats_calls.c.decision.in_(ERROR_DECISIONS))
+
+
+async def reason_counts(conn: AsyncConnection, f: Filters) -> dict[str, dict[str, int]]:
+    """model -> {reason code: calls carrying it}."""
+    return await _counts_by_key(conn, f, stats_reasons, "reason", queries.reason_counts)
+
+
+async def request_counts(conn: AsyncConnection, f: Filters) -> dict[str, tuple[int, int]]:
+    """model -> (requests, distinct sessions among them)."""
+    parts = split(f)
+    counts: dict[str, int] = {}
+    sides = []
+    if parts.hours is not None:
+        c = stats_requests.c
+        stmt = (select(c.model, func.sum(c.n))
+                .where(*_rollup_conditions(f, parts.hours, stats_requests)).group_by(c.model))
+        counts = {m: int(n) for m, n in await conn.execute(stmt)}
+        s = stats_sessions.c
+        sides.append(select(s.model, s.session_id).where(*_rollup_conditions(f, parts.hours, stats_sessions)))
+    for edge in parts.edges:
+        for model, (n, _) in (await queries.request_counts(conn, edge)).items():
+            counts[model] = counts.get(model, 0) + n
+        r = requests.c
+        sides.append(select(r.model, r.session_id).where(*queries.request_conditions(edge)))
+    both = union_all(*sides).subquery("seen") if len(sides) > 1 else sides[0].subquery("seen")
+    stmt = select(both.c.model, func.count(both.c.session_id.distinct())).group_by(both.c.model)
+    sessions = {m: int(n) for m, n in await conn.execute(stmt)}
+    return {m: (n, sessions.get(m, 0)) for m, n in counts.items()}
+
+
+async def attempt_histograms(conn: AsyncConnection, f: Filters) -> dict[str, dict[int, int]]:
+    """model -> {upstream attempts: requests}."""
+    found = await _counts_by_key(conn, f, stats_requests, "attempts", queries.attempt_histograms)
+    return {m: {int(k): n for k, n in h.items()} for m, h in found.items()}
+
+
+async def throughput_by_concurrency(conn: AsyncConnection, f: Filters) -> dict[str, list[dict[str, Any]]]:
+    """model -> per concurrency level: requests, mean completion tokens/s, mean time to first token."""
+    parts = split(f)
+    sums: dict[tuple[str, int], list[float]] = {}  # requests, rate sum, rates, ttft sum, ttfts
+    statements = []
+    if parts.hours is not None:
+        c = stats_requests.c
+        statements.append(
+            select(c.model, c.concurrency, func.sum(c.n), func.sum(c.rate_sum), func.sum(c.rate_n),
+                   func.sum(c.ttft_sum), func.sum(c.ttft_n))
+            .where(*_rollup_conditions(f, parts.hours, stats_requests)).group_by(c.model, c.concurrency))
+    r = requests.c
+    rate = case((and_(r.completion_tokens.is_not(None), r.duration_ms > 0),
+                 cast(r.completion_tokens, Float) * 1000.0 / r.duration_ms), else_=null())
+    for edge in parts.edges:
+        statements.append(
+            select(r.model, r.concurrency, func.count(), func.sum(rate), func.count(rate),
+                   func.sum(r.ttft_ms), func.count(r.ttft_ms))
+            .where(*queries.request_conditions(edge)).group_by(r.model, r.concurrency))
+    for stmt in statements:
+        for model, level, *values in await conn.execute(stmt):
+            mine = sums.setdefault((model, int(level)), [0.0] * 5)
+            for i, v in enumerate(values):
+                mine[i] += float(v or 0)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for (model, level), (n, rate_sum, rate_n, ttft_sum, ttft_n) in sorted(sums.items()):
+        out.setdefault(model, []).append({
+            "concurrency": level, "requests": int(n),
+            "completion_tokens_per_s": rate_sum / rate_n if rate_n else None,
+            "ttft_ms": ttft_sum / ttft_n if ttft_n else None,
+        })
+    return out
+
+
+async def latency_bins(
+    conn: AsyncConnection, f: Filters
+) -> dict[tuple[str, int], dict[str, dict[int, Bin]]]:
+    """(model, concurrency) -> {"ttft" | "tpot": latency bins} of the streamed requests that ended well."""
+    parts = split(f)
+    out: dict[tuple[str, int], dict[str, dict[int, Bin]]] = {}
+    if parts.hours is not None:
+        c = stats_latency.c
+        stmt = (select(c.model, c.concurrency, c.kind, c.bin, func.sum(c.n), func.min(c.low), func.max(c.high))
+                .where(*_rollup_conditions(f, parts.hours, stats_latency))
+                .group_by(c.model, c.concurrency, c.kind, c.bin))
+        for model, level, kind, index, n, low, high in await conn.execute(stmt):
+            merge_bin(out.setdefault((model, int(level)), {}).setdefault(kind, {}), int(index), int(n), low, high)
+    r = requests.c
+    for edge in parts.edges:
+        stmt = (select(r.model, r.concurrency, r.stream, r.outcome, r.ttft_ms, r.duration_ms, r.completion_tokens)
+                .where(r.stream.is_(True), r.outcome == "ok", r.ttft_ms.is_not(None),
+                       *queries.request_conditions(edge)))
+        for row in await conn.execute(stmt):
+            cell = out.setdefault((row.model, int(row.concurrency)), {})
+            for kind, value in zip(("ttft", "tpot"), latency_values(row._mapping), strict=True):
+                if value is not None:
+                    merge_bin(cell.setdefault(kind, {}), bin_of(value), 1, value, value)
+    return out
+
+
+# --- loops and recovery -----------------------------------------------------------------------------------
+
+def _run_conditions(f: Filters) -> list[Any]:
+    e = error_runs.c
+    return queries.conditions(f, e.start_at, e.policy_name, e.model, e.route)
+
+
+async def sequence_stats(conn: AsyncConnection, f: Filters, min_attempts: int) -> dict[str, LoopSummary]:
+    """model -> loops and recovery, over the error runs that start in the window."""
+    e = error_runs.c
+    is_loop = e.attempts >= min_attempts
+    stmt = select(
+        e.model,
+        func.sum(e.attempts - 1 + case((e.next_decision.is_not(None), 1), else_=0)),
+        func.sum(case((e.next_decision == "allow", 1), else_=0)),
+        func.sum(case((is_loop, 1), else_=0)),
+        func.max(case((is_loop, e.attempts), else_=0)),
+        func.sum(case((is_loop, e.attempts), else_=0)),
+        func.sum(case((and_(is_loop, e.exact), 1), else_=0)),
+    ).where(*_run_conditions(f)).group_by(e.model)
+    return {
+        model: LoopSummary(count=int(n or 0), max_attempts=int(longest or 0), total_attempts=int(total or 0),
+                           exact_repeats=int(exact or 0), followed=int(followed or 0),
+                           recovered=int(recovered or 0))
+        for model, followed, recovered, n, longest, total, exact in await conn.execute(stmt)
+    }
+
+
+async def longest_loops(
+    conn: AsyncConnection, f: Filters, min_attempts: int, limit: int
+) -> list[dict[str, Any]]:
+    """The longest loops (newest first among equals), without their calls."""
+    e = error_runs.c
+    stmt = (select(e.session_id, e.start_at, e.start_index, e.end_at, e.end_index, e.model, e.shape,
+                   e.attempts, e.exact)
+            .where(e.attempts >= min_attempts, *_run_conditions(f))
+            .order_by(e.attempts.desc(), e.start_at.desc(), e.session_id)
+            .limit(limit))
+    return [dict(row._mapping) for row in await conn.execute(stmt)]
+
+
+async def loop_calls(conn: AsyncConnection, loops: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The calls of the given loops (rows of `longest_loops`) in order, each with its loop's session and start."""
+    if not loops:
+        return []
+    t = tool_calls.c
+    key = tuple_(t.created_at, t.call_index)
+    branches = [
+        select(literal(i).label("loop"), t.id, t.created_at, t.call_index,
+               func.coalesce(t.command, t.arguments_raw).label("cmd_key"))
+        .where(t.session_id == lp["session_id"],
+               key >= tuple_(literal(lp["start_at"]), literal(lp["start_index"])),
+               key <= tuple_(literal(lp["end_at"]), literal(lp["end_index"])))
+        for i, lp in enumerate(loops)
+    ]
+    both = union_all(*branches).subquery("calls") if len(branches) > 1 else branches[0].subquery("calls")
+    stmt = select(both).order_by(both.c.loop, both.c.created_at, both.c.call_index)
+    return [dict(row._mapping) for row in await conn.execute(stmt)]
+

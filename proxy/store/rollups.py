@@ -1,0 +1,182 @@
+"""Hourly rollups of the store's additive figures, kept in the same transaction as the rows they count.
+
+`/stats/models` over a million calls cannot read a million rows in 200 ms, so the writer adds each batch's
+counts to one row per hour and key (calls by verdict, reason codes, requests by attempts and concurrency,
+the sessions seen, latency bins) and extends the sessions' error runs (`proxy.store.runs`). The readers in
+`proxy.store.figures` sum whole hours from here and read only the partial hours at a window's edges from the
+rows themselves. `rebuild` computes everything from the rows: the migration that adds the rollups runs it,
+and so does `allowlist-proxy db rebuild-rollups` after rows were changed by hand.
+
+Everything here is synchronous SQLAlchemy Core on one Connection: the async writer runs it with
+`AsyncConnection.run_sync`, and the migration with Alembic's own connection.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, Table, case, delete, select
+from sqlalchemy.dialects import postgresql, sqlite
+
+from proxy.store import runs
+from proxy.store.latency_sketch import Bin, bin_of, merge_bin
+from proxy.store.tables import (
+    requests,
+    stats_calls,
+    stats_latency,
+    stats_reasons,
+    stats_requests,
+    stats_sessions,
+    tool_calls,
+)
+
+__all__ = ["BUCKET_SECONDS", "ROLLUP_TABLES", "Rollup", "apply_rows", "bucket_of", "latency_values", "rebuild"]
+
+BUCKET_SECONDS = 3600.0
+ROLLUP_TABLES: tuple[Table, ...] = (stats_calls, stats_reasons, stats_requests, stats_sessions, stats_latency)
+_STREAM_CHUNK = 20_000
+
+
+def bucket_of(t: float) -> float:
+    return math.floor(t / BUCKET_SECONDS) * BUCKET_SECONDS
+
+
+def latency_values(row: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    """(TTFT, time per output token) of a request row as the latency figures count them, or Nones.
+
+    Only streamed requests that ended well: for a whole answer the first token arrives with the last.
+    """
+    ttft = row.get("ttft_ms")
+    if not row.get("stream") or row.get("outcome") != "ok" or ttft is None:
+        return None, None
+    tokens, duration = row.get("completion_tokens"), row.get("duration_ms")
+    tpot = None
+    if tokens is not None and tokens > 1 and duration is not None and duration >= ttft:
+        tpot = (duration - ttft) / (tokens - 1)
+    return ttft, tpot
+
+
+@dataclass
+class _RequestSums:
+    n: int = 0
+    rate_sum: float = 0.0
+    rate_n: int = 0
+    ttft_sum: float = 0.0
+    ttft_n: int = 0
+
+
+@dataclass
+class Rollup:
+    """The counts of some rows, per rollup key, waiting to be added to the tables."""
+
+    calls: dict[tuple[Any, ...], int] = field(default_factory=dict)
+    reasons: dict[tuple[Any, ...], int] = field(default_factory=dict)
+    requests: dict[tuple[Any, ...], _RequestSums] = field(default_factory=dict)
+    sessions: set[tuple[Any, ...]] = field(default_factory=set)
+    latency: dict[tuple[Any, ...], dict[int, Bin]] = field(default_factory=dict)
+
+    def add_call(self, row: Mapping[str, Any]) -> None:
+        head = (bucket_of(row["created_at"]), row["model"], row.get("policy_name") or "", row["route"])
+        decision = row["decision"]
+        key = (*head, decision, row.get("primary_reason") or decision)
+        self.calls[key] = self.calls.get(key, 0) + 1
+        for code in filter(None, (row.get("reasons") or "").split(",")):
+            rkey = (*head, code)
+            self.reasons[rkey] = self.reasons.get(rkey, 0) + 1
+
+    def add_request(self, row: Mapping[str, Any]) -> None:
+        bucket = bucket_of(row["started_at"])
+        head = (bucket, row["model"], row.get("policy_name") or "", row["route"])
+        sums = self.requests.setdefault((*head, row.get("attempts") or 1, row["concurrency"]), _RequestSums())
+        sums.n += 1
+        tokens, duration, ttft = row.get("completion_tokens"), row.get("duration_ms"), row.get("ttft_ms")
+        if tokens is not None and duration is not None and duration > 0:
+            sums.rate_sum += tokens * 1000.0 / duration
+            sums.rate_n += 1
+        if ttft is not None:
+            sums.ttft_sum += ttft
+            sums.ttft_n += 1
+        self.sessions.add((*head, row["session_id"]))
+        for kind, value in zip(("ttft", "tpot"), latency_values(row), strict=True):
+            if value is not None:
+                bins = self.latency.setdefault((bucket, row["model"], row["concurrency"], kind), {})
+                merge_bin(bins, bin_of(value), 1, value, value)
+
+    def apply(self, conn: Connection) -> None:
+        """Add the counts to the tables: an upsert per table, in key order so that two replicas adding to the
+        same rows take their locks in the same order."""
+        def rows(names: Sequence[str], items: Iterable[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[dict]:
+            return [{**dict(zip(names, key, strict=True)), **values} for key, values in sorted(items)]
+
+        head = ("bucket", "model", "policy_name", "route")
+        _add(conn, stats_calls, rows((*head, "decision", "primary_reason"),
+                                     ((k, {"n": n}) for k, n in self.calls.items())))
+        _add(conn, stats_reasons, rows((*head, "reason"), ((k, {"n": n}) for k, n in self.reasons.items())))
+        _add(conn, stats_requests, rows((*head, "attempts", "concurrency"), (
+            (k, {"n": s.n, "rate_sum": s.rate_sum, "rate_n": s.rate_n, "ttft_sum": s.ttft_sum,
+                 "ttft_n": s.ttft_n}) for k, s in self.requests.items())))
+        _add(conn, stats_sessions, rows((*head, "session_id"), ((k, {}) for k in self.sessions)))
+        _add(conn, stats_latency, rows(("bucket", "model", "concurrency", "kind", "bin"), (
+            ((*k, index), {"n": b.count, "low": b.low, "high": b.high})
+            for k, bins in self.latency.items() for index, b in bins.items())))
+
+
+def _add(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        stmt: Any = postgresql.insert(table)
+    elif dialect == "sqlite":
+        stmt = sqlite.insert(table)
+    else:
+        raise NotImplementedError(f"rollups need SQLite or Postgres, not {dialect}")
+    keys = [c.name for c in table.primary_key.columns]
+    new, old = stmt.excluded, table.c
+    summed = {c.name: old[c.name] + new[c.name] for c in table.columns
+              if c.name not in keys and c.name not in ("low", "high")}
+    if "low" in table.c:
+        summed["low"] = case((new.low < old.low, new.low), else_=old.low)
+        summed["high"] = case((new.high > old.high, new.high), else_=old.high)
+    stmt = stmt.on_conflict_do_update(index_elements=keys, set_=summed) if summed else \
+        stmt.on_conflict_do_nothing(index_elements=keys)
+    conn.execute(stmt, rows)
+
+
+def apply_rows(conn: Connection, calls: Sequence[Mapping[str, Any]], reqs: Sequence[Mapping[str, Any]]) -> None:
+    """Fold rows just inserted in this transaction into the rollups and the error runs."""
+    rollup = Rollup()
+    for row in calls:
+        rollup.add_call(row)
+    for row in reqs:
+        rollup.add_request(row)
+    rollup.apply(conn)
+    if calls:
+        runs.update_sessions(conn, calls)
+
+
+def rebuild(conn: Connection) -> None:
+    """Compute every rollup and error run again from the rows."""
+    for table in (*ROLLUP_TABLES, runs.error_runs):
+        conn.execute(delete(table))
+    rollup = Rollup()
+    t, r = tool_calls.c, requests.c
+    call_columns = (t.created_at, t.model, t.policy_name, t.route, t.decision, t.primary_reason, t.reasons)
+    for row in _stream(conn, select(*call_columns)):
+        rollup.add_call(row)
+    request_columns = (r.started_at, r.model, r.policy_name, r.route, r.attempts, r.concurrency, r.session_id,
+                       r.completion_tokens, r.duration_ms, r.ttft_ms, r.stream, r.outcome)
+    for row in _stream(conn, select(*request_columns)):
+        rollup.add_request(row)
+    rollup.apply(conn)
+    runs.rebuild(conn)
+
+
+def _stream(conn: Connection, stmt: Any) -> Iterable[Mapping[str, Any]]:
+    # Per statement: Connection.execution_options would change the connection for what follows too.
+    result = conn.execute(stmt.execution_options(stream_results=True, yield_per=_STREAM_CHUNK))
+    for row in result:
+        yield row._mapping
