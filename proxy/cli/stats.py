@@ -11,6 +11,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +51,18 @@ def sqlite_path(url: str) -> Path | None:
     return Path(path) if path and path != ":memory:" else None
 
 
+@dataclass(frozen=True, slots=True)
+class _Behind:
+    current: str | None
+    head: str
+
+
 def read_store(url: str, query: Callable[[Any], Awaitable[Any]]) -> tuple[Any, int]:
     """Runs `query(engine)` on an existing store, read-only: (its result, 0), or (None, 1) with the
     reason printed when the store is missing (a SQLite file is never created here) or unreadable."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from proxy.store.db import create_engine
+    from proxy.store.db import create_engine, schema_revisions
 
     path = sqlite_path(url)
     if path is not None and not path.is_file():
@@ -65,12 +72,21 @@ def read_store(url: str, query: Callable[[Any], Awaitable[Any]]) -> tuple[Any, i
     async def run_query() -> Any:
         engine = create_engine(url)
         try:
+            current, head = await schema_revisions(engine)
+            if current != head:
+                return _Behind(current, head)
             return await query(engine)
         finally:
             await engine.dispose()
 
     try:
-        return asyncio.run(run_query()), 0
+        result = asyncio.run(run_query())
+        if isinstance(result, _Behind):
+            print(f"error: the store at {url.split('@')[-1]} has schema revision {result.current or 'none'}, this "
+                  f"proxy reads {result.head}: run `allowlist-proxy db upgrade` with the same --db (or start the "
+                  "proxy once) first", file=sys.stderr)
+            return None, 1
+        return result, 0
     except SQLAlchemyError as exc:
         print(f"error: cannot read the store at {url.split('@')[-1]}: {exc}", file=sys.stderr)
         return None, 1

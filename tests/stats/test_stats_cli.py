@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from proxy.cli import db as db_cli
 from proxy.cli import recheck as recheck_cli
 from proxy.cli import stats as stats_cli
-from proxy.store.tables import tool_calls
+from proxy.store.tables import error_runs, metadata, stats_calls, tool_calls
 
 from .builder import ALLOWED, PIPE, ROOT, START, Store
 from .seed_data import SEED_TABLE, build_seed
@@ -28,6 +29,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command")
     stats_cli.register(sub)
     recheck_cli.register(sub)
+    db_cli.register(sub)
     return p
 
 
@@ -217,3 +219,32 @@ async def test_recheck_since_and_bad_policy(capsys, tmp_path: Path, recheck_stor
     assert [(m["model"], m["tool_calls"]) for m in json.loads(out)["models"]] == [("b", 8)]
     code, _, err = await cli(capsys, "recheck", "--db", db_url, "--policy", policy_file(tmp_path, "name: [x"))
     assert code == 2 and "policy.yaml" in err
+
+
+async def test_rebuild_rollups_counts_rows_written_behind_the_writer(capsys, engine, store: Store, db_url: str):
+    build_seed(store)
+    async with engine.begin() as conn:  # straight into the tables: no rollups made
+        for name in ("sessions", "requests", "tool_calls", "tool_call_reasons"):
+            await conn.execute(metadata.tables[name].insert(), store.rows[name])
+        assert (await conn.execute(select(func.count()).select_from(stats_calls))).scalar_one() == 0
+    code, out, _ = await cli(capsys, "db", "rebuild-rollups", "--db", db_url)
+    assert code == 0 and "rollups rebuilt" in out
+    code, out, _ = await cli(capsys, "stats", "--db", db_url)
+    assert out.splitlines()[:5] == SEED_TABLE
+    # Twice changes nothing: the rebuild replaces, never adds.
+    await cli(capsys, "db", "rebuild-rollups", "--db", db_url)
+    code, out, _ = await cli(capsys, "stats", "--db", db_url)
+    assert out.splitlines()[:5] == SEED_TABLE
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(func.count()).select_from(error_runs))).scalar_one() > 0
+
+
+async def test_stats_on_a_store_behind_the_schema_says_to_upgrade(capsys, db_url: str):
+    from proxy.store.db import create_engine, migrate
+
+    engine = create_engine(db_url)
+    await migrate(engine, "0004")
+    await engine.dispose()
+    code, out, err = await cli(capsys, "stats", "--db", db_url)
+    assert code == 1 and out == ""
+    assert "schema revision 0004" in err and "allowlist-proxy db upgrade" in err
