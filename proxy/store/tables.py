@@ -142,13 +142,20 @@ __all__ += ["session_lineage"]
 # that `/stats/models` over a million calls sums a few thousand rows (see proxy/store/rollups.py). `bucket` is
 # the hour's start in Unix seconds; policy "" stands for a row stored without a policy.
 
+def _hour_key() -> list[Column]:
+    """The leading primary-key columns of the hourly rollups of calls and requests."""
+    return [
+        Column("bucket", Float, primary_key=True),
+        Column("model", String(256), primary_key=True),
+        Column("policy_name", String(128), primary_key=True),
+        Column("route", String(64), primary_key=True),
+    ]
+
+
 stats_calls = Table(
     "stats_calls",
     metadata,
-    Column("bucket", Float, primary_key=True),
-    Column("model", String(256), primary_key=True),
-    Column("policy_name", String(128), primary_key=True),
-    Column("route", String(64), primary_key=True),
+    *_hour_key(),
     Column("decision", String(16), primary_key=True),
     Column("primary_reason", String(32), primary_key=True),  # the decision where the call has no reason
     Column("n", Integer, nullable=False),
@@ -158,10 +165,7 @@ stats_calls = Table(
 stats_reasons = Table(
     "stats_reasons",
     metadata,
-    Column("bucket", Float, primary_key=True),
-    Column("model", String(256), primary_key=True),
-    Column("policy_name", String(128), primary_key=True),
-    Column("route", String(64), primary_key=True),
+    *_hour_key(),
     Column("reason", String(32), primary_key=True),
     Column("n", Integer, nullable=False),
 )
@@ -169,10 +173,7 @@ stats_reasons = Table(
 stats_requests = Table(
     "stats_requests",
     metadata,
-    Column("bucket", Float, primary_key=True),
-    Column("model", String(256), primary_key=True),
-    Column("policy_name", String(128), primary_key=True),
-    Column("route", String(64), primary_key=True),
+    *_hour_key(),
     Column("attempts", Integer, primary_key=True),
     Column("concurrency", Integer, primary_key=True),
     Column("n", Integer, nullable=False),
@@ -187,10 +188,7 @@ stats_requests = Table(
 stats_sessions = Table(
     "stats_sessions",
     metadata,
-    Column("bucket", Float, primary_key=True),
-    Column("model", String(256), primary_key=True),
-    Column("policy_name", String(128), primary_key=True),
-    Column("route", String(64), primary_key=True),
+    *_hour_key(),
     Column("session_id", String(128), primary_key=True),
 )
 
