@@ -64,9 +64,9 @@ def split(f: Filters) -> Split:
     if first is not None and end is not None and first >= end:
         return Split(None, (f,))  # within one hour, or across one boundary: rows only
     edges = []
-    if f.since is not None and first is not None and f.since < first:
+    if first is not None and f.since is not None and f.since < first:
         edges.append(replace(f, until=first))
-    if f.until is not None and end is not None and end < f.until:
+    if end is not None and f.until is not None and end < f.until:
         edges.append(replace(f, since=end))
     return Split((first, end), tuple(edges))
 
@@ -156,10 +156,12 @@ async def request_counts(conn: AsyncConnection, f: Filters) -> dict[str, tuple[i
         counts = {m: int(n) for m, n in await conn.execute(stmt)}
         s = stats_sessions.c
         sides.append(select(s.model, s.session_id).where(*_rollup_conditions(f, parts.hours, stats_sessions)))
+    r = requests.c
     for edge in parts.edges:
-        for model, (n, _) in (await queries.request_counts(conn, edge)).items():
-            counts[model] = counts.get(model, 0) + n
-        r = requests.c
+        # Only the count here: the edge's sessions join the union below, not a distinct count of their own.
+        stmt = select(r.model, func.count()).where(*queries.request_conditions(edge)).group_by(r.model)
+        for model, n in await conn.execute(stmt):
+            counts[model] = counts.get(model, 0) + int(n)
         sides.append(select(r.model, r.session_id).where(*queries.request_conditions(edge)))
     both = union_all(*sides).subquery("seen") if len(sides) > 1 else sides[0].subquery("seen")
     stmt = select(both.c.model, func.count(both.c.session_id.distinct())).group_by(both.c.model)

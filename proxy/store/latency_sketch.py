@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["RELATIVE_ACCURACY", "ZERO_BIN", "Bin", "bin_of", "merge_bin", "percentile"]
+__all__ = ["RELATIVE_ACCURACY", "ZERO_BIN", "Bin", "bin_of", "merge_bin", "percentile", "sketch"]
 
 RELATIVE_ACCURACY = 0.01
 _GAMMA = (1 + RELATIVE_ACCURACY) / (1 - RELATIVE_ACCURACY)
@@ -69,10 +69,9 @@ def percentile(bins: Mapping[int, Bin], percent: int) -> float | None:
 
 
 def sketch(values: Iterable[float]) -> dict[int, Bin]:
+    """The bins of some values."""
     bins: dict[int, Bin] = {}
     for v in values:
         merge_bin(bins, bin_of(v), 1, v, v)
     return bins
 
-
-__all__ += ["sketch"]
