@@ -1,4 +1,4 @@
-"""Qwen3-Coder XML calls in content, read the way vLLM's `qwen3_coder` parser reads them.
+"""Qwen3-Coder XML calls in content, read the way the upstream's vLLM version reads them.
 
     <tool_call>
     <function=NAME>
@@ -8,18 +8,23 @@
     </function>
     </tool_call>
 
-As in vLLM: a function runs from `<function=` to the first `</function>` (or the end of its
-block); its name is the text before the first `>`; a parameter runs from `<parameter=` to the
-first `</parameter>`, the next `<parameter=`, or the end of the function (so a missing
-`</parameter>` is tolerated); one leading and one trailing newline of a value are dropped and
-every other character is kept; a repeated parameter keeps its first position and its last value;
-values are typed from the tool's schema (`proxy.toolcalls.schema`). vLLM's regexes end an
-unclosed block or value at `$`, which stops before a final newline; that quirk is kept so both
-read the same arguments.
+How a version family cuts functions and values and types them is data (`XmlRules`, chosen in
+`proxy.toolcalls.families`); this module reads its fields. Common to all: a function runs from
+`<function=` to the first `</function>` (or the end of its block); a block may hold several;
+a repeated parameter keeps its first position and its last value.
 
-Where vLLM gives up on the whole response (a name or parameter without `>`), only that call is
-reported, as malformed, with its raw text; names are also refused when they contain whitespace
-or `<` (vLLM would pass such garbage on as a name or key).
+The `regex` and `expat` engines (0.19/0.23): the name is the text before the first `>`; a value
+runs to the first `</parameter>`, the next `<parameter=`, or the end of the function (a missing
+`</parameter>` is tolerated); one leading and one trailing newline are dropped. vLLM's regexes end
+an unclosed block or value at `$`, which stops before a final newline; that quirk is kept.
+The `engine` (0.24+): the name is the text before `>` (or before a closing tag), stripped; a value
+must be closed by `</parameter>` or the next `<parameter=` (tags may hold spaces), else it is
+dropped; values are stripped (0.24.0) or lose one newline each side (0.34).
+
+Where vLLM loses a call or the whole response (a name or parameter without `>`, a value it cannot
+type or write as JSON, an empty name), that one call is reported, as malformed, with its raw
+text; names are also refused when they contain whitespace or `<` (vLLM would pass such garbage on
+as a name or key).
 """
 
 from __future__ import annotations
@@ -28,8 +33,9 @@ import re
 from typing import ClassVar
 
 from proxy.toolcalls.base import Schemas, ToolCall, dumps
+from proxy.toolcalls.families import DEFAULT_RULES, XmlRules
 from proxy.toolcalls.scanner import TOOL_CALL_END, TOOL_CALL_START, ContentFormat
-from proxy.toolcalls.schema import convert_param_value, parameter_properties
+from proxy.toolcalls.value_types import CallFails, properties_for, type_value
 
 __all__ = ["Qwen3CoderFormat", "parse_function"]
 
@@ -39,6 +45,14 @@ PARAMETER_START = "<parameter="
 PARAMETER_END = "</parameter>"
 SOURCE = "qwen3_coder"
 _NOT_IN_NAME = re.compile(r"[\s<]")  # \s: every Unicode space, as str.isspace() sees them
+# The 0.24+ engine's parameter grammar: spaces allowed inside the tags, a value closed by its end
+# tag or the next opener (never by the end of the text).
+_ENGINE_PARAM = re.compile(
+    r"<\s*parameter\s*=\s*([^>]*)>(.*?)(?:<\s*/\s*parameter\s*>|(?=<\s*parameter\s*=))", re.DOTALL
+)
+# Tags that end an engine's function name before its `>` (0.24: `</function>`; 0.34 also these).
+_NAME_ENDS_024 = (FUNCTION_END,)
+_NAME_ENDS_034 = (FUNCTION_END, TOOL_CALL_END, TOOL_CALL_START, FUNCTION_START)
 
 
 class Qwen3CoderFormat(ContentFormat):
@@ -46,6 +60,9 @@ class Qwen3CoderFormat(ContentFormat):
     bare_tag: ClassVar[str | None] = FUNCTION_START
     # A bare call also ends at `</tool_call>`: a stray closer must not swallow the rest of the text.
     bare_closers: ClassVar[tuple[str, ...]] = (FUNCTION_END, TOOL_CALL_END)
+
+    def __init__(self, rules: XmlRules = DEFAULT_RULES) -> None:
+        self.rules = rules
 
     def claims(self, body: str) -> bool:
         # The catch-all, asked after the formats with a stricter mark (Hermes' JSON): a block
@@ -56,35 +73,55 @@ class Qwen3CoderFormat(ContentFormat):
         if FUNCTION_START not in body:
             raw = TOOL_CALL_START + body + (TOOL_CALL_END if closed else "")
             return [_malformed("", raw, "tool call block holds no <function=...> call")]
-        if not closed and body.endswith("\n"):
+        rules = self.rules
+        if not closed and body.endswith("\n") and rules.engine != "engine":
             body = body[:-1]  # vLLM's `<tool_call>(.*?)$` stops before a final newline
         calls: list[ToolCall] = []
         pos = 0
         while (start := body.find(FUNCTION_START, pos)) >= 0:
             inner_start = start + len(FUNCTION_START)
-            end = body.find(FUNCTION_END, inner_start)
+            end = _function_end(body, inner_start, rules)
             if end < 0:
                 inner, raw, pos = body[inner_start:], body[start:], len(body)
-            else:
+            elif body.startswith(FUNCTION_END, end):
                 pos = end + len(FUNCTION_END)
                 inner, raw = body[inner_start:end], body[start:pos]
-            calls.append(parse_function(inner, raw, schemas))
+            else:  # a nested `<function=` starts the next call
+                inner, raw, pos = body[inner_start:end], body[start:end], end
+            calls.append(parse_function(inner, raw, schemas, rules))
         return calls
 
     def parse_bare(self, body: str, *, closer: str | None, schemas: Schemas) -> list[ToolCall]:
         raw = FUNCTION_START + body + (FUNCTION_END if closer == FUNCTION_END else "")
-        return [parse_function(body, raw, schemas)]
+        return [parse_function(body, raw, schemas, self.rules)]
 
 
-def parse_function(inner: str, raw: str, schemas: Schemas) -> ToolCall:
-    """One function: `inner` is the text between `<function=` and `</function>` (or its end)."""
+def _function_end(body: str, inner_start: int, rules: XmlRules) -> int:
+    """Where the function starting at `inner_start` ends: its `</function>`, or (where the family
+    splits them) the next `<function=`; -1 for the end of the block."""
+    end = body.find(FUNCTION_END, inner_start)
+    if rules.split_nested_function:
+        nested = body.find(FUNCTION_START, inner_start)
+        if nested >= 0 and (end < 0 or nested < end):
+            return nested
+    return end
+
+
+def parse_function(inner: str, raw: str, schemas: Schemas, rules: XmlRules = DEFAULT_RULES) -> ToolCall:
+    """One function: `inner` is the text between `<function=` and its end."""
+    if rules.engine == "engine":
+        return _parse_engine(inner, raw, schemas, rules)
+    return _parse_regex(inner, raw, schemas, rules)
+
+
+def _parse_regex(inner: str, raw: str, schemas: Schemas, rules: XmlRules) -> ToolCall:
+    """The 0.19/0.23 regexes (and the value bounds the expat parser shares with them)."""
     gt = inner.find(">")
     if gt < 0:
         return _malformed("", raw, "function name is not closed by '>'")
     name = inner[:gt]
     if not _is_name(name):
         return _malformed("", raw, f"bad function name {name[:80]!r}")
-    properties = parameter_properties(schemas, name)
     text = inner[gt + 1 :]
     # vLLM's parameter regex may end a value at `$`, which matches before a final newline.
     text_end = len(text) - 1 if text.endswith("\n") else len(text)
@@ -108,11 +145,52 @@ def parse_function(inner: str, raw: str, schemas: Schemas) -> ToolCall:
         if not _is_name(key):
             return _malformed(name, raw, f"bad parameter name {key[:80]!r}")
         value = segment[gt + 1 :]
-        if value.startswith("\n"):
-            value = value[1:]
-        if value.endswith("\n"):
-            value = value[:-1]
-        arguments[key] = convert_param_value(value, key, properties)
+        if rules.value_ends_at_tool_call and (cut := value.find(TOOL_CALL_START)) >= 0:
+            value = value[:cut]  # qwen3_xml's pre-parser closes the value at a `<tool_call>`
+        arguments[key] = value
+    return _typed_call(name, raw, arguments, schemas, rules)
+
+
+def _parse_engine(inner: str, raw: str, schemas: Schemas, rules: XmlRules) -> ToolCall:
+    """The 0.24+ state machine's reading of one function."""
+    name_ends = _NAME_ENDS_034 if rules.split_nested_function else _NAME_ENDS_024
+    gt = inner.find(">")
+    cut = min((i for tag in name_ends if (i := inner.find(tag)) >= 0), default=-1)
+    if cut >= 0 and (gt < 0 or cut < gt):
+        name, body = inner[:cut].strip(), ""  # the name's state ends at a closing tag: no arguments
+    elif gt >= 0:
+        name, body = inner[:gt].strip(), inner[gt + 1 :]
+    else:
+        name, body = inner.strip(), ""
+    if not name:
+        return _malformed("", raw, "function has no name (vLLM drops this call)")
+    if not _is_name(name):
+        return _malformed("", raw, f"bad function name {name[:80]!r}")
+    arguments: dict[str, object] = {}
+    for match in _ENGINE_PARAM.finditer(body):
+        key, value = match.group(1), match.group(2)
+        if rules.strip_values:
+            value = value.strip()
+        else:
+            value = value.removeprefix("\n")
+            value = value[:-1] if value.endswith("\n") else value
+        arguments[key] = value
+    return _typed_call(name, raw, arguments, schemas, rules, trim=False)
+
+
+def _typed_call(name: str, raw: str, values: dict[str, object], schemas: Schemas, rules: XmlRules,
+                *, trim: bool = True) -> ToolCall:
+    properties = properties_for(schemas, name, rules)
+    arguments: dict[str, object] = {}
+    for key, value in values.items():
+        assert isinstance(value, str)
+        if trim:
+            value = value.removeprefix("\n")
+            value = value[:-1] if value.endswith("\n") else value
+        try:
+            arguments[key] = type_value(value, key, properties, rules)
+        except CallFails as exc:
+            return _malformed(name, raw, f"parameter {key!r}: {exc}")
     try:
         arguments_text = dumps(arguments)
     except (ValueError, RecursionError):  # a value nested deeper than the encoder goes

@@ -7,17 +7,26 @@ that reports any other block as a malformed call.
 
 from __future__ import annotations
 
+import functools
+
 from proxy.toolcalls.base import ToolCallFormat
+from proxy.toolcalls.families import DEFAULT_RULES, XmlRules
 from proxy.toolcalls.hermes import HermesFormat
 from proxy.toolcalls.openai import OpenAIFormat
 from proxy.toolcalls.qwen3_coder import Qwen3CoderFormat
 from proxy.toolcalls.scanner import ContentFormat
 
-__all__ = ["CONTENT_FORMATS", "OPENAI", "REGISTRY"]
+__all__ = ["CONTENT_FORMATS", "OPENAI", "REGISTRY", "content_formats"]
 
-_QWEN3_CODER = Qwen3CoderFormat()
 _HERMES = HermesFormat()
 OPENAI = OpenAIFormat()
 
-REGISTRY: dict[str, ToolCallFormat] = {fmt.name: fmt for fmt in (_QWEN3_CODER, _HERMES, OPENAI)}
-CONTENT_FORMATS: tuple[ContentFormat, ...] = (_HERMES, _QWEN3_CODER)
+
+@functools.cache  # one tuple per rules object: a handful of families
+def content_formats(rules: XmlRules = DEFAULT_RULES) -> tuple[ContentFormat, ...]:
+    """The content formats in claiming order, with Qwen3-Coder XML read by `rules`."""
+    return (_HERMES, Qwen3CoderFormat(rules))
+
+
+CONTENT_FORMATS: tuple[ContentFormat, ...] = content_formats(DEFAULT_RULES)
+REGISTRY: dict[str, ToolCallFormat] = {fmt.name: fmt for fmt in (CONTENT_FORMATS[1], _HERMES, OPENAI)}

@@ -4,7 +4,7 @@ The proxy's enforcement relays text live and holds back only tool calls, so `fee
 text the moment it is known not to belong to a call, and each call once it is complete:
 - `reasoning` / `reasoning_content` text is passed through at once and never searched;
 - `content` goes through the content scanner (Qwen3-Coder XML and Hermes JSON, `<think>` passed
-  through), unless `scan_content=False`;
+  through), unless `scan_content=False`; XML is read by `rules` (the upstream's vLLM family);
 - structured `tool_calls` fragments are assembled per index and completed when the next call
   begins or at `finish()`.
 Feeding a text in any pieces gives the same calls and the same joined text as reading it whole.
@@ -15,8 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.toolcalls.base import Event, TextDelta
+from proxy.toolcalls.families import XmlRules
 from proxy.toolcalls.openai import StructuredStream
-from proxy.toolcalls.registry import CONTENT_FORMATS
+from proxy.toolcalls.registry import content_formats
 from proxy.toolcalls.scanner import ContentScanner
 from proxy.toolcalls.schema import tool_schemas
 
@@ -30,8 +31,10 @@ class ChoiceStream:
 
     __slots__ = ("_content", "_structured")
 
-    def __init__(self, tools: list[dict[str, Any]] | None = None, *, scan_content: bool = True) -> None:
-        self._content = ContentScanner(CONTENT_FORMATS, tool_schemas(tools)) if scan_content else None
+    def __init__(self, tools: list[dict[str, Any]] | None = None, *, scan_content: bool = True,
+                 rules: XmlRules | None = None) -> None:
+        formats = content_formats(rules) if rules is not None else content_formats()
+        self._content = ContentScanner(formats, tool_schemas(tools)) if scan_content else None
         self._structured = StructuredStream()
 
     def feed(self, delta: dict[str, Any]) -> list[Event]:

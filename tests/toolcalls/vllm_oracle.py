@@ -4,8 +4,10 @@ vLLM (`Qwen3CoderToolParser.extract_tool_calls`) cuts `<tool_call>` blocks with
 `<tool_call>(.*?)</tool_call>|<tool_call>(.*?)$` (the whole text when there are none), functions
 with `<function=(.*?)</function>|<function=(.*)$`, parameters with
 `<parameter=(.*?)(?:</parameter>|(?=<parameter=)|(?=</function>)|$)`, takes names up to the first
-`>`, drops one leading and one trailing newline of a value, and types it from the schema with a
-single `type` string. Content is the text before the first `<tool_call>` (or `<function=`).
+`>` (a function without one is dropped, the others kept), drops one leading and one trailing
+newline of a value, and types it from the schema with a single `type` string (an `anyOf` without
+`type` is read as an object: json.loads, then literal_eval). Content is the text before the first
+`<tool_call>` (or `<function=`).
 Any exception fails the whole response: `None` here.
 """
 
@@ -37,7 +39,12 @@ def _convert(value: str, name: str, config: dict[str, Any]) -> Any:
     if name not in config:
         return value
     declared = config[name]
-    kind = str(declared["type"]).strip().lower() if isinstance(declared, dict) and "type" in declared else "string"
+    if isinstance(declared, dict) and "type" in declared:
+        kind = str(declared["type"]).strip().lower()
+    elif isinstance(declared, dict) and "anyOf" in declared:
+        kind = "object"  # 0.19: "anyOf has no top-level type; treat as object"
+    else:
+        kind = "string"
     if kind in ("string", "str", "text", "varchar", "char", "enum"):
         return value
     if kind.startswith(("int", "uint", "long", "short", "unsigned")):
@@ -72,7 +79,9 @@ def vllm_extract(text: str, tools: list[dict[str, Any]] | None) -> tuple[str, li
         functions = [m[0] if m[0] else m[1] for block in blocks for m in FUNCTION.findall(block)]
         calls = []
         for function in functions:
-            end = function.index(">")
+            end = function.find(">")
+            if end < 0:  # 0.19: no ">" after the name drops only this call
+                continue
             name = function[:end]
             config = _properties(name, tools)
             arguments = {}
@@ -82,7 +91,7 @@ def vllm_extract(text: str, tools: list[dict[str, Any]] | None) -> tuple[str, li
                 value = value[1:] if value.startswith("\n") else value
                 value = value[:-1] if value.endswith("\n") else value
                 arguments[match[:gt]] = _convert(value, match[:gt], config)
-            json.dumps(arguments)  # vLLM serialises here; a failure fails the response
+            arguments = json.loads(json.dumps(arguments))  # vLLM serialises here; a failure fails the response
             calls.append((name, arguments))
     except Exception:
         return None
