@@ -75,13 +75,13 @@ _ENGINE_034 = dict(_ENGINE_024, strip_values=False, split_nested_function=True, 
 FAMILIES: dict[str, dict[str, XmlRules]] = {
     "0.19": {
         "qwen3_coder": XmlRules("0.19", "qwen3_coder", engine="regex", typing="convert_param_value"),
-        "qwen3_xml": XmlRules("0.19", "qwen3_xml", engine="expat", typing="expat", split_nested_function=True,
-                              value_ends_at_tool_call=True, nonfinite_fails=False),
+        "qwen3_xml": XmlRules("0.19", "qwen3_xml", engine="expat", typing="expat", value_ends_at_tool_call=True,
+                              nonfinite_fails=False),
     },
     "0.23": {
         "qwen3_coder": XmlRules("0.23", "qwen3_coder", engine="regex", typing="coerce"),
-        "qwen3_xml": XmlRules("0.23", "qwen3_xml", engine="expat", typing="expat", split_nested_function=True,
-                              value_ends_at_tool_call=True, nonfinite_fails=False),
+        "qwen3_xml": XmlRules("0.23", "qwen3_xml", engine="expat", typing="expat", value_ends_at_tool_call=True,
+                              nonfinite_fails=False),
     },
     "0.24": _both("0.24", **_ENGINE_024),
     "0.34": _both("0.34", **_ENGINE_034),

@@ -74,6 +74,11 @@ class Qwen3CoderFormat(ContentFormat):
             raw = TOOL_CALL_START + body + (TOOL_CALL_END if closed else "")
             return [_malformed("", raw, "tool call block holds no <function=...> call")]
         rules = self.rules
+        if rules.engine == "expat" and body.count(FUNCTION_START) > 1:
+            # qwen3_xml 0.19/0.23 merge every function of a block into one call whose arguments
+            # are not JSON (`{"a": "1"}, "b": "2"}`): reported as one malformed call.
+            raw = TOOL_CALL_START + body + (TOOL_CALL_END if closed else "")
+            return [_malformed("", raw, "vLLM's qwen3_xml cannot read two functions in one <tool_call>")]
         if not closed and body.endswith("\n") and rules.engine != "engine":
             body = body[:-1]  # vLLM's `<tool_call>(.*?)$` stops before a final newline
         calls: list[ToolCall] = []
@@ -139,8 +144,13 @@ def _parse_regex(inner: str, raw: str, schemas: Schemas, rules: XmlRules) -> Too
             stop = pos = following
         segment = text[value_start:stop]
         gt = segment.find(">")
+        if gt < 0 and rules.engine == "expat":
+            continue  # qwen3_xml drops a parameter whose name has no `>`
         if gt < 0:
             return _malformed(name, raw, f"parameter {segment[:40]!r} is not closed by '>'")
+        if rules.engine == "expat" and stop == text_end and not raw.endswith(FUNCTION_END):
+            # The text ends inside this value: qwen3_xml leaves its JSON string unterminated.
+            return _malformed(name, raw, "vLLM's qwen3_xml leaves an unclosed final value unterminated")
         key = segment[:gt]
         if not _is_name(key):
             return _malformed(name, raw, f"bad parameter name {key[:80]!r}")
