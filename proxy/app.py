@@ -32,6 +32,7 @@ from proxy.store.db import create_engine, migrate
 from proxy.store.writer import StoreWriter
 from proxy.throughput.live import LiveWindows
 from proxy.upstream import Upstream
+from proxy.vllm_version import UpstreamVllm
 
 __all__ = ["create_app"]
 
@@ -56,7 +57,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             settings=settings, upstream=upstream, engine=engine, writer=writer,
             models=ModelCatalog(upstream, ttl=settings.models_cache_seconds, aliases=settings.model_aliases),
             sessions=SessionResolver(settings.session_header, engine=engine, writer=writer), policies=policies,
+            vllm=UpstreamVllm(vllm_version=settings.vllm_version, tool_parser=settings.tool_parser,
+                              upstream=upstream),
         )
+        await state.vllm.detect()
         live = LiveWindows(engine, state.in_flight,
                            window_seconds=settings.throughput_window_seconds)
         state.listeners += [live.observe, observe_request]
@@ -66,6 +70,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await policies.start()
         await live.start()
         log.info("proxy.started", upstream=settings.upstream, db=settings.db.split("@")[-1],
+                 xml_rules=state.vllm.rules.label,
                  policy=policies.current().name, mode=policies.current().policy.mode)
         try:
             yield

@@ -115,7 +115,7 @@ async def _complete(ex: Exchange, messages: list[Any]) -> Response:
         headers = response_headers(response.headers)
         try:
             obj = json.loads(response.content)
-            results = extract_from_response(obj, ex.tools)
+            results = extract_from_response(obj, ex.tools, rules=ex.rules)
         except (ValueError, TypeError, AttributeError) as exc:
             record.fail("upstream_error", f"upstream answered 200 with a body that is not a completion: {exc}")
             return Response(response.content, status_code=200, headers=headers)
@@ -360,7 +360,8 @@ class _StreamRelay:
             index = raw_choice.get("index", 0)
             choice = self.choices.get(index)
             if choice is None:
-                choice = self.choices[index] = _Choice(ChoiceStream(ex.tools, scan_content=ex.scan_content))
+                stream = ChoiceStream(ex.tools, scan_content=ex.scan_content, rules=ex.rules)
+                choice = self.choices[index] = _Choice(stream)
             delta = raw_choice.get("delta") or {}
             events = choice.stream.feed(delta)
             finish = raw_choice.get("finish_reason")

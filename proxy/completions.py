@@ -38,7 +38,8 @@ from proxy.record import RequestRecord
 from proxy.sse import DONE, SSEEvent, encode_json
 from proxy.state import ProxyState
 from proxy.toolcalls import CompletedCall, ToolCall, extract_from_response
-from proxy.toolcalls.registry import CONTENT_FORMATS
+from proxy.toolcalls.families import XmlRules
+from proxy.toolcalls.registry import CONTENT_FORMATS, content_formats
 from proxy.toolcalls.scanner import ContentScanner
 from proxy.upstream import response_headers
 
@@ -106,7 +107,7 @@ async def _complete(ex: Exchange) -> Response:
     headers = response_headers(response.headers)
     try:
         obj = json.loads(response.content)
-        results = extract_from_response(obj, None)
+        results = extract_from_response(obj, None, rules=ex.rules)
     except (ValueError, TypeError, AttributeError) as exc:
         record.fail("upstream_error", f"upstream answered 200 with a body that is not a completion: {exc}")
         return Response(response.content, status_code=200, headers=headers)
@@ -135,8 +136,8 @@ async def _stream(ex: Exchange) -> Response:
 class _Choice:
     """One choice's text: scanned for calls; in enforce mode, the text not yet known to be free of them."""
 
-    def __init__(self) -> None:
-        self.scanner = ContentScanner(CONTENT_FORMATS, {})
+    def __init__(self, rules: XmlRules | None = None) -> None:
+        self.scanner = ContentScanner(content_formats(rules) if rules else CONTENT_FORMATS, {})
         self.pending = ""
         self.finished = False
 
@@ -240,7 +241,9 @@ class _Relay:
 
     def _text(self, index: int, text: str, *, finished: bool) -> str:
         """Scan one piece of a choice's text; return what the client may get now (enforce mode)."""
-        choice = self.choices.setdefault(index, _Choice())
+        choice = self.choices.get(index)
+        if choice is None:
+            choice = self.choices[index] = _Choice(self.ex.rules)
         if choice.finished:
             return text
         if self.ex.enforce:  # observe mode sends the upstream's bytes; nothing is held back

@@ -4,8 +4,9 @@ command-line flag or the environment variable ALLOWLIST_PROXY_<NAME> alike."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -39,6 +40,13 @@ class Settings(BaseSettings):
     connect_timeout: float = Field(5.0, description="Seconds to connect to the upstream.")
     read_timeout: float = Field(600.0, description="Seconds the upstream may stay silent before a 504.")
     max_body_bytes: int = Field(32 * 1024 * 1024, description="Largest request body accepted (413 above).")
+    vllm_version: str = Field(
+        "auto", description="The upstream's vLLM version, which decides how XML calls in content are read: "
+        "auto (read GET /version at start and when the upstream comes back) or a version such as 0.23."
+    )
+    tool_parser: Literal["qwen3_coder", "qwen3_xml"] = Field(
+        "qwen3_coder", description="The upstream's --tool-call-parser for Qwen3 XML: qwen3_coder or qwen3_xml."
+    )
     convert_content_tool_calls: bool = Field(
         True, description="Return tool calls found in content (Qwen3-Coder XML, Hermes) as proper tool_calls."
     )
@@ -55,6 +63,14 @@ class Settings(BaseSettings):
     def _aliases_from_json(cls, value: Any) -> Any:
         if isinstance(value, str):
             return json.loads(value) if value.strip() else {}
+        return value
+
+    @field_validator("vllm_version")
+    @classmethod
+    def _version_or_auto(cls, value: str) -> str:
+        value = value.strip()
+        if value != "auto" and not re.match(r"^v?\d+\.\d+", value):
+            raise ValueError(f"vllm_version must be auto or a version such as 0.23 (got {value!r})")
         return value
 
     @field_validator("upstream")

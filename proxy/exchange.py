@@ -22,6 +22,7 @@ from proxy.record import RequestRecord
 from proxy.sse import SSEDecoder, SSEEvent
 from proxy.state import ProxyState
 from proxy.toolcalls import ToolCall
+from proxy.toolcalls.families import XmlRules
 from proxy.upstream import response_headers
 
 __all__ = ["BLOCKED", "DELIVER", "RETRY", "Exchange", "finish_exchange", "open_stream_attempt", "pick_policy",
@@ -61,6 +62,11 @@ class Exchange:
     def scan_content(self) -> bool:
         # A request that offers no tools cannot run one; text that merely looks like a call is left alone.
         return bool(self.offered)
+
+    @property
+    def rules(self) -> XmlRules | None:
+        """How raw XML in content is read: as the upstream's vLLM version family would."""
+        return self.state.vllm.current() if self.state.vllm is not None else None
 
     def body(self) -> bytes:
         if not self.extra_messages and not self.body_changed:

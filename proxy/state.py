@@ -16,6 +16,7 @@ from proxy.record import RequestRecord
 from proxy.sessions import SessionResolver
 from proxy.store.writer import StoreWriter
 from proxy.upstream import Upstream
+from proxy.vllm_version import UpstreamVllm
 
 __all__ = ["ProxyState"]
 
@@ -32,6 +33,8 @@ class ProxyState:
     in_flight: Counter[str] = field(default_factory=Counter)
     # Called with every finished request (throughput windows, for one); must not block.
     listeners: list[Callable[[RequestRecord], None]] = field(default_factory=list)
+    # The upstream's vLLM version family: how raw XML in content is read (None: the default rules).
+    vllm: UpstreamVllm | None = None
 
     def enter(self, model: str) -> int:
         """Counts the request in; returns the concurrency it started at (itself included)."""

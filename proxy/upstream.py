@@ -61,6 +61,7 @@ class Upstream:
     def __init__(self, settings: Settings) -> None:
         self.base_url = settings.upstream
         self._api_key = settings.upstream_api_key
+        self.failures = 0  # requests that failed on the way (connect, read, protocol errors)
         self.client = httpx.AsyncClient(
             timeout=httpx.Timeout(connect=settings.connect_timeout, read=settings.read_timeout,
                                   write=settings.read_timeout, pool=settings.read_timeout),
@@ -76,6 +77,12 @@ class Upstream:
         # the bound keeps arbitrary passthrough paths from growing it.
         self._target = functools.lru_cache(maxsize=256)(lambda path: httpx.URL(self.url(path)))
 
+    def _lost(self, exc: httpx.HTTPError) -> ProxyError:
+        # Counted so that whoever caches facts about the upstream (its vLLM version) reads them
+        # again once it answers: an upstream that failed may come back as another server.
+        self.failures += 1
+        return map_httpx_error(exc, self.base_url)
+
     def url(self, path: str) -> str:
         """`path` is the part after `/v1` (e.g. `/chat/completions`)."""
         return self.base_url + path
@@ -89,7 +96,7 @@ class Upstream:
             return await self.client.request(method, self._target(path), headers=headers, content=content,
                                              params=params)
         except httpx.HTTPError as exc:
-            raise map_httpx_error(exc, self.base_url) from exc
+            raise self._lost(exc) from exc
 
     async def open_stream(self, method: str, path: str, *, headers: Mapping[str, str],
                           content: bytes | None = None, params: Any = None) -> httpx.Response:
@@ -99,7 +106,7 @@ class Upstream:
         try:
             return await self.client.send(request, stream=True)
         except httpx.HTTPError as exc:
-            raise map_httpx_error(exc, self.base_url) from exc
+            raise self._lost(exc) from exc
 
     @contextlib.contextmanager
     def errors_translated(self) -> Iterator[None]:
@@ -108,7 +115,7 @@ class Upstream:
         try:
             yield
         except httpx.HTTPError as exc:
-            raise map_httpx_error(exc, self.base_url) from exc
+            raise self._lost(exc) from exc
 
     async def iter_bytes(self, response: httpx.Response) -> AsyncIterator[bytes]:
         with self.errors_translated():

@@ -5,6 +5,14 @@ recorded SSE stream of `data: {...}` lines (`--sse`). The SSE mode replays the s
 `ChoiceStream`, the proxy's own streaming path, so this command shows what the proxy would judge.
 Prints one JSON object per choice: {"content", "tool_calls": [{"name", "arguments"}],
 "malformed": [{"raw", "error"}]}.
+
+XML in content is read as a vLLM version family reads it: `--vllm-version V` (0.19, 0.23, 0.24,
+0.26, 0.33, or any release such as 0.27.1; default 0.19) and `--tool-parser P` (qwen3_coder or
+qwen3_xml). `--jsonl` reads one JSON object per line - `{"text": ..., "tools": [...]}` (raw output),
+`{"response": {...}}` (a whole response) or `{"sse": "..."}` (a recorded stream), each optionally
+with its own `"tools"`, `"vllm_version"` and `"tool_parser"` - and prints one line per input line:
+the result object (a list of them for a response or stream with several choices), or
+`{"error": ...}` for a line it cannot read, so thousands of cases are checked in one process.
 """
 
 from __future__ import annotations
@@ -23,8 +31,9 @@ from proxy.toolcalls import (
     extract_from_response,
     extract_from_text,
 )
+from proxy.toolcalls.families import DEFAULT_RULES, PARSERS, XmlRules, rules_for
 
-__all__ = ["extract_sse", "register", "render", "run"]
+__all__ = ["extract_sse", "register", "render", "run", "run_jsonl"]
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
@@ -42,28 +51,71 @@ def register(subparsers: Any) -> None:
         help="JSON file with the request's OpenAI `tools` array (or a request body holding one); "
         "types XML parameter values",
     )
+    parser.add_argument("--vllm-version", metavar="V", default=DEFAULT_RULES.family,
+                        help="read XML as this vLLM version does (e.g. 0.19, 0.23, 0.24, 0.27.1, 0.34); "
+                        f"default {DEFAULT_RULES.family}")
+    parser.add_argument("--tool-parser", metavar="P", choices=PARSERS, default=DEFAULT_RULES.parser,
+                        help="the upstream's --tool-call-parser: qwen3_coder (default) or qwen3_xml")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--response", action="store_true", help="stdin is a chat completion JSON")
     mode.add_argument("--sse", action="store_true", help="stdin is a recorded SSE stream (data: lines)")
+    mode.add_argument("--jsonl", action="store_true",
+                      help='stdin holds one JSON object per line: {"text"|"response"|"sse": ..., "tools"?}')
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         tools = _load_tools(args.tools)
+        rules = rules_for(args.vllm_version, args.tool_parser)
+        if args.jsonl:
+            return run_jsonl(sys.stdin, tools, rules)
         data = sys.stdin.read()
         if args.sse:
-            results = extract_sse(data, tools)
+            results = extract_sse(data, tools, rules=rules)
         elif args.response:
-            results = extract_from_response(json.loads(data), tools)
+            results = extract_from_response(json.loads(data), tools, rules=rules)
         else:
-            results = [extract_from_text(data, tools)]
-    except (OSError, ValueError) as exc:  # unreadable file, invalid JSON
+            results = [extract_from_text(data, tools, rules=rules)]
+    except (OSError, ValueError) as exc:  # unreadable file, invalid JSON, unknown version
         print(f"allowlist-proxy extract: {exc}", file=sys.stderr)
         return 2
     for result in results or [ExtractionResult(content="")]:
         print(json.dumps(render(result), ensure_ascii=False))
     return 0
+
+
+def run_jsonl(lines: Any, tools: list[dict[str, Any]] | None, rules: XmlRules) -> int:
+    """One result line per input line; a line that cannot be read answers `{"error": ...}`."""
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            out: Any = _one_jsonl(json.loads(line), tools, rules)
+        except (ValueError, TypeError) as exc:
+            out = {"error": f"line {number}: {exc}"}
+        print(json.dumps(out, ensure_ascii=False), flush=False)
+    sys.stdout.flush()
+    return 0
+
+
+def _one_jsonl(item: Any, tools: list[dict[str, Any]] | None, rules: XmlRules) -> Any:
+    if not isinstance(item, dict):
+        raise ValueError("expected a JSON object")
+    if "tools" in item:
+        tools = item["tools"] if isinstance(item["tools"], list) else None
+    if "vllm_version" in item or "tool_parser" in item:
+        rules = rules_for(str(item.get("vllm_version", rules.family)), str(item.get("tool_parser", rules.parser)))
+    if isinstance(item.get("text"), str):
+        return render(extract_from_text(item["text"], tools, rules=rules))
+    if isinstance(item.get("response"), dict):
+        results = extract_from_response(item["response"], tools, rules=rules)
+    elif isinstance(item.get("sse"), str):
+        results = extract_sse(item["sse"], tools, rules=rules)
+    else:
+        raise ValueError('expected one of "text" (a string), "response" (an object), "sse" (a string)')
+    rendered = [render(r) for r in results] or [render(ExtractionResult(content=""))]
+    return rendered[0] if len(rendered) == 1 else rendered
 
 
 def render(result: ExtractionResult) -> dict[str, Any]:
@@ -74,7 +126,9 @@ def render(result: ExtractionResult) -> dict[str, Any]:
     }
 
 
-def extract_sse(text: str, tools: list[dict[str, Any]] | None = None) -> list[ExtractionResult]:
+def extract_sse(
+    text: str, tools: list[dict[str, Any]] | None = None, *, rules: XmlRules | None = None
+) -> list[ExtractionResult]:
     """Replay a recorded chat completion stream through `ChoiceStream`, one result per choice."""
     streams: dict[int, ChoiceStream] = {}
     results: dict[int, ExtractionResult] = {}
@@ -113,7 +167,7 @@ def extract_sse(text: str, tools: list[dict[str, Any]] | None = None) -> list[Ex
             index = choice.get("index", 0)
             index = index if isinstance(index, int) else 0
             if index not in streams:
-                streams[index] = ChoiceStream(tools)
+                streams[index] = ChoiceStream(tools, rules=rules)
                 results[index] = ExtractionResult(content="")
                 texts[index] = []
             delta = choice.get("delta")

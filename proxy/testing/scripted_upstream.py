@@ -4,6 +4,12 @@ Tests, benchmarks and `allowlist-proxy demo` put it where vLLM would be. Each re
 (text, reasoning, tool calls, usage) and can be told to fail, stall, or drop the connection.
 Chunks are serialized like vLLM's (compact JSON, `logprobs`/`stop_reason` present, usage chunk
 with empty `choices`, `data: [DONE]`).
+
+`family` picks a vLLM version family's exact bytes (`proxy.testing.vllm_bytes`): its `/version`,
+tool-call ids, first tool delta, argument cuts, `token_ids`, `prompt_token_ids`/`prompt_text`,
+usage without nulls, and 0.34's `: keep-alive` comments. Without one, the replies keep the shape
+the tests were written against (answering `/version` as 0.19.0, whose XML rules that shape
+matches).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from proxy.testing.dialects import dialect_routes
+from proxy.testing.vllm_bytes import FamilyBytes, family_bytes
 
 __all__ = ["Reply", "ScriptedUpstream"]
 
@@ -73,8 +80,11 @@ class ScriptedUpstream:
     """Replies come from `queue` (per model, else shared) or, when that is empty, from `responder`."""
 
     def __init__(self, models: list[str] | None = None,
-                 responder: Callable[[dict[str, Any]], Reply] | None = None) -> None:
+                 responder: Callable[[dict[str, Any]], Reply] | None = None, *, family: str | None = None,
+                 tool_parser: str = "qwen3_coder", keep_alive: bool = False) -> None:
         self.models = models or ["qwen3.5-27b"]
+        self.bytes: FamilyBytes | None = family_bytes(family, tool_parser, keep_alive=keep_alive) if family else None
+        self.version = self.bytes.version if self.bytes else "0.19.0"
         self.responder = responder
         self.queue: deque[Reply] = deque()
         self.queues: dict[str, deque[Reply]] = {}
@@ -93,6 +103,7 @@ class ScriptedUpstream:
             Route("/v1/models", self._models, methods=["GET"]),
             Route("/v1/tokenize", self._tokenize, methods=["POST"]),
             Route("/health", self._health, methods=["GET"]),
+            Route("/version", self._version, methods=["GET"]),
         ])
 
     url: str = ""  # set by whoever serves the app, e.g. "http://127.0.0.1:PORT/v1"
@@ -119,6 +130,9 @@ class ScriptedUpstream:
 
     async def _health(self, _request: Request) -> Response:
         return Response(b"", status_code=200)
+
+    async def _version(self, _request: Request) -> Response:
+        return Response(_dump({"version": self.version}), media_type="application/json")
 
     async def _models(self, _request: Request) -> Response:
         data = [{"id": m, "object": "model", "created": 1764633600, "owned_by": "vllm", "root": m,
@@ -182,10 +196,15 @@ class ScriptedUpstream:
     def _usage(self, reply: Reply) -> dict[str, Any]:
         completion = reply.tokens()
         details = {"cached_tokens": reply.cached_tokens} if reply.cached_tokens is not None else None
-        return {"prompt_tokens": reply.prompt_tokens, "total_tokens": reply.prompt_tokens + completion,
-                "completion_tokens": completion, "prompt_tokens_details": details}
+        usage = {"prompt_tokens": reply.prompt_tokens, "total_tokens": reply.prompt_tokens + completion,
+                 "completion_tokens": completion, "prompt_tokens_details": details}
+        if self.bytes is not None and details is None:
+            del usage["prompt_tokens_details"]  # vLLM's usage chunk leaves nulls out
+        return usage
 
-    def _call_id(self) -> str:
+    def _call_id(self, *, streamed: bool = False) -> str:
+        if self.bytes is not None and streamed:
+            return self.bytes.stream_call_id()
         return f"chatcmpl-tool-{uuid.uuid4().hex}"
 
     def _whole(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
@@ -213,6 +232,9 @@ class ScriptedUpstream:
         for i in range(0, len(reply.content), reply.content_chunk):
             out.append({"content": reply.content[i:i + reply.content_chunk]})
         for index, (name, args) in enumerate(reply.tool_calls):
+            if self.bytes is not None:
+                out += self.bytes.tool_deltas(index, name, args, reply.arguments_chunk)
+                continue
             out.append({"tool_calls": [{"id": self._call_id(), "type": "function", "index": index,
                                         "function": {"name": name, "arguments": ""}}]})
             text = _arguments(args)
@@ -233,18 +255,27 @@ class ScriptedUpstream:
         self.responses.append(b"")
         slot = len(self.responses) - 1
 
-        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        family = self.bytes
+
+        def chunk(delta: dict[str, Any], finish: str | None = None, *, first: bool = False) -> bytes:
             choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
             if finish is not None:
                 choice["stop_reason"] = None
+            if family is not None:
+                choice["token_ids"] = None
             obj: dict[str, Any] = {"id": chunk_id, "object": "chat.completion.chunk", "created": created,
                                    "model": body["model"], "choices": [choice]}
             if continuous:
                 obj["usage"] = self._usage(reply)
+            if family is not None and first:
+                obj.update(family.first_chunk_fields())
             return b"data: " + _dump(obj) + b"\n\n"
 
         try:
-            pieces = [chunk(d) for d in self.deltas(reply)] + [chunk({}, reply.finish())]
+            deltas = self.deltas(reply)
+            pieces = [chunk(d, first=i == 0) for i, d in enumerate(deltas)] + [chunk({}, reply.finish())]
+            if family is not None and family.keep_alive:
+                pieces.insert(1, b": keep-alive\n\n")  # vLLM 0.34 may send these while a request waits
             for piece in pieces:
                 if reply.drop_after is not None and sent >= reply.drop_after:
                     raise ConnectionResetError("scripted drop")

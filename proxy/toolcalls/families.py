@@ -4,11 +4,12 @@ vLLM changed its raw-XML rules several times (read and run from the released pac
 - 0.19 `qwen3_coder`: a regex parser; values typed by `_convert_param_value`.
 - 0.23 `qwen3_coder`: the same regexes; values typed by `coerce_to_schema_type`.
 - 0.19 / 0.23 `qwen3_xml`: a different, expat-based streaming parser.
-- 0.24: one state-machine engine for both parser names; every value `.strip()`ped; a parameter
-  that is not closed is dropped; content stripped when tools are called; non-finite numbers kept
-  as strings.
-- 0.34: the engine again drops only one newline each side of a value, splits a stray nested
-  `<function=` into two calls, and reads a number as an int first.
+- 0.24 (and 0.25): one state-machine engine for both parser names; every value `.strip()`ped; a
+  parameter that is not closed is dropped; content stripped when tools are called; non-finite
+  numbers kept as strings.
+- 0.26 (to 0.32): the engine again drops only one newline each side of a value.
+- 0.33 (measured on 0.34.0): the engine splits a stray nested `<function=` into two calls and
+  reads a number with int() first.
 
 The proxy converts calls left in content the way the upstream's own vLLM would have, so a
 `XmlRules` object travels from the settings (or `GET /version`) to the parser; the parser reads
@@ -21,9 +22,11 @@ import re
 from dataclasses import dataclass
 
 __all__ = [
+    "DEFAULT_FAMILY",
     "DEFAULT_RULES",
     "FAMILIES",
     "NEWEST",
+    "NEWEST_READ",
     "PARSERS",
     "XmlRules",
     "family_of",
@@ -69,7 +72,8 @@ def _both(family: str, **fields: object) -> dict[str, XmlRules]:
 _ENGINE_024 = dict(engine="engine", typing="coerce", strip_values=True, drop_unclosed_parameter=True,
                    nonfinite_fails=False, finite_guard=True, strip_content_with_tools=True,
                    name_ends_at_tags=True)
-_ENGINE_034 = dict(_ENGINE_024, strip_values=False, split_nested_function=True, number_int_first=True)
+_ENGINE_026 = dict(_ENGINE_024, strip_values=False)
+_ENGINE_033 = dict(_ENGINE_026, split_nested_function=True, number_int_first=True)
 
 # family -> parser name -> rules. A version belongs to the newest family not after it.
 FAMILIES: dict[str, dict[str, XmlRules]] = {
@@ -84,10 +88,16 @@ FAMILIES: dict[str, dict[str, XmlRules]] = {
                               nonfinite_fails=False),
     },
     "0.24": _both("0.24", **_ENGINE_024),
-    "0.34": _both("0.34", **_ENGINE_034),
+    "0.26": _both("0.26", **_ENGINE_026),
+    "0.33": _both("0.33", **_ENGINE_033),
 }
-NEWEST = "0.34"
-DEFAULT_RULES = FAMILIES["0.19"]["qwen3_coder"]  # what the proxy did before families existed
+NEWEST = "0.33"
+# The newest release whose rules were read: a later version is read as NEWEST, with a note.
+NEWEST_READ = (0, 34)
+# Where no version is known (a library call without rules, `extract` without --vllm-version, an
+# upstream that does not answer GET /version): the rules the proxy had before families existed.
+DEFAULT_FAMILY = "0.19"
+DEFAULT_RULES = FAMILIES[DEFAULT_FAMILY]["qwen3_coder"]
 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)")
 
@@ -109,8 +119,7 @@ def family_of(version: str) -> tuple[str, str | None]:
     if not older:
         return known[0], f"vLLM {version} is older than every known family: reading XML as vLLM {known[0]}"
     family = older[-1]
-    newest_known_minor = _key(NEWEST)
-    if wanted > newest_known_minor and family == NEWEST:
+    if wanted > NEWEST_READ:
         return family, f"vLLM {version} is newer than the rules known here: reading XML as vLLM {NEWEST}"
     return family, None
 
@@ -119,5 +128,7 @@ def rules_for(version: str, parser: str = "qwen3_coder") -> XmlRules:
     """The rules for a version string (or a family name) and a tool parser name."""
     if parser not in PARSERS:
         raise ValueError(f"unknown tool parser {parser!r}: expected one of {', '.join(PARSERS)}")
+    if not _VERSION.match(version.strip()):
+        raise ValueError(f"unknown vLLM version {version!r}: expected a version such as 0.23 or 0.27.1")
     family, _ = family_of(version)
     return FAMILIES[family][parser]

@@ -18,13 +18,16 @@ from typing import Any
 import pytest
 
 from proxy.toolcalls import ChoiceStream, ExtractionResult, extract_from_text
-from proxy.toolcalls.families import FAMILIES, XmlRules
+from proxy.toolcalls.families import FAMILIES, XmlRules, family_of
 
 from .helpers import collect
 
 DATA = Path(__file__).parent / "data" / "vllm_qwen3_xml.jsonl"
 CASES = [json.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines() if line.strip()]
-TARGETS = [f"{family}/{parser}" for family in FAMILIES for parser in ("qwen3_coder", "qwen3_xml")]
+# The releases vLLM's answers were recorded from, each read through the family it belongs to.
+MEASURED = sorted({key.split("/")[0] for case in CASES for key in case["expected"]}, key=lambda v: tuple(
+    map(int, v.split("."))))
+TARGETS = [f"{version}/{parser}" for version in MEASURED for parser in ("qwen3_coder", "qwen3_xml")]
 
 # (case, target or "*") -> why the proxy's answer differs from vLLM's. Every entry is a call vLLM
 # loses or garbles that the proxy reports as malformed (so it is counted and never run), or a
@@ -39,8 +42,8 @@ DEPARTURES: dict[tuple[str, str], str] = {
 
 
 def rules(target: str) -> XmlRules:
-    family, parser = target.split("/")
-    return FAMILIES[family][parser]
+    version, parser = target.split("/")
+    return FAMILIES[family_of(version)[0]][parser]
 
 
 def valid_calls(expected: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -110,6 +113,7 @@ def test_streamed_reads_as_that_vllm(case: dict[str, Any], target: str) -> None:
 
 def test_the_data_covers_every_family_and_parser() -> None:
     assert len(CASES) >= 40
+    assert {family_of(version)[0] for version in MEASURED} == set(FAMILIES)
     for case in CASES:
         assert set(case["expected"]) == set(TARGETS)
     sources = {c["source"] for c in CASES}
