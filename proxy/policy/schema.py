@@ -40,7 +40,7 @@ __all__ = [
 DEFAULT_FEEDBACK = "Rejected ({reasons}): only `uv run scripts/<name>.py [args]` may run. Scripts: {scripts}."
 # What a rejected call that is not a shell command (a file path, an unknown tool, bad arguments) is told
 # when the policy gives one template only: never the shell rules, which have nothing to do with it.
-DEFAULT_OTHER_FEEDBACK = "Rejected `{tool}` call ({reasons}): {hint}"
+DEFAULT_OTHER_FEEDBACK = "Rejected ({reasons}): `{tool}` call refused. {hint}"
 DEFAULT_PATHS: dict[str, str | list[str]] = {
     "read": "filePath",
     "edit": "filePath",
