@@ -79,8 +79,11 @@ def offered_tools(payload: Mapping[str, Any]) -> dict[str, Offered]:
     out: dict[str, Offered] = {}
     if not isinstance(tools, list):
         return out
+    # A Responses `namespace` groups function tools (Codex's sub-agent tools): each is offered by its name.
+    tools = [*tools, *(inner for t in tools if isinstance(t, dict) and t.get("type") == "namespace"
+                       and isinstance(t.get("tools"), list) for inner in t["tools"])]
     for tool in tools:
-        if not isinstance(tool, dict):
+        if not isinstance(tool, dict) or tool.get("type") == "namespace":
             continue
         kind = tool.get("type")
         spec = tool.get("function")

@@ -25,7 +25,7 @@ sessions = Table(
     "sessions",
     metadata,
     Column("id", String(128), primary_key=True),
-    Column("source", String(32), nullable=False),  # header | custom_header | lineage
+    Column("source", String(32), nullable=False),  # header | lineage (custom_header in older rows)
     Column("model", String(256)),
     Column("created_at", Float, nullable=False),
 )
