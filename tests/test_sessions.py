@@ -75,14 +75,19 @@ def test_the_chosen_profile_is_recorded_and_shown(upstream, proxy):
 def test_requests_whose_tools_nothing_governs_are_counted(upstream, proxy):
     lookup = {"type": "function", "function": {"name": "lookup", "parameters": {
         "type": "object", "properties": {"q": {"type": "string"}}}}}
+
+    def counted(client) -> float:  # the registry is the process's: count what this test adds
+        lines = client.get("/metrics").text.splitlines()
+        return sum(float(x.rsplit(" ", 1)[1]) for x in lines
+                   if x.startswith("allowlist_proxy_ungoverned_requests_total{"))
+
     with proxy.client() as client:
+        before = counted(client)
         for _ in range(2):
             client.post("/v1/chat/completions", json=chat(tools=[lookup]), headers={"x-session-id": "ses_u"})
         client.post("/v1/chat/completions", json=chat(tools=QWEN["tools"]), headers={"x-session-id": "ses_u"})
         client.post("/v1/chat/completions", json=chat(), headers={"x-session-id": "ses_u"})  # no tools offered
-        metrics = client.get("/metrics").text
-    line = next(x for x in metrics.splitlines() if x.startswith("allowlist_proxy_ungoverned_requests_total{"))
-    assert line.endswith(" 2.0")
+        assert counted(client) - before == 2
     assert proxy.rows("SELECT profiles FROM requests ORDER BY started_at")[0][0] is None
 
 
