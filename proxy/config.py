@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 __all__ = ["Settings", "normalize_db_url"]
 
@@ -30,8 +30,14 @@ class Settings(BaseSettings):
     policy_header: bool = Field(
         False, description="Let a request pick another loaded policy with the x-allowlist-policy header."
     )
-    session_header: str | None = Field(
-        None, description="Header naming the session when x-session-id is absent (e.g. x-request-group)."
+    # The session headers the clients send out of the box: OpenCode `x-session-id`, Claude Code
+    # `x-claude-code-session-id`, Codex `session-id`.
+    session_header: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["x-session-id", "x-claude-code-session-id", "session-id"],
+        description="Headers naming the session, first present wins (comma-separated); else lineage.",
+    )
+    project_root_header: str | None = Field(
+        None, description="Header a request names its project root in (absolute paths under it pass)."
     )
     model_aliases: dict[str, str] = Field(
         default_factory=dict, description="JSON map of model names rewritten before forwarding."
@@ -72,6 +78,21 @@ class Settings(BaseSettings):
         if value != "auto" and not re.match(r"^v?\d+\.\d+", value):
             raise ValueError(f"vllm_version must be auto or a version such as 0.23 (got {value!r})")
         return value
+
+    @field_validator("session_header", mode="before")
+    @classmethod
+    def _header_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("session_header")
+    @classmethod
+    def _lower_headers(cls, value: list[str]) -> list[str]:
+        return [header.lower() for header in value]
 
     @field_validator("upstream")
     @classmethod

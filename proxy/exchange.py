@@ -14,10 +14,11 @@ from starlette.responses import Response
 
 from proxy.enforce import turn_allowed
 from proxy.errors import BadRequest, ProxyError, error_body
-from proxy.judging import JudgedCall, judge_calls, record_calls
+from proxy.judging import JudgedCall, judge_calls, record_calls, request_tools
 from proxy.logs import get_logger
 from proxy.metrics import BUDGET_EXHAUSTED, REQUESTS, RETRIES, UPSTREAM_LATENCY
 from proxy.policy import LoadedPolicy
+from proxy.policy.profiles import ToolSet
 from proxy.record import RequestRecord
 from proxy.sse import SSEDecoder, SSEEvent
 from proxy.state import ProxyState
@@ -49,6 +50,12 @@ class Exchange:
     offered: set[str]
     client_wants_usage: bool
     extra_messages: list[dict[str, Any]] = field(default_factory=list)
+    # The request's tool profiles and project root (proxy/policy/profiles.py), chosen once per request.
+    toolset: ToolSet | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.toolset = request_tools(self.policy, self.record, self.payload, self.headers,
+                                     root_header=getattr(self.state.settings, "project_root_header", None))
 
     @property
     def enforce(self) -> bool:
@@ -77,10 +84,11 @@ class Exchange:
         return json.dumps(payload, ensure_ascii=False).encode()
 
     def judge(self, calls: list[ToolCall]) -> list[JudgedCall]:
-        return judge_calls(self.policy, calls, self.offered)
+        return judge_calls(self.policy, calls, self.offered, tools=self.toolset)
 
     def keep(self, attempt: int, judged: list[JudgedCall], *, delivered: bool) -> None:
-        record_calls(self.state.writer, self.record, self.policy, attempt, judged, delivered=delivered)
+        record_calls(self.state.writer, self.record, self.policy, attempt, judged, delivered=delivered,
+                     tools=self.toolset)
 
     def settle(self, attempt: int, judged: list[JudgedCall]) -> str:
         """Records an attempt's verdicts and says what follows under the policy's mode and budget:

@@ -47,3 +47,8 @@ TOKENS = Counter(
     "allowlist_proxy_tokens", "Tokens the upstream reported in its usage, by kind (prompt | completion)",
     ["model", "kind"], registry=REGISTRY,
 )
+UNGOVERNED_REQUESTS = Counter(
+    "allowlist_proxy_ungoverned_requests",
+    "Requests offering tools none of which a tool profile (or the shell heuristic) governs", ["model"],
+    registry=REGISTRY,
+)

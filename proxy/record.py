@@ -67,6 +67,7 @@ class RequestRecord:
     policy_name: str | None = None
     policy_hash: str | None = None
     mode: str | None = None
+    profiles: str | None = None  # the tool profiles chosen for the request's tools, comma-separated
     saved: bool = False
 
     def elapsed_ms(self) -> float:
@@ -109,5 +110,5 @@ class RequestRecord:
             "cached_tokens": usage.cached_tokens if usage.seen else None,
             "concurrency": self.concurrency, "attempts": self.attempts,
             "budget_exhausted": self.budget_exhausted, "policy_name": self.policy_name,
-            "policy_hash": self.policy_hash, "mode": self.mode,
+            "policy_hash": self.policy_hash, "mode": self.mode, "profiles": self.profiles,
         })

@@ -1,7 +1,10 @@
 """Which session a request belongs to.
 
-In order: the `x-session-id` header (OpenCode sends `ses_...`), a configured header, else lineage:
-a request continues the session whose earlier conversation its messages begin with.
+In order: the first of the session headers present (by default those the clients send out of the box:
+OpenCode's `x-session-id`, Claude Code's `x-claude-code-session-id`, Codex's `session-id`), else lineage:
+a request continues a session only when its messages extend a conversation that includes a reply the
+proxy delivered in that session. Two conversations that merely begin alike (the same system prompt and
+first question, as every run of a scripted agent does) are two sessions.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from proxy.logs import get_logger
 from proxy.store import tables
 from proxy.store.writer import StoreWriter
 
-__all__ = ["FEEDBACK_MARKER", "SessionRef", "SessionResolver", "conversation_digests"]
+__all__ = ["DEFAULT_SESSION_HEADERS", "FEEDBACK_MARKER", "SessionRef", "SessionResolver", "conversation_digests"]
+
+DEFAULT_SESSION_HEADERS = ("x-session-id", "x-claude-code-session-id", "session-id")
 
 log = get_logger("proxy.sessions")
 
@@ -38,7 +43,7 @@ FEEDBACK_MARKER = "allowlist_proxy_feedback"
 @dataclass(frozen=True, slots=True)
 class SessionRef:
     id: str
-    source: str  # header | custom_header | lineage | new
+    source: str  # header | lineage
     is_new: bool
 
 
@@ -89,20 +94,23 @@ class SessionResolver:
     """Resolves sessions from headers, else from lineage kept in memory and, when given a store, in the
     database too, so that replicas sharing one database continue each other's sessions."""
 
-    def __init__(self, custom_header: str | None = None, *, max_entries: int = 200_000,
+    def __init__(self, headers: str | Sequence[str] | None = None, *, max_entries: int = 200_000,
                  engine: AsyncEngine | None = None, writer: StoreWriter | None = None) -> None:
-        self._custom_header = custom_header.lower() if custom_header else None
+        if headers is None:
+            headers = DEFAULT_SESSION_HEADERS
+        elif isinstance(headers, str):  # one extra header, after the defaults (the setting's older form)
+            headers = (*DEFAULT_SESSION_HEADERS, headers)
+        self._headers = tuple(dict.fromkeys(h.lower() for h in headers if h))
         self._lineage: OrderedDict[str, str] = OrderedDict()
         self._max_entries = max_entries
         self._engine = engine
         self._writer = writer
 
     def _from_headers(self, headers: Mapping[str, str]) -> SessionRef | None:
-        header = headers.get("x-session-id")
-        if header:
-            return SessionRef(header[:128], "header", False)
-        if self._custom_header and (custom := headers.get(self._custom_header)):
-            return SessionRef(custom[:128], "custom_header", False)
+        for name in self._headers:
+            value = headers.get(name)
+            if value:
+                return SessionRef(value[:128], "header", False)
         return None
 
     def _local(self, digests: list[str]) -> str | None:
@@ -155,18 +163,20 @@ class SessionResolver:
                  reply: Mapping[str, Any] | None = None) -> None:
         """Record the conversation the client now holds, so its next request continues this session.
 
+        Only the conversation that ends with the reply the proxy delivered is recorded: a later request
+        continues the session only by extending it. The request's own messages are not, so a second
+        conversation that starts with the same messages is a session of its own.
         Not for a session a header named: that client names its sessions itself, and hashing a 60k-token
         conversation costs most of a millisecond per request.
         """
-        if session.source != "lineage":
+        if session.source != "lineage" or not reply:
             return
         session_id = session.id
-        conversation = list(messages) + ([reply] if reply else [])
-        digests = conversation_digests(conversation)
-        if not digests:
-            return
+        if not isinstance(reply, Mapping) or reply.get(FEEDBACK_MARKER):
+            return  # not a message the client holds: nothing it can continue
+        digests = conversation_digests([*messages, reply])
         now = time.time()
-        for digest in digests[-2:]:
+        for digest in digests[-1:]:
             self._lineage[digest] = session_id
             self._lineage.move_to_end(digest)
             if self._writer is not None:

@@ -141,6 +141,7 @@ async def session_detail(
         if not rows and not await queries.session_exists(conn, session_id):
             return None
         n_requests = await queries.session_request_count(conn, session_id)
+        profiles = await queries.session_profiles(conn, session_id)
     loop_numbers: dict[int, int] = {}  # run number -> loop number, in order of the loops' first calls
     loops: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
@@ -170,6 +171,7 @@ async def session_detail(
         "session_id": session_id,
         "models": sorted({c["model"] for c in calls}),
         "requests": n_requests,
+        "profiles": profiles,
         "tool_calls": len(calls),
         "errors": sum(c["decision"] in queries.ERROR_DECISIONS for c in calls),
         "loops": loops,

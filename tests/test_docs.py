@@ -30,6 +30,8 @@ def test_readme_defaults_are_the_real_defaults():
             assert shown == str(default).lower(), name
         elif isinstance(default, dict):
             assert shown == "{}", name
+        elif isinstance(default, list):  # written as the comma-separated form the setting reads
+            assert shown == ",".join(default), name
         else:
             assert shown == str(default if not isinstance(default, float) or not default.is_integer()
                                 else int(default)), name
@@ -46,3 +48,5 @@ def test_environment_variables_configure_settings(monkeypatch):
     monkeypatch.setenv("ALLOWLIST_PROXY_MODEL_ALIASES", '{"a": "b"}')
     settings = Settings()
     assert settings.port == 9999 and settings.model_aliases == {"a": "b"}
+    monkeypatch.setenv("ALLOWLIST_PROXY_SESSION_HEADER", "X-Run-Id, x-session-id")
+    assert Settings().session_header == ["x-run-id", "x-session-id"]

@@ -3,8 +3,10 @@
     allowlist-proxy check [--policy FILE] [--tool NAME] COMMAND
     allowlist-proxy check [--policy FILE] --jsonl < calls.jsonl
 
-One command prints `{"decision", "reasons", "shape"}` and exits 0 when allowed, 1 otherwise. For a tool
-that is not a bash tool, COMMAND is the tool's arguments as a JSON object. `--jsonl` reads lines
+One command prints `{"decision", "reasons", "shape"}` and exits 0 when allowed, 1 otherwise. With `--tool`,
+COMMAND is the tool's arguments as a JSON object, judged through the tool profiles as the proxy judges that
+tool's call (`--tool exec_command '{"cmd": "..."}'`, `--tool Read '{"file_path": "/etc/passwd"}'`); a shell
+tool's bare command text is still accepted. `--jsonl` reads lines
 `{"cmd": "..."}` or `{"tool": "...", "arguments": {...}}` and prints one verdict per line, exiting 0.
 A policy that cannot be loaded exits 2 with its error on stderr.
 """
@@ -17,6 +19,7 @@ import sys
 from typing import Any, TextIO
 
 from ..policy import Policy, PolicyError, default_policy_path, judge_call, judge_command, load_policy_file
+from ..policy.judge import tool_set
 from ..policy.verdict import MALFORMED, Verdict
 
 __all__ = ["register", "run"]
@@ -31,8 +34,8 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--policy", metavar="FILE", help="policy file (default: policies/strict.yaml)")
     parser.add_argument(
-        "--tool", metavar="NAME", help="the tool called (default: the policy's bash tool); "
-        "for other tools COMMAND is the arguments as a JSON object",
+        "--tool", metavar="NAME", help="the tool called (a tool of any profile: bash, run_shell_command, "
+        "exec_command, Read, read_files, ...); COMMAND is then its arguments as a JSON object",
     )  # fmt: skip
     parser.add_argument("--jsonl", action="store_true", help="read one call per line from stdin")
     parser.add_argument("command", nargs="?", metavar="COMMAND", help="the command (or JSON arguments)")
@@ -40,13 +43,22 @@ def register(subparsers: Any) -> None:
 
 
 def _judge(policy: Policy, tool: str | None, payload: str) -> Verdict:
-    if tool is None or tool in policy.bash.tools:
+    if tool is None:
         return judge_command(policy, payload)
     try:
         arguments = json.loads(payload)
     except ValueError:
         arguments = None
+    if not isinstance(arguments, dict) and _is_string_shell(policy, tool):
+        # `--tool bash 'uv run ...'`: a shell tool's command given as it is, not wrapped in JSON.
+        return judge_command(policy, payload)
     return judge_call(policy, tool, arguments if isinstance(arguments, dict) else None)
+
+
+def _is_string_shell(policy: Policy, tool: str) -> bool:
+    """Whether the tool's profiles all take its command as one string argument."""
+    rules = [r for r in tool_set(policy).rules(tool, {}) if r.map.shell is not None]
+    return bool(rules) and all(r.map.shell is not None and r.map.shell.command for r in rules)
 
 
 def _judge_line(policy: Policy, line: str) -> Verdict:

@@ -10,7 +10,7 @@ from proxy.config import Settings
 __all__ = ["register"]
 
 # The settings offered as flags; every one of them is also ALLOWLIST_PROXY_<NAME>.
-FLAGS = ("host", "port", "upstream", "db", "policy", "log_level")
+FLAGS = ("host", "port", "upstream", "db", "policy", "log_level", "session_header", "project_root_header")
 
 
 def register(sub: Any) -> None:
@@ -18,8 +18,13 @@ def register(sub: Any) -> None:
     for name in FLAGS:
         info = Settings.model_fields[name]
         parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None,
-                            help=f"{info.description} [env ALLOWLIST_PROXY_{name.upper()}; default {info.default}]")
+                            help=f"{info.description} [env ALLOWLIST_PROXY_{name.upper()}; "
+                                 f"default {_shown(info.get_default(call_default_factory=True))}]")
     parser.set_defaults(func=run)
+
+
+def _shown(value: Any) -> str:
+    return ",".join(value) if isinstance(value, list) else str(value)
 
 
 def settings_from(args: argparse.Namespace) -> Settings:

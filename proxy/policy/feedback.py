@@ -1,4 +1,5 @@
-"""The text a model gets back for a rejected call: the policy's `feedback` template, filled in."""
+"""The text a model gets back for a rejected call: the policy's `feedback` template for the capability the
+rejection concerns (a shell command, a file path, anything else), filled in."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import json
 import re
 from typing import Any
 
+from .judge import shell_command
 from .matcher import matcher_for
+from .reasons import BASH_CONTENT, BASH_FORM
 from .schema import Policy
 from .verdict import Verdict
 
-__all__ = ["HINTS", "format_feedback"]
+__all__ = ["HINTS", "capability_of", "format_feedback"]
 
 # One sentence per reason code, for the `{hint}` placeholder: what to do instead.
 HINTS: dict[str, str] = {
@@ -34,7 +37,7 @@ HINTS: dict[str, str] = {
     "unknown_script": "Use one of the allowed scripts.",
     "script_path": "Give the script as `scripts/<name>.py`, nothing else.",
     "flag": "Use only the flags the script declares.",
-    "absolute_path": "Use a path relative to the project root.",
+    "absolute_path": "Use a path inside the project, relative to its root.",
     "path_escape": "Stay inside the project: no `..` above the root and no `~`.",
     "unknown_tool": "Call only the tools you were given.",
     "bad_arguments": "Send the arguments as a JSON object with every required field.",
@@ -59,16 +62,24 @@ def _scripts(policy: Policy) -> str:
 
 
 def _command(policy: Policy, tool: str, arguments: Any) -> str:
-    if isinstance(arguments, dict) and tool in policy.bash.tools:
-        value = arguments.get(policy.bash.command_argument)
-        text = value if isinstance(value, str) else json.dumps(arguments, ensure_ascii=False, default=str)
-    else:
-        text = json.dumps(arguments, ensure_ascii=False, default=str)
+    value = shell_command(policy, tool, arguments) if isinstance(arguments, dict) else None
+    text = value if value is not None else json.dumps(arguments, ensure_ascii=False, default=str)
     return text if len(text) <= _MAX_COMMAND else text[:_MAX_COMMAND] + "..."
 
 
+def capability_of(verdict: Verdict) -> str:
+    """`shell`, `paths` or `other`: what the rejection's primary reason is about."""
+    primary = verdict.reasons[0] if verdict.reasons else ""
+    if primary in BASH_FORM or primary in BASH_CONTENT:
+        return "shell"
+    if primary in ("absolute_path", "path_escape"):
+        return "paths"
+    return "other"
+
+
 def format_feedback(policy: Policy, verdict: Verdict, *, tool: str, arguments: dict[str, Any] | None) -> str:
-    """Fill `{reasons}`, `{scripts}`, `{command}` (and `{tool}`, `{shape}`, `{hint}`, `{decision}`).
+    """Fill `{reasons}`, `{scripts}`, `{command}` (and `{tool}`, `{shape}`, `{hint}`, `{decision}`) into the
+    policy's template for the rejection's capability: a rejected read is never told which commands may run.
 
     Only these exact placeholders are replaced and everything else is left as written, so a template with
     stray braces or `{reasons.__class__}` never raises and never reaches into objects.
@@ -98,6 +109,10 @@ def format_feedback(policy: Policy, verdict: Verdict, *, tool: str, arguments: d
         return values[key]
 
     try:
-        return _PLACEHOLDER.sub(fill, str(policy.feedback))
+        template = policy.feedback_template(capability_of(verdict))
     except Exception:
-        return str(policy.feedback)
+        template = str(policy.feedback)
+    try:
+        return _PLACEHOLDER.sub(fill, template)
+    except Exception:
+        return template

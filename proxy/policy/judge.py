@@ -1,22 +1,33 @@
-"""Judging: one bash command, or one tool call of any tool, against a policy."""
+"""Judging: one bash command, or one tool call of any tool, against a policy.
+
+A call is judged by the capabilities its tool carries (proxy/policy/profiles.py): the shell rules for the
+commands a shell tool runs, the path rules for the files a file tool opens, `other_tools` for the rest.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
 
 from .explain import explain_command, parse_error_verdict
 from .matcher import matcher_for
-from .paths import path_problem
+from .paths import patch_paths, path_problem
+from .profiles import Rule, ToolSet, profile_table
 from .reasons import order_reasons
-from .schema import Policy
+from .schema import Policy, ShellMap
+from .shell_forms import commands_of
 from .verdict import ALLOW, MALFORMED, REJECT, Verdict
 
-__all__ = ["judge_call", "judge_command"]
+__all__ = ["judge_call", "judge_command", "shell_command", "tool_set"]
 
 _log = structlog.get_logger("proxy.policy")
 _ALLOWED = Verdict(ALLOW, (), None)
+
+
+class _BadArguments(Exception):
+    """An argument a rule reads is not of a type the tool could use."""
 
 
 def judge_command(policy: Policy, command: str) -> Verdict:
@@ -35,54 +46,158 @@ def _bad_arguments(also: tuple[str, ...] = ()) -> Verdict:
     return Verdict(MALFORMED, ("bad_arguments", *also), "bad_arguments")
 
 
-def judge_call(
-    policy: Policy, tool: str, arguments: dict[str, Any] | None, *, offered_tools: set[str] | None = None
-) -> Verdict:
+def tool_set(policy: Policy) -> ToolSet:
+    """The tools as judged when nothing is known about the request (CLI checks, rechecks, examples)."""
+    return ToolSet(profile_table(policy))
+
+
+_MISSING = object()
+
+
+def _values(arguments: Any, spec: str) -> list[tuple[str, Any]]:
+    """The values at an argument path (`file_path`, `operation.path`, `files[].path`, `paths[]`) with the
+    label each is reported under; an absent key gives nothing, a wrong container type is bad arguments."""
+    tokens = [t for t in spec.replace("[]", ".[]").split(".") if t]
+    found: list[tuple[str, Any]] = [("", arguments)]
+    for token in tokens:
+        step: list[tuple[str, Any]] = []
+        for label, value in found:
+            if token == "[]":
+                if not isinstance(value, list):
+                    raise _BadArguments
+                step += [(f"{label}[{i}]", item) for i, item in enumerate(value)]
+            else:
+                if not isinstance(value, Mapping):
+                    raise _BadArguments
+                item = value.get(token, _MISSING)
+                if item is not _MISSING and item is not None:
+                    step.append((f"{label}.{token}" if label else token, item))
+        found = step
+    return found
+
+
+def _paths(value: Any) -> list[str]:
+    """A path argument's paths: a string, or a list of strings."""
+    if isinstance(value, str) and "\x00" not in value:
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) and "\x00" not in v for v in value):
+        return list(value)
+    raise _BadArguments
+
+
+class _Findings:
+    """Reasons collected over every rule and argument of one call; the first shape found is kept."""
+
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+        self.shape: str | None = None
+        self.command_shape = False
+
+    def add(self, reasons: tuple[str, ...], shape: str | None, *, command: bool = False) -> None:
+        self.reasons += reasons
+        # A rejected command's shape names the blocked form; it outranks the shape of a path problem.
+        if shape is not None and (self.shape is None or (command and not self.command_shape)):
+            self.shape, self.command_shape = shape, command or self.command_shape
+
+    def verdict(self) -> Verdict:
+        if not self.reasons:
+            return _ALLOWED
+        return Verdict(REJECT, order_reasons(self.reasons), self.shape)
+
+
+def _judge_shell(policy: Policy, tool: str, shell: ShellMap, arguments: Mapping[str, Any], roots: tuple[str, ...],
+                 found: _Findings) -> None:
+    values = _values(arguments, shell.source)
+    if len(values) != 1:
+        raise _BadArguments  # the command argument is missing
+    commands = commands_of(values[0][1], each=shell.commands is not None)
+    if commands is None:
+        raise _BadArguments
+    if not commands:
+        found.add(("empty",), "empty", command=True)
+    for command in commands:
+        verdict = judge_command(policy, command)
+        if not verdict.allowed:
+            found.add(verdict.reasons, verdict.shape, command=True)
+    if shell.workdir:
+        for label, value in _values(arguments, shell.workdir):
+            if not isinstance(value, str) or "\x00" in value:
+                raise _BadArguments
+            problem = path_problem(value, roots)
+            if problem is not None:
+                found.add((problem,), f"{problem}:{tool}.{label}")
+    if shell.env:
+        for label, value in _values(arguments, shell.env):
+            if not isinstance(value, Mapping):
+                raise _BadArguments
+            if value:  # variables set for the command change what it does, like `VAR=x cmd`
+                found.add(("assignment",), f"assignment:{tool}.{label}")
+
+
+def _judge_rule(policy: Policy, rule: Rule, arguments: Mapping[str, Any], roots: tuple[str, ...],
+                found: _Findings) -> None:
+    tool_map, tool = rule.map, rule.tool
+    if tool_map.shell is not None:
+        _judge_shell(policy, tool, tool_map.shell, arguments, roots, found)
+    for spec in tool_map.paths:
+        for label, value in _values(arguments, spec):
+            for path in _paths(value):
+                problem = path_problem(path, roots)
+                if problem is not None:
+                    found.add((problem,), f"{problem}:{tool}.{label}")
+    for spec in tool_map.patch:
+        for label, value in _values(arguments, spec):
+            if not isinstance(value, str):
+                raise _BadArguments
+            for path in patch_paths(value):
+                problem = path_problem(path, roots) if "\x00" not in path else "path_escape"
+                if problem is not None:
+                    found.add((problem,), f"{problem}:{tool}.{label}")
+
+
+def judge_call(policy: Policy, tool: str, arguments: dict[str, Any] | None, *,
+               offered_tools: set[str] | None = None, tools: ToolSet | None = None) -> Verdict:
     """The verdict for one tool call.
 
     A call to a tool the request did not offer is `unknown_tool` whatever its arguments; arguments that are
     not a JSON object (None: they did not parse) make the call `malformed`, carrying `unknown_tool` too
-    when both apply.
+    when both apply. `tools` is the request's tool set (which profiles apply, the project roots); without
+    it every map that fits the call's arguments applies.
     """
     unknown = offered_tools is not None and tool not in offered_tools
     if not isinstance(arguments, dict):
         return _bad_arguments(("unknown_tool",) if unknown else ())
     if unknown:
         return Verdict(REJECT, ("unknown_tool",), f"unknown_tool:{str(tool)[:40]}")
-    rules = policy.bash
-    if tool in rules.tools:
-        command = arguments.get(rules.command_argument)
-        if not isinstance(command, str):
-            return _bad_arguments()
-        verdict = judge_command(policy, command)
-        workdir = arguments.get(rules.workdir_argument) if rules.workdir_argument else None
-        if workdir is None:
-            return verdict
-        if not isinstance(workdir, str) or "\x00" in workdir:
-            return _bad_arguments()
-        problem = path_problem(workdir)
-        if problem is None:
-            return verdict
-        if verdict.allowed:
-            return Verdict(REJECT, (problem,), f"{problem}:{tool}.{rules.workdir_argument}")
-        return Verdict(REJECT, order_reasons((*verdict.reasons, problem)), verdict.shape)
-    names = policy.path_arguments(tool)
-    if names:
-        problems: list[str] = []
-        first: str | None = None
-        for name in names:
-            value = arguments.get(name)
-            if value is None:
-                continue
-            if not isinstance(value, str) or "\x00" in value:
-                return _bad_arguments()
-            problem = path_problem(value)
-            if problem is not None:
-                problems.append(problem)
-                first = first or f"{problem}:{tool}.{name}"
-        if problems:
-            return Verdict(REJECT, order_reasons(problems), first)
+    if tools is None:
+        tools = tool_set(policy)
+    # A known tool of neither capability (`webfetch`, `todowrite`) is what `other_tools` governs.
+    rules = [rule for rule in tools.rules(tool, arguments) if rule.map.governed]
+    if not rules:
+        if policy.other_tools == "reject":
+            return Verdict(REJECT, ("unknown_tool",), f"unknown_tool:{str(tool)[:40]}")
         return _ALLOWED
-    if policy.other_tools == "reject":
-        return Verdict(REJECT, ("unknown_tool",), f"unknown_tool:{str(tool)[:40]}")
-    return _ALLOWED
+    found = _Findings()
+    roots = tools.roots
+    try:
+        for rule in rules:
+            _judge_rule(policy, rule, arguments, roots, found)
+    except _BadArguments:
+        return _bad_arguments()
+    return found.verdict()
+
+
+def shell_command(policy: Policy, tool: str, arguments: Mapping[str, Any], *,
+                  tools: ToolSet | None = None) -> str | None:
+    """The command text a shell call runs (several on separate lines), for display; None for other tools."""
+    for rule in (tools or tool_set(policy)).rules(tool, arguments):
+        shell = rule.map.shell
+        if shell is None:
+            continue
+        try:
+            values = _values(arguments, shell.source)
+        except _BadArguments:
+            return None
+        commands = commands_of(values[0][1], each=shell.commands is not None) if len(values) == 1 else None
+        return "\n".join(commands) if commands is not None else None
+    return None

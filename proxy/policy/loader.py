@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import AliasChoices, BaseModel, ValidationError
 
 from .errors import PolicyError
 from .judge import judge_call, judge_command
@@ -141,6 +141,18 @@ def _describe(annotation: Any, plural: bool = False) -> str:
     return "values" if plural else "a value"
 
 
+def _field(model: type[BaseModel], key: str) -> Any:
+    """The model's field a file key names: its own name or one of its aliases (`shell:` for `bash`)."""
+    found = model.model_fields.get(key)
+    if found is not None:
+        return found
+    for field in model.model_fields.values():
+        alias = field.validation_alias
+        if isinstance(alias, AliasChoices) and key in alias.choices:
+            return field
+    return None
+
+
 def _annotation_at(path: Key) -> tuple[Any, type[BaseModel] | None]:
     """The annotation the schema gives a key path, and the model owning its last key (or None)."""
     annotation: Any = Policy
@@ -149,7 +161,7 @@ def _annotation_at(path: Key) -> tuple[Any, type[BaseModel] | None]:
         annotation = _unwrap(annotation)
         origin = typing.get_origin(annotation)
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            field = annotation.model_fields.get(str(part))
+            field = _field(annotation, str(part))
             if field is None:
                 return None, annotation
             owner, annotation = annotation, field.annotation

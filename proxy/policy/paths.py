@@ -1,24 +1,56 @@
-"""File-path arguments of non-bash tools (and bash's workdir): inside the project, relative, or refused."""
+"""File paths a tool would open (and a shell tool's workdir): inside the project, or refused.
+
+A relative path is taken from the project root; an absolute one passes only under one of the project
+roots (`paths.project_root`, or the root a request header names), after `.` and `..` are resolved.
+"""
 
 from __future__ import annotations
 
+import posixpath
 import re
+from collections.abc import Iterable
 
-__all__ = ["path_problem"]
+__all__ = ["normal_root", "patch_paths", "path_problem"]
 
 # `C:`, `C:\x`, `C:/x`: absolute (or drive-relative) on Windows, never a plain project path; and a URL
 # (`file:///etc/passwd`) names a place of its own.
 _DRIVE = re.compile(r"[A-Za-z]:|[A-Za-z][A-Za-z0-9+.-]*://")
+# The file headers of the apply_patch format (Codex, OpenCode): `*** Update File: src/x.py`, ...
+_PATCH_FILE = re.compile(r"^\*\*\* (?:Add File|Update File|Delete File|Move to|Move File):[ \t]*(.*?)[ \t]*$",
+                         re.MULTILINE)
+# A unified diff's file headers, read only from a patch that is not in the apply_patch format.
+_DIFF_FILE = re.compile(r"^(?:---|\+\+\+)[ \t]+(\S.*?)(?:\t.*)?[ \t]*$", re.MULTILINE)
 
 
-def path_problem(value: str) -> str | None:
-    """`absolute_path`, `path_escape` or None for a path a tool would open relative to the project.
+def normal_root(root: str) -> str | None:
+    """A project root as it compares: absolute, `.`/`..` resolved, no trailing slash; None if unusable."""
+    if not isinstance(root, str) or not root.startswith("/") or "\x00" in root or "\\" in root:
+        return None
+    normal = posixpath.normpath(root)
+    if normal.startswith("//"):  # POSIX leaves a leading `//` alone; it names the same place as `/`
+        normal = "/" + normal.lstrip("/")
+    return None if normal == "/" else normal
+
+
+def _under(path: str, roots: Iterable[str]) -> bool:
+    return any(path == root or path.startswith(root + "/") for root in roots)
+
+
+def path_problem(value: str, roots: Iterable[str] = ()) -> str | None:
+    """`absolute_path`, `path_escape` or None for a path a tool would open.
 
     `~` and `~user` are escapes (the home directory); `..` components are followed and an escape is only
     a path that climbs above its start, so `a/../b` stays allowed while `a/../../x` does not. Backslashes
-    count as separators, since a tool on Windows or a careless join may treat them so.
+    count as separators, since a tool on Windows or a careless join may treat them so. An absolute path
+    under a root passes once normalised; one that starts under a root and climbs out is an escape.
     """
     if value.startswith(("/", "\\")) or _DRIVE.match(value):
+        roots = tuple(roots)
+        if roots and value.startswith("/") and "\\" not in value:
+            if _under(normal_root(value) or "/", roots):
+                return None
+            if _under(value.rstrip("/"), roots):
+                return "path_escape"
         return "absolute_path"
     if value.startswith("~"):
         return "path_escape"
@@ -31,3 +63,17 @@ def path_problem(value: str) -> str | None:
         elif part and part != ".":
             depth += 1
     return None
+
+
+def patch_paths(text: str) -> list[str]:
+    """The files a patch names: apply_patch headers, else a unified diff's `---`/`+++` lines."""
+    found = _PATCH_FILE.findall(text)
+    if found or "*** Begin Patch" in text:
+        return found
+    paths = []
+    for name in _DIFF_FILE.findall(text):
+        if name == "/dev/null":
+            continue
+        # `a/x` and `b/x` are git's prefixes for the two sides, not directories.
+        paths.append(name[2:] if name[:2] in ("a/", "b/") else name)
+    return paths

@@ -9,20 +9,38 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
     "DEFAULT_FEEDBACK",
     "DEFAULT_PASSTHROUGH_ROUTES",
     "DEFAULT_PATHS",
+    "ArgPath",
     "BashRules",
     "Examples",
+    "Feedback",
+    "PathRules",
     "Policy",
+    "Profile",
     "ScriptRule",
+    "ShellMap",
     "ToolExample",
+    "ToolMap",
 ]
 
 DEFAULT_FEEDBACK = "Rejected ({reasons}): only `uv run scripts/<name>.py [args]` may run. Scripts: {scripts}."
+# What a rejected call that is not a shell command (a file path, an unknown tool, bad arguments) is told
+# when the policy gives one template only: never the shell rules, which have nothing to do with it.
+DEFAULT_OTHER_FEEDBACK = "Rejected ({reasons}): `{tool}` call refused. {hint}"
 DEFAULT_PATHS: dict[str, str | list[str]] = {
     "read": "filePath",
     "edit": "filePath",
@@ -49,6 +67,11 @@ ToolName = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 ArgName = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 # A route is a literal /v1 path (it also covers the paths below it), never a pattern.
 RoutePath = Annotated[str, StringConstraints(pattern=r"^/v1(/[A-Za-z0-9_-][A-Za-z0-9_.~-]*)+$", max_length=200)]
+# Where a value sits in a tool's arguments: `file_path`, `operation.path`, `files[].path` (each item of
+# the list `files`), `paths[]`.
+ArgPath = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_$@-]+(\[\]|\.[A-Za-z0-9_$@-]+)*(\[\])?$",
+                                           max_length=200)]
+ProfileName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 _SCRIPTS_DIR = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.,+@%-]*(/[A-Za-z0-9_][A-Za-z0-9_.,+@%-]*)*$")
 
 
@@ -88,6 +111,116 @@ class BashRules(_Strict):
         return frozenset(rule.flags) if rule is not None else frozenset()
 
 
+class ShellMap(_Strict):
+    """Where a shell tool's command is: exactly one of `command` (a string), `commands` (a list of strings,
+    each one command) or `argv` (an argv array; `bash|sh -c|-lc STRING` is unwrapped and STRING judged)."""
+
+    command: ArgPath | None = None
+    commands: ArgPath | None = None
+    argv: ArgPath | None = None
+    workdir: ArgPath | None = Field(default=None, description="the working directory argument, judged as a path")
+    env: ArgPath | None = Field(default=None, description="variables set for the command: must be empty")
+
+    @model_validator(mode="after")
+    def _one_command(self) -> ShellMap:
+        given = [k for k in ("command", "commands", "argv") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"expected exactly one of command, commands, argv (got {', '.join(given) or 'none'})")
+        return self
+
+    @property
+    def source(self) -> str:
+        return self.command or self.commands or self.argv or ""
+
+
+class ToolMap(_Strict):
+    """One tool of a client mapped onto the capabilities; a tool with neither is known and follows
+    `other_tools`."""
+
+    shell: ShellMap | None = None
+    paths: list[ArgPath] = Field(default_factory=list, description="arguments holding file paths")
+    patch: list[ArgPath] = Field(default_factory=list, description="arguments holding patch text naming files")
+
+    @field_validator("paths", "patch", mode="before")
+    @classmethod
+    def _one_or_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    def arguments(self) -> list[str]:
+        """The top-level argument names this map reads."""
+        specs = [*self.paths, *self.patch]
+        if self.shell is not None:
+            specs.append(self.shell.source)
+        return [re.split(r"[.\[]", spec, maxsplit=1)[0] for spec in specs]
+
+    @property
+    def governed(self) -> bool:
+        return self.shell is not None or bool(self.paths) or bool(self.patch)
+
+
+class Profile(_Strict):
+    """A client's tools mapped onto capabilities. Chosen per request from the offered tools."""
+
+    description: str | None = None
+    user_agent: str | None = Field(default=None, description="a regex searched in the User-Agent header")
+    tools: dict[ToolName, ToolMap] = Field(default_factory=dict)
+
+    @field_validator("user_agent")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"expected a regular expression ({exc})") from None
+        return value
+
+
+class PathRules(_Strict):
+    """`paths:` the project root(s) absolute paths may name, and (the older form) tool -> path argument."""
+
+    project_root: list[str] = Field(default_factory=list)
+    tools: dict[ToolName, ArgName | list[ArgName]] = Field(default_factory=lambda: dict(DEFAULT_PATHS))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_keys(cls, data: Any) -> Any:
+        # `paths: {read: filePath, ...}` is the original form: every key but the reserved ones names a tool.
+        if not isinstance(data, dict) or "tools" in data:
+            return data
+        tools = {k: v for k, v in data.items() if k != "project_root"}
+        out = {k: v for k, v in data.items() if k == "project_root"}
+        if tools or "project_root" not in data:
+            out["tools"] = tools
+        return out
+
+    @field_validator("project_root", mode="before")
+    @classmethod
+    def _roots(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("project_root")
+    @classmethod
+    def _absolute_roots(cls, value: list[str]) -> list[str]:
+        from .paths import normal_root
+
+        out = []
+        for root in value:
+            normal = normal_root(root)
+            if normal is None:
+                raise ValueError(f"expected an absolute directory other than / (got {root!r})")
+            out.append(normal)
+        return out
+
+
+class Feedback(_Strict):
+    """What a rejected call is told, per capability (placeholders as in the one-string form)."""
+
+    shell: str = DEFAULT_FEEDBACK
+    paths: str = DEFAULT_OTHER_FEEDBACK
+    other: str = DEFAULT_OTHER_FEEDBACK
+
+
 class ToolExample(_Strict):
     tool: ToolName
     arguments: dict[str, Any] | None = None
@@ -106,10 +239,14 @@ class Policy(_Strict):
     description: str | None = None
     mode: Literal["enforce", "observe"] = "enforce"
     retry_budget: int = Field(default=3, ge=0, le=20)
-    bash: BashRules = Field(default_factory=BashRules)
-    paths: dict[ToolName, ArgName | list[ArgName]] = Field(default_factory=lambda: dict(DEFAULT_PATHS))
+    # `shell:` is the capability's name; `bash:` the original one, still read.
+    bash: BashRules = Field(default_factory=BashRules, validation_alias=AliasChoices("shell", "bash"))
+    paths: PathRules = Field(default_factory=PathRules)
+    profiles: dict[ProfileName, Profile | None] = Field(
+        default_factory=dict, description="add or replace tool profiles; null removes a built-in one")
+    builtin_profiles: bool = True
     other_tools: Literal["allow", "reject"] = "allow"
-    feedback: str = DEFAULT_FEEDBACK
+    feedback: str | Feedback = DEFAULT_FEEDBACK
     loop_min_attempts: int = Field(default=3, ge=2, le=100)
     examples: Examples = Field(default_factory=Examples)
     passthrough_routes: list[RoutePath] = Field(default_factory=lambda: list(DEFAULT_PASSTHROUGH_ROUTES))
@@ -118,8 +255,24 @@ class Policy(_Strict):
     # goes stale.
     _compiled: Any = PrivateAttr(default=None)
 
+    # The compiled profile table (proxy/policy/profiles.py), built on first use like the matcher.
+    _profiles: Any = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_shell_section(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "shell" in data and "bash" in data:
+            raise ValueError("give the shell rules once: `shell:` or its older name `bash:`, not both")
+        return data
+
     def path_arguments(self, tool: str) -> tuple[str, ...]:
-        value = self.paths.get(tool)
+        value = self.paths.tools.get(tool)
         if value is None:
             return ()
         return (value,) if isinstance(value, str) else tuple(value)
+
+    def feedback_template(self, capability: str) -> str:
+        """The feedback template for a rejection of `capability` (shell | paths | other)."""
+        if isinstance(self.feedback, str):
+            return self.feedback if capability == "shell" else DEFAULT_OTHER_FEEDBACK
+        return str(getattr(self.feedback, capability, self.feedback.other))

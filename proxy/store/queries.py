@@ -48,6 +48,7 @@ __all__ = [
     "request_counts",
     "session_calls",
     "session_exists",
+    "session_profiles",
     "session_request_count",
 ]
 
@@ -263,3 +264,13 @@ async def session_calls(conn: AsyncConnection, session_id: str) -> list[dict[str
 async def session_request_count(conn: AsyncConnection, session_id: str) -> int:
     stmt = select(func.count()).select_from(requests).where(requests.c.session_id == session_id)
     return int((await conn.execute(stmt)).scalar_one())
+
+
+async def session_profiles(conn: AsyncConnection, session_id: str) -> list[str]:
+    """The tool profiles chosen for the session's requests, in the order they first appear."""
+    stmt = (select(requests.c.profiles).where(requests.c.session_id == session_id, requests.c.profiles.is_not(None))
+            .group_by(requests.c.profiles).order_by(func.min(requests.c.started_at)))
+    names: dict[str, None] = {}
+    for (value,) in await conn.execute(stmt):
+        names.update(dict.fromkeys(p for p in value.split(",") if p))
+    return list(names)

@@ -25,7 +25,7 @@ sessions = Table(
     "sessions",
     metadata,
     Column("id", String(128), primary_key=True),
-    Column("source", String(32), nullable=False),  # header | custom_header | lineage
+    Column("source", String(32), nullable=False),  # header | lineage (custom_header in older rows)
     Column("model", String(256)),
     Column("created_at", Float, nullable=False),
 )
@@ -55,6 +55,7 @@ requests = Table(
     Column("policy_name", String(128)),
     Column("policy_hash", String(64)),
     Column("mode", String(16)),
+    Column("profiles", String(256)),  # the tool profiles chosen for the request's tools, comma-separated
     Index("ix_requests_model_started", "model", "started_at"),
     Index("ix_requests_session", "session_id"),
     # Covering index of the stats' request counts, attempts and throughput (migration 0003).

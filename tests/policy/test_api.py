@@ -30,6 +30,7 @@ def test_signatures() -> None:
         "tool",
         "arguments",
         "offered_tools",
+        "tools",
     ]
     assert list(inspect.signature(policy_package.format_feedback).parameters) == [
         "policy",

@@ -58,6 +58,26 @@ def test_tool_arguments_as_json() -> None:
     assert code == 0
 
 
+@pytest.mark.parametrize(("tool", "arguments", "reasons"), [
+    ("bash", {"command": "uv run scripts/search.py x | head -5", "workdir": "sub"}, ["pipe"]),
+    ("run_shell_command", {"command": "uv run scripts/search.py x | head -5"}, ["pipe"]),
+    ("exec_command", {"cmd": "uv run scripts/search.py x | tail -3", "workdir": "/tmp"}, ["pipe", "absolute_path"]),
+    ("exec_command", {"cmd": "uv run scripts/search.py x"}, []),
+    ("Bash", {"command": "cat ~/.ssh/id_rsa"}, ["expansion"]),
+    ("local_shell_call", {"type": "exec", "command": ["bash", "-lc", "uv run scripts/search.py x"]}, []),
+    ("run_commands", {"commands": ["uv run scripts/search.py x", "curl x"]}, ["program"]),
+    ("Read", {"file_path": "/etc/passwd"}, ["absolute_path"]),
+    ("read_files", {"files": [{"path": "../x"}]}, ["path_escape"]),
+    ("some_runner", {"cmd": "ls"}, ["program"]),
+])  # fmt: skip
+def test_tool_calls_of_every_client_are_judged_as_the_proxy_does(tool: str, arguments: dict, reasons: list) -> None:
+    """`--tool NAME` judges a profiled tool's JSON arguments, not the JSON text as a command."""
+    code, out = _run(["--policy", STRICT, "--tool", tool, json.dumps(arguments)])
+    assert json.loads(out)["reasons"] == reasons and code == (0 if not reasons else 1)
+    code, out = _run(["--policy", STRICT, "--jsonl"], json.dumps({"tool": tool, "arguments": arguments}) + "\n")
+    assert json.loads(out)["reasons"] == reasons
+
+
 def test_jsonl_batch() -> None:
     lines = [
         json.dumps({"cmd": "uv run scripts/search.py x"}),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.policy import Policy, format_feedback, judge_call
+from proxy.policy.schema import Feedback
 
 
 def test_design_template(policy: Policy) -> None:
@@ -21,7 +22,7 @@ def test_design_template(policy: Policy) -> None:
     ["{", "}", "{0}", "{reasons.__class__}", "{unknown}", "%s {reasons!r}", "{{reasons}}", "", "{command}{command}"],
 )
 def test_odd_templates_never_raise(policy: Policy, template: str) -> None:
-    odd = policy.model_copy(update={"feedback": template})
+    odd = policy.model_copy(update={"feedback": Feedback(shell=template, paths=template, other=template)})
     verdict = judge_call(odd, "read", {"filePath": "/x"})
     text = format_feedback(odd, verdict, tool="read", arguments={"filePath": "/x"})
     assert isinstance(text, str)
@@ -29,7 +30,8 @@ def test_odd_templates_never_raise(policy: Policy, template: str) -> None:
 
 
 def test_command_and_extras(policy: Policy) -> None:
-    odd = policy.model_copy(update={"feedback": "{tool}|{command}|{shape}|{hint}|{decision}"})
+    template = "{tool}|{command}|{shape}|{hint}|{decision}"
+    odd = policy.model_copy(update={"feedback": Feedback(shell=template, paths=template, other=template)})
     verdict = judge_call(odd, "read", {"filePath": "/etc/passwd"})
     text = format_feedback(odd, verdict, tool="read", arguments={"filePath": "/etc/passwd"})
     tool, command, shape, hint, decision = text.split("|")
@@ -39,3 +41,35 @@ def test_command_and_extras(policy: Policy) -> None:
     text = format_feedback(odd, judge_call(odd, "bash", long), tool="bash", arguments=long)
     assert len(text) < 1000
     assert format_feedback(odd, judge_call(odd, "bash", None), tool="bash", arguments=None).startswith("bash|null|")
+
+
+def test_feedback_per_capability(policy: Policy) -> None:
+    """A rejected read is told about paths and names its tool; a blocked command gets the shell template."""
+    read = {"file_path": "/etc/passwd"}
+    text = format_feedback(policy, judge_call(policy, "Read", read), tool="Read", arguments=read)
+    assert text == "Rejected (absolute_path): `Read` call refused. Use a path inside the project, relative to its root."
+    assert "uv run" not in text
+    shell = {"cmd": "uv run scripts/search.py x | head -5"}
+    text = format_feedback(policy, judge_call(policy, "exec_command", shell), tool="exec_command", arguments=shell)
+    assert text.startswith("Rejected (pipe): only `uv run")
+    per = policy.model_copy(update={"feedback": Feedback(shell="S {tool} {command}", paths="P {tool}", other="O")})
+    assert format_feedback(per, judge_call(per, "exec_command", shell), tool="exec_command",
+                           arguments=shell) == "S exec_command uv run scripts/search.py x | head -5"
+    assert format_feedback(per, judge_call(per, "Read", read), tool="Read", arguments=read) == "P Read"
+    bad = judge_call(per, "Read", {"file_path": 3})
+    assert format_feedback(per, bad, tool="Read", arguments={"file_path": 3}) == "O"
+
+
+def test_shipped_feedback_names_the_tool_and_hints() -> None:
+    from proxy.policy import load_policy_file
+
+    from .conftest import ROOT
+
+    shipped = load_policy_file(ROOT / "policies" / "strict.yaml").policy
+    pipe = {"command": "uv run scripts/search.py x | head -5"}
+    text = format_feedback(shipped, judge_call(shipped, "run_shell_command", pipe), tool="run_shell_command",
+                           arguments=pipe)
+    assert "`run_shell_command`" in text and "Do not pipe" in text and "scripts/search.py" in text
+    read = {"file_path": "/etc/passwd"}
+    text = format_feedback(shipped, judge_call(shipped, "read_file", read), tool="read_file", arguments=read)
+    assert "`read_file`" in text and "inside the project" in text and "uv run" not in text

@@ -24,7 +24,11 @@ def test_strict_is_design_policy() -> None:
     loaded = load_policy_file(ROOT / "policies" / "strict.yaml")
     assert (loaded.name, loaded.policy.mode) == ("strict-uv-scripts", "enforce")
     design = Policy.model_validate(DESIGN_POLICY)
-    assert loaded.policy.model_dump(exclude={"examples"}) == design.model_dump(exclude={"examples"})
+    # The same rules; the shipped feedback is per capability (a rejected read is not told about scripts).
+    same = {"examples", "feedback"}
+    assert loaded.policy.model_dump(exclude=same) == design.model_dump(exclude=same)
+    assert loaded.policy.feedback_template("shell").startswith("Rejected ({reasons}): ")
+    assert "uv run" not in loaded.policy.feedback_template("paths") + loaded.policy.feedback_template("other")
 
 
 def test_observe_policy() -> None:

@@ -97,7 +97,7 @@ def test_reload_bad_edit_keeps_last_good(policy_dir: Path) -> None:
     assert manager.reload() is False
     assert manager.current() is good
     (error,) = manager.status()["errors"]
-    assert error["file"] == str(main) and error["key"] == "bash.scripts.search.flags"
+    assert error["file"] == str(main) and error["key"] == "shell.scripts.search.flags"
     line = 1 + next(i for i, t in enumerate(main.read_text().splitlines()) if t.startswith("    search: {flags: x}"))
     assert error["line"] == line and "expected a list of strings" in error["message"] and error["at"]
     assert _failures(main) == failures + 1

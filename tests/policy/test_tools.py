@@ -107,4 +107,9 @@ def test_path_lists_and_custom_bash_tools() -> None:
     )  # fmt: skip
     assert judge_call(policy, "shell", {"cmd": "uv run scripts/s.py", "workdir": "/ignored"}).allowed
     assert judge_call(policy, "glob", {"pattern": "/etc/*"}).reasons == ("absolute_path",)
-    assert judge_call(policy, "bash", {"command": "rm -rf /"}).allowed  # not a bash tool of this policy
+    # Not a bash tool of this policy's own keys, but OpenCode's shell: the built-in profile governs it.
+    assert judge_call(policy, "bash", {"command": "rm -rf /"}).reasons == ("program",)
+    # Without the built-in profiles, an unknown tool with a `command` argument is still judged as a shell.
+    alone = policy.model_copy(update={"builtin_profiles": False})
+    assert judge_call(alone, "bash", {"command": "rm -rf /"}).reasons == ("program",)
+    assert judge_call(alone, "bash", {"query": "rm -rf /"}).allowed

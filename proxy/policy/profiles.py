@@ -1,0 +1,329 @@
+"""Tool profiles: which of a client's tools carry a shell command or file paths, and where.
+
+The built-in profiles are data (`proxy/default_policies/tool-profiles.yaml`); a policy adds or replaces
+profiles under `profiles:`, and its older `bash:`/`paths:` tool keys still map tools too. Per request a
+`ToolSet` picks the profiles that fit the offered tools (names and parameter schemas; the User-Agent
+breaks ties) and answers, for each called tool, the maps that govern it. Several maps may govern one
+tool name (two clients both call a tool `edit`): then every map that fits is applied, so the stricter
+one decides. A tool no profile knows is judged as a shell when its schema looks like one runs commands,
+and otherwise follows `other_tools`.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .paths import normal_root
+from .schema import Policy, Profile, ShellMap, ToolMap
+
+__all__ = [
+    "LEGACY_PROFILE",
+    "Offered",
+    "ProfileTable",
+    "ToolSet",
+    "builtin_profiles",
+    "offered_tools",
+    "profile_table",
+    "shell_like",
+]
+
+_BUILTIN_FILE = Path(__file__).resolve().parent.parent / "default_policies" / "tool-profiles.yaml"
+# The maps the policy's own `bash:`/`paths:` tool keys make; applied wherever they fit, never recorded.
+LEGACY_PROFILE = "policy"
+
+# A string property named like one of these carries a command (`cmd`, `shellCommand`, `commands`, ...).
+_COMMAND_WORDS = frozenset({"command", "commands", "cmd", "cmds", "script", "code", "shell", "bash"})
+_SHELL_DESCRIPTION = re.compile(
+    r"\b(?:execut\w*|run\w*|invok\w*)\b(?:\W+\w+){0,3}?\W+(?:a\s+|the\s+|any\s+)?"
+    r"(?:shell|bash|terminal|command[- ]line|(?:shell\s+)?commands?)\b",
+    re.IGNORECASE,
+)
+
+
+@functools.cache
+def builtin_profiles() -> dict[str, Profile]:
+    """The profiles that ship with the package, validated like a policy's own."""
+    data = yaml.safe_load(_BUILTIN_FILE.read_text(encoding="utf-8"))
+    return {name: Profile.model_validate(value) for name, value in data.items()}
+
+
+# -- what a request offers --------------------------------------------------------------------------------
+
+# Responses API tools that are not functions: the item type the model's action arrives as, and the
+# arguments that item carries (proxy/responses_api.py hands those items to the judge under these names).
+_RESPONSES_BUILTIN_TOOLS = {"local_shell": "local_shell_call", "shell": "shell_call",
+                            "apply_patch": "apply_patch_call"}
+_CUSTOM_INPUT = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
+
+
+@dataclass(frozen=True, slots=True)
+class Offered:
+    """One tool as a request offers it: its parameters' JSON schema and description, where given."""
+
+    schema: dict[str, Any] | None = None
+    description: str | None = None
+
+
+def offered_tools(payload: Mapping[str, Any]) -> dict[str, Offered]:
+    """The offered tools by name, whatever the request's dialect: chat (`{"type": "function", "function":
+    {...}}`), Responses (`{"type": "function", "name", ...}`, `local_shell`, `shell`, `apply_patch`,
+    `custom`) and Messages (`{"name", "input_schema"}`)."""
+    tools = payload.get("tools")
+    out: dict[str, Offered] = {}
+    if not isinstance(tools, list):
+        return out
+    # A Responses `namespace` groups function tools (Codex's sub-agent tools): each is offered by its name.
+    tools = [*tools, *(inner for t in tools if isinstance(t, dict) and t.get("type") == "namespace"
+                       and isinstance(t.get("tools"), list) for inner in t["tools"])]
+    for tool in tools:
+        if not isinstance(tool, dict) or tool.get("type") == "namespace":
+            continue
+        kind = tool.get("type")
+        spec = tool.get("function")
+        if not isinstance(spec, dict):
+            spec = tool
+        name = spec.get("name")
+        schema = spec.get("parameters", spec.get("input_schema"))
+        if not isinstance(name, str):
+            if kind not in _RESPONSES_BUILTIN_TOOLS:
+                continue
+            name = _RESPONSES_BUILTIN_TOOLS[kind]
+        elif kind == "custom" and schema is None:
+            schema = _CUSTOM_INPUT  # a custom (freeform) tool's call arrives as {"input": text}
+        description = spec.get("description")
+        out[name] = Offered(schema if isinstance(schema, dict) else None,
+                            description if isinstance(description, str) else None)
+    return out
+
+
+def _properties(schema: Mapping[str, Any] | None) -> dict[str, Any]:
+    props = schema.get("properties") if isinstance(schema, Mapping) else None
+    return props if isinstance(props, dict) else {}
+
+
+def _words(name: str) -> set[str]:
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name)
+    return {w.lower() for w in re.split(r"[^A-Za-z0-9]+", spaced) if w}
+
+
+def _stringy(prop: Any) -> str | None:
+    """'str' for a string property, 'list' for an array of strings, else None."""
+    if not isinstance(prop, dict):
+        return None
+    kind = prop.get("type")
+    kinds = set(kind) if isinstance(kind, list) else {kind}
+    if "string" in kinds:
+        return "str"
+    if "array" in kinds:
+        items = prop.get("items")
+        if not isinstance(items, dict) or items.get("type") in ("string", None):
+            return "list"
+    return None
+
+
+def shell_like(schema: Mapping[str, Any] | None, description: str | None = None,
+               arguments: Mapping[str, Any] | None = None) -> ShellMap | None:
+    """The shell map of a tool no profile knows, when its schema (or, without one, its call's arguments)
+    looks like it runs commands; None otherwise."""
+    if schema is None and arguments is not None:
+        schema = {"properties": {k: {"type": "string"} if isinstance(v, str) else
+                                 {"type": "array"} if isinstance(v, list) else {} for k, v in arguments.items()}}
+    props = _properties(schema)
+    for name, prop in props.items():
+        kind = _stringy(prop)
+        if kind and _words(name) & _COMMAND_WORDS:
+            return ShellMap(commands=name) if kind == "list" else ShellMap(command=name)
+    described = [description] if description else []
+    described += [p.get("description") for p in props.values() if isinstance(p, dict)]
+    if not any(isinstance(d, str) and _SHELL_DESCRIPTION.search(d) for d in described):
+        return None
+    required = schema.get("required") if isinstance(schema, Mapping) else None
+    order = [n for n in required if n in props] if isinstance(required, list) else []
+    order += [n for n in props if n not in order]
+    for name in order:
+        kind = _stringy(props[name])
+        if kind:
+            return ShellMap(commands=name) if kind == "list" else ShellMap(command=name)
+    return None
+
+
+# -- the compiled table of one policy -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One map that governs a tool, and the profile it came from."""
+
+    profile: str
+    tool: str
+    map: ToolMap
+
+
+@dataclass(slots=True)
+class ProfileTable:
+    """A policy's profiles in order of precedence (the policy's own first) and an index by tool name."""
+
+    profiles: dict[str, Profile]
+    user_agents: dict[str, re.Pattern[str]]
+    by_tool: dict[str, list[Rule]]
+    legacy: dict[str, list[Rule]]
+    roots: tuple[str, ...]
+    source: tuple[Any, ...] = ()
+
+    @classmethod
+    def build(cls, policy: Policy) -> ProfileTable:
+        profiles: dict[str, Profile] = {}
+        for name, profile in policy.profiles.items():
+            if profile is not None:
+                profiles[name] = profile
+        if policy.builtin_profiles:
+            for name, profile in builtin_profiles().items():
+                if name not in policy.profiles:
+                    profiles[name] = profile
+        by_tool: dict[str, list[Rule]] = {}
+        for name, profile in profiles.items():
+            for tool, tool_map in profile.tools.items():
+                by_tool.setdefault(tool, []).append(Rule(name, tool, tool_map))
+        legacy: dict[str, list[Rule]] = {}
+        bash = policy.bash
+        for tool in bash.tools:
+            shell = ShellMap(command=bash.command_argument, workdir=bash.workdir_argument)
+            legacy.setdefault(tool, []).append(Rule(LEGACY_PROFILE, tool, ToolMap(shell=shell)))
+        for tool in policy.paths.tools:
+            legacy.setdefault(tool, []).append(
+                Rule(LEGACY_PROFILE, tool, ToolMap(paths=list(policy.path_arguments(tool)))))
+        agents = {name: re.compile(p.user_agent) for name, p in profiles.items() if p.user_agent}
+        return cls(profiles, agents, by_tool, legacy, tuple(policy.paths.project_root),
+                   (policy.profiles, policy.builtin_profiles, policy.bash, policy.paths))
+
+
+def profile_table(policy: Policy) -> ProfileTable:
+    private = policy.__pydantic_private__
+    table = private.get("_profiles") if private is not None else None
+    # `model_copy(update=...)` copies private attributes too: rebuild when the parts changed.
+    source = (policy.profiles, policy.builtin_profiles, policy.bash, policy.paths)
+    if table is None or any(a is not b for a, b in zip(table.source, source, strict=True)):
+        table = ProfileTable.build(policy)
+        policy._profiles = table
+    return table
+
+
+def _fits(tool_map: ToolMap, names: Iterable[str]) -> bool:
+    """Whether a map reads arguments that exist: its command argument, or any of its path arguments."""
+    present = set(names)
+    if tool_map.shell is not None:
+        return tool_map.arguments()[-1] in present
+    wanted = tool_map.arguments()
+    return not wanted or any(name in present for name in wanted)
+
+
+# -- one request ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class ToolSet:
+    """The tools of one request as the judge sees them: which profiles apply and what governs each tool.
+
+    `offered` None means nothing is known about the request (a CLI check, a recheck of stored calls):
+    then every map that fits a call's arguments applies.
+    """
+
+    table: ProfileTable
+    offered: dict[str, Offered] | None = None
+    user_agent: str | None = None
+    extra_roots: tuple[str, ...] = ()
+    profiles: list[str] = field(default_factory=list)
+    _rules: dict[str, list[Rule]] = field(default_factory=dict)
+
+    @classmethod
+    def for_request(cls, policy: Policy, payload: Mapping[str, Any], headers: Mapping[str, str], *,
+                    root_header: str | None = None) -> ToolSet:
+        roots: tuple[str, ...] = ()
+        if root_header:
+            value = _header(headers, root_header)
+            root = normal_root(value) if value else None
+            roots = (root,) if root else ()
+        tools = cls(profile_table(policy), offered_tools(payload), _header(headers, "user-agent"), roots)
+        tools.select()
+        return tools
+
+    @property
+    def roots(self) -> tuple[str, ...]:
+        return self.table.roots + self.extra_roots
+
+    def select(self) -> None:
+        """Pick the profiles that govern the offered tools: those matching the User-Agent first, then the
+        ones that know the most offered tools, each kept only when it covers a tool no earlier one did."""
+        assert self.offered is not None
+        agent = self.user_agent or ""
+        known: dict[str, set[str]] = {}
+        for tool, spec in self.offered.items():
+            names = _properties(spec.schema).keys() if spec.schema is not None else None
+            for rule in self.table.by_tool.get(tool, ()):
+                if names is None or _fits(rule.map, names):
+                    known.setdefault(rule.profile, set()).add(tool)
+        order = list(self.table.profiles)
+
+        def rank(name: str) -> tuple[int, int, int]:
+            pattern = self.table.user_agents.get(name)
+            matched = bool(pattern and agent and pattern.search(agent))
+            return (-int(matched), -len(known[name]), order.index(name))
+
+        covered: set[str] = set()
+        for name in sorted(known, key=rank):
+            if known[name] - covered:
+                self.profiles.append(name)
+                covered |= known[name]
+        chosen = set(self.profiles)
+        for tool, spec in self.offered.items():
+            names = _properties(spec.schema).keys() if spec.schema is not None else None
+            rules = [r for r in self.table.by_tool.get(tool, ()) if r.profile in chosen
+                     and (names is None or _fits(r.map, names))]
+            rules += [r for r in self.table.legacy.get(tool, ()) if names is None or _fits(r.map, names)]
+            rules = _unique(rules)
+            if not rules:
+                heuristic = shell_like(spec.schema, spec.description)
+                if heuristic is not None:
+                    rules = [Rule("heuristic", tool, ToolMap(shell=heuristic))]
+            self._rules[tool] = rules
+
+    def rules(self, tool: str, arguments: Mapping[str, Any]) -> list[Rule]:
+        """The maps governing one call: empty for a tool that only `other_tools` governs."""
+        if self.offered is not None and tool in self._rules:
+            return self._rules[tool]
+        # Nothing known about the tool: every map of that name whose arguments the call has, else all of
+        # them (so a missing command argument is `bad_arguments`), else what the arguments look like.
+        candidates = self.table.by_tool.get(tool, []) + self.table.legacy.get(tool, [])
+        if candidates:
+            fitting = [r for r in candidates if _fits(r.map, arguments.keys())]
+            return _unique(fitting or candidates)
+        heuristic = shell_like(None, None, arguments)
+        return [Rule("heuristic", tool, ToolMap(shell=heuristic))] if heuristic is not None else []
+
+    def governed(self) -> list[str]:
+        """The offered tools a shell or path rule governs."""
+        return [tool for tool, rules in self._rules.items() if any(r.map.governed for r in rules)]
+
+
+def _unique(rules: list[Rule]) -> list[Rule]:
+    """One rule per distinct map: the policy's `bash:` keys and OpenCode's profile both map `bash`."""
+    out: list[Rule] = []
+    for rule in rules:
+        if not any(rule.map == kept.map for kept in out):
+            out.append(rule)
+    return out
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    value = headers.get(name)
+    if value is None:
+        lowered = name.lower()
+        value = next((v for k, v in headers.items() if k.lower() == lowered), None)
+    return value
