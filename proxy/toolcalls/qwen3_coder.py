@@ -63,6 +63,14 @@ class Qwen3CoderFormat(ContentFormat):
 
     def __init__(self, rules: XmlRules = DEFAULT_RULES) -> None:
         self.rules = rules
+        if rules.engine == "engine":
+            # The engine reads `</tool_call>` inside a function as text: only `</function>` ends it.
+            self.bare_closers = (FUNCTION_END,)
+
+    def block_closes(self, body: str) -> bool:
+        if self.rules.engine != "engine":
+            return True
+        return body.rfind(FUNCTION_START) <= body.rfind(FUNCTION_END)
 
     def claims(self, body: str) -> bool:
         # The catch-all, asked after the formats with a stricter mark (Hermes' JSON): a block
@@ -97,6 +105,10 @@ class Qwen3CoderFormat(ContentFormat):
         return calls
 
     def parse_bare(self, body: str, *, closer: str | None, schemas: Schemas) -> list[ToolCall]:
+        if self.rules.split_nested_function and FUNCTION_START in body:
+            # A stray `<function=` inside a bare call starts another call, as in a block.
+            whole = FUNCTION_START + body + (FUNCTION_END if closer == FUNCTION_END else "")
+            return self.parse_block(whole, closed=True, schemas=schemas)
         raw = FUNCTION_START + body + (FUNCTION_END if closer == FUNCTION_END else "")
         return [parse_function(body, raw, schemas, self.rules)]
 

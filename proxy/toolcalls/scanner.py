@@ -57,6 +57,11 @@ class ContentFormat(ToolCallFormat):
     def claims(self, body: str) -> bool:
         """Is this `<tool_call>` block body written in this format?"""
 
+    def block_closes(self, body: str) -> bool:
+        """Does a `</tool_call>` after `body` end the block? (vLLM's 0.24+ engine reads it as text
+        while a function is open.)"""
+        return True
+
     @abstractmethod
     def parse_block(self, body: str, *, closed: bool, schemas: Schemas) -> list[ToolCall]:
         """The calls of one `<tool_call>` block body (`closed`: its `</tool_call>` was seen)."""
@@ -120,6 +125,7 @@ class ContentScanner(FormatStream):
         self._closers: tuple[str, ...] = ()
         self._parts: list[str] = []
         self._tail_len = 0  # how many trailing pieces may hold the start of a split closer
+        self._skip_to = 0  # closers found before this offset of the body were read as text
 
     # -- FormatStream -------------------------------------------------------------------------
 
@@ -198,6 +204,7 @@ class ContentScanner(FormatStream):
         self._closers = (TOOL_CALL_END,) if tag == TOOL_CALL_START else self._bare[tag].bare_closers
         self._tail_len = max(map(len, self._closers)) - 1
         self._parts = []
+        self._skip_to = 0
         return rest
 
     def _scan_think(self, data: str, texts: list[str]) -> str:
@@ -222,19 +229,36 @@ class ContentScanner(FormatStream):
         # A closer split across pieces starts within the body's last (len(closer) - 1)
         # characters; every piece holds at least one character, so that many pieces cover them.
         window = "".join(self._parts[-self._tail_len :]) + data
-        best = -1
-        closer = ""
-        for candidate in self._closers:
-            j = window.find(candidate)
-            if j >= 0 and (best < 0 or j < best):
-                best, closer = j, candidate
         self._parts.append(data)
-        if best < 0:
-            return ""
-        body = "".join(self._parts)
-        cut = len(body) - len(window) + best  # the window is the body's suffix
-        self._emit_call(body[:cut], closer, texts, events)
-        return body[cut + len(closer) :]
+        body: str | None = None
+        offset = 0  # where in `window` to look: past closers already read as text
+        while True:
+            best = -1
+            closer = ""
+            for candidate in self._closers:
+                j = window.find(candidate, offset)
+                if j >= 0 and (best < 0 or j < best):
+                    best, closer = j, candidate
+            if best < 0:
+                return ""
+            if body is None:
+                body = "".join(self._parts)
+            cut = len(body) - len(window) + best  # the window is the body's suffix
+            if cut < self._skip_to:
+                offset = best + 1
+                continue
+            if closer == TOOL_CALL_END and self._opener == TOOL_CALL_START and not self._closes(body[:cut]):
+                self._skip_to = cut + len(closer)
+                offset = best + 1
+                continue
+            self._emit_call(body[:cut], closer, texts, events)
+            return body[cut + len(closer) :]
+
+    def _closes(self, body: str) -> bool:
+        for fmt in self._formats:
+            if fmt.claims(body):
+                return fmt.block_closes(body)
+        return True
 
     # -- helpers --------------------------------------------------------------------------------
 

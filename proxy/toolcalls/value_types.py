@@ -22,6 +22,7 @@ import ast
 import functools
 import json
 import math
+import warnings
 from typing import Any
 
 from proxy.toolcalls.base import Schemas, loads_strict
@@ -131,9 +132,15 @@ def _number_019(value: str) -> Any:
 
 def _literal(value: str) -> Any:
     try:
-        return ast.literal_eval(value)
+        return _literal_eval(value)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return value
+
+
+def _literal_eval(value: str) -> Any:
+    with warnings.catch_warnings():  # model text such as "1.5x" makes the compiler warn
+        warnings.simplefilter("ignore", SyntaxWarning)
+        return ast.literal_eval(value)
 
 
 # -- 0.23+ coerce_to_schema_type ----------------------------------------------------------------
@@ -274,7 +281,7 @@ def _expat(value: str, key: str, properties: dict[str, Any]) -> Any:
     ):
         # Deferred: literal_eval of the raw text, else the text as a string.
         try:
-            return _strict(ast.literal_eval(value))
+            return _strict(_literal_eval(value))
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError, CallFails):
             return value
     if value.lower() == "null":

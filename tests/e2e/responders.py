@@ -26,7 +26,9 @@ OPENCODE_DENIAL = "The user has specified a rule which prevents you from using t
 _STRICT = Path(__file__).resolve().parents[2] / "policies" / "strict.yaml"
 # What the proxy's tool messages open with: the policy's feedback up to its first placeholder
 # ("Rejected ("), or the note on a sibling call that was held back with a rejected one.
-PROXY_REJECTION = (yaml.safe_load(_STRICT.read_text())["feedback"].split("{")[0], SIBLING_NOT_RUN)
+_FEEDBACK = yaml.safe_load(_STRICT.read_text())["feedback"]  # one template, or one per capability
+PROXY_REJECTION = (*sorted({t.split("{")[0] for t in (_FEEDBACK.values() if isinstance(_FEEDBACK, dict)
+                                                       else [_FEEDBACK])}), SIBLING_NOT_RUN)
 
 Call = tuple[str, dict[str, Any]]
 

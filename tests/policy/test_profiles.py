@@ -1,5 +1,5 @@
 """Tool profiles against the tools the real clients offer (tests/policy/client_tools/*.json, captured from
-Qwen Code 0.15.10, Codex 0.171.0 and Claude Code 2.1.197; OpenCode's from DESIGN.md).
+Qwen Code 0.15.10, Codex 0.171.0, Claude Code 2.1.197 and Cline 3.0.65; OpenCode's from DESIGN.md).
 
 Each client's request picks its own profile; its shell tool is judged by the shell rules, its file tools
 by the path rules; an absolute path passes only under the project root."""
@@ -54,6 +54,7 @@ EXPECTED = {
     "claude-code": ("claude-code", {"Bash", "Workflow"},
                     {"Read", "Write", "Edit", "NotebookEdit", "EnterWorktree", "Workflow"}),
     "codex": ("codex", {"exec_command"}, {"view_image"}),
+    "cline": ("cline", {"run_commands"}, {"read_files", "editor"}),
 }
 
 
@@ -77,12 +78,14 @@ SHELL_CALLS = {
     "qwen-code": ("run_shell_command", lambda c: {"command": c, "is_background": False}),
     "claude-code": ("Bash", lambda c: {"command": c, "description": "d"}),
     "codex": ("exec_command", lambda c: {"cmd": c, "login": True, "yield_time_ms": 1000}),
+    "cline": ("run_commands", lambda c: {"commands": [c]}),
 }
 READ_CALLS = {
     "opencode": ("read", lambda p: {"filePath": p}),
     "qwen-code": ("read_file", lambda p: {"file_path": p}),
     "claude-code": ("Read", lambda p: {"file_path": p}),
     "codex": ("view_image", lambda p: {"path": p}),
+    "cline": ("read_files", lambda p: {"files": [{"path": p, "start_line": None}]}),
 }
 
 

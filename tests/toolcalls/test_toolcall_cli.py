@@ -144,3 +144,57 @@ def test_bad_input_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caps
     assert (code, outs) == (2, []) and "extract" in err
     code, outs, err = cli(monkeypatch, capsys, ["--tools", str(tmp_path / "missing.json")], "x")
     assert (code, outs) == (2, []) and "missing.json" in err
+
+
+def test_jsonl_reads_every_kind_of_line_in_one_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    case = next(c for c in CASES if c.id == "opencode-bash-typed" and c.fmt == "qwen3_coder")
+    whole = render(extract_from_message(case.message, case.tools))
+    rng = random.Random(7)
+    lines = [
+        {"text": case.message["content"], "tools": case.tools},
+        {"response": response(case.message), "tools": case.tools},
+        {"sse": sse(case.message, lambda t: random_cuts(rng, t)), "tools": case.tools},
+        {"nothing": 1},
+        "not json",
+    ]
+    stdin = "\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines) + "\n"
+    code, out, _ = cli(monkeypatch, capsys, ["--jsonl"], stdin)
+    assert code == 0
+    assert out[:3] == [whole, whole, whole]
+    assert "error" in out[3] and out[4]["error"].startswith("line 5:")
+
+
+def test_vllm_version_and_tool_parser_pick_the_rules(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text_in = "<tool_call>\n<function=bash>\n<parameter=command>\n  ls  \n</parameter>\n</function>\n</tool_call>"
+    _, [old], _ = cli(monkeypatch, capsys, [], text_in)
+    _, [new], _ = cli(monkeypatch, capsys, ["--vllm-version", "0.24.0", "--tool-parser", "qwen3_xml"], text_in)
+    assert old["tool_calls"][0]["arguments"] == {"command": "  ls  "}
+    assert new["tool_calls"][0]["arguments"] == {"command": "ls"}
+    line = json.dumps({"text": text_in, "vllm_version": "0.24"})
+    _, [per_line], _ = cli(monkeypatch, capsys, ["--jsonl"], line)
+    assert per_line == new
+    code, _, err = cli(monkeypatch, capsys, ["--vllm-version", "newest"], text_in)
+    assert code == 2 and "unknown vLLM version" in err
+
+
+def test_jsonl_agrees_with_vllm_on_its_own_test_inputs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The recorded vLLM answers, checked through the CLI in one process per version."""
+    data = Path(__file__).parent / "data" / "vllm_qwen3_xml.jsonl"
+    cases = [json.loads(line) for line in data.read_text(encoding="utf-8").splitlines()]
+    for target in ("0.23/qwen3_coder", "0.27/qwen3_xml"):
+        version, parser = target.split("/")
+        stdin = "\n".join(json.dumps({"text": c["text"], "tools": c["tools"]}) for c in cases)
+        code, out, _ = cli(monkeypatch, capsys, ["--jsonl", "--vllm-version", version, "--tool-parser", parser], stdin)
+        assert code == 0 and len(out) == len(cases)
+        agree = sum(
+            [(t["name"], t["arguments"]) for t in result["tool_calls"]]
+            == [(c["name"], c["arguments"]) for c in case["expected"][target]["calls"]]
+            for case, result in zip(cases, out, strict=True)
+        )
+        assert agree >= len(cases) - 4  # the rest are the documented departures (malformed, not dropped)

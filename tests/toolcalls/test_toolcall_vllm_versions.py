@@ -130,3 +130,59 @@ def test_the_families_disagree_where_vllm_changed() -> None:
     assert by_id["empty_trailing_parameter"]["0.19/qwen3_coder"]["calls"][0]["arguments"] == {
         "command": "ls", "workdir": ""}
     assert by_id["empty_trailing_parameter"]["0.24/qwen3_coder"]["calls"][0]["arguments"] == {"command": "ls"}
+
+
+# -- generated tag soup ---------------------------------------------------------------------------
+# 400 texts made of OpenCode-like calls with the characters and tag pieces that matter to the
+# grammar (unclosed values and functions, stray `<tool_call>`, `<function=` and `</param` inside
+# values, odd newlines), with what each recorded vLLM returned for them whole.
+
+GENERATED = DATA.with_name("vllm_qwen3_xml_generated.jsonl")
+_LINES = GENERATED.read_text(encoding="utf-8").splitlines()
+GEN_TOOLS = json.loads(_LINES[0])["tools"]
+GEN_CASES = [json.loads(line) for line in _LINES[1:]]
+
+
+def _agreement(target: str, *, stream: bool) -> tuple[int, list[str]]:
+    """How many generated texts the proxy reads as vLLM did (or reports what vLLM lost); the ids
+    of the others."""
+    same, other = 0, []
+    for case in GEN_CASES:
+        expected = case["expected"][target]
+        if stream:
+            result = streamed({"tools": GEN_TOOLS}, target, cuts(case["text"], 3))
+        else:
+            result = extract_from_text(case["text"], GEN_TOOLS, rules=rules(target))
+        ours = [[c.name, c.arguments] for c in result.tool_calls]
+        made = [c for c in expected["calls"] if "__unparsed__" not in c[1]]
+        failed = not expected["tools_called"] and "<function=" in case["text"]
+        lost = len(made) < len(expected["calls"]) or failed
+        if ours == made and not result.malformed and not lost:
+            same += 1
+        elif lost and result.malformed and all(c in made for c in ours):
+            same += 1  # vLLM lost the call; the proxy reports it
+        elif failed and result.malformed:
+            same += 1  # vLLM failed the whole response; the proxy reports the failing call, keeps the others
+        elif _bare_call_before_a_block(case["text"], target) and all(c in ours for c in made):
+            same += 1  # documented: vLLM 0.19/0.23 drop bare calls when a <tool_call> appears
+        else:
+            other.append(case["id"])
+    return same, other
+
+
+def _bare_call_before_a_block(text: str, target: str) -> bool:
+    start = text.find("<function=")
+    return target.split("/")[0] in ("0.19", "0.23") and 0 <= start < text.find("<tool_call>")
+
+
+# The expat parser of qwen3_xml 0.19/0.23 is followed on well-formed calls and vLLM's own inputs
+# (above); on tag soup it garbles names and values in ways not reproduced: its floor is measured.
+FLOORS = {"0.19/qwen3_xml": 318, "0.23/qwen3_xml": 318}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_generated_tag_soup_reads_as_that_vllm(target: str) -> None:
+    assert len(GEN_CASES) == 400
+    for stream in (False, True):
+        same, other = _agreement(target, stream=stream)
+        assert same >= FLOORS.get(target, len(GEN_CASES)), other[:10]

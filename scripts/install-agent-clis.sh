@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs the agent CLIs that tests/e2e/test_clients.py drives - Qwen Code, Codex, Claude Code and
+# Cline - outside the repository, pinned, with the machine's npm.
+#   AGENT_CLIS_CACHE  where they go (default: ~/.cache/allowlist-proxy-e2e-clients); kept between runs
+# Exits 0 with a message when npm is missing or an install fails, so those tests skip with a reason
+# instead (set E2E_REQUIRE_CLIENTS=1 for pytest to fail then).
+set -uo pipefail
+
+cache="${AGENT_CLIS_CACHE:-$HOME/.cache/allowlist-proxy-e2e-clients}"
+# The releases the suite was written against (DESIGN.md "Facts about the clients").
+packages=(
+  "@qwen-code/qwen-code@0.15.10"
+  "@openai/codex@0.171.0"
+  "@anthropic-ai/claude-code@2.1.197"
+  "cline@3.0.65"
+)
+
+installed() {  # package@version -> whether node_modules holds exactly that version
+  local spec="$1" name="${1%@*}" version="${1##*@}"
+  [ -f "$cache/node_modules/$name/package.json" ] &&
+    [ "$(node -p "require('$cache/node_modules/$name/package.json').version" 2>/dev/null)" = "$version" ]
+}
+
+missing=()
+for spec in "${packages[@]}"; do installed "$spec" || missing+=("$spec"); done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "agent CLIs already in $cache"
+  exit 0
+fi
+if ! command -v npm >/dev/null 2>&1; then
+  echo "npm not found: the agent CLI end-to-end tests will be skipped" >&2
+  exit 0
+fi
+mkdir -p "$cache"
+# One at a time, so one package that fails to install does not take the others with it.
+for spec in "${missing[@]}"; do
+  if ! npm install --prefix "$cache" --no-audit --no-fund --loglevel=error "$spec" >&2; then
+    echo "npm install $spec failed: its end-to-end test will be skipped" >&2
+  fi
+done
+for spec in "${packages[@]}"; do
+  if installed "$spec"; then echo "$spec in $cache"; else echo "$spec is not installed" >&2; fi
+done
+exit 0

@@ -1,0 +1,214 @@
+"""Runs the real Qwen Code, Codex, Claude Code and Cline CLIs headless in a throw-away world, pointed at
+a base URL (the proxy), each configured the way README "Pointing an agent at it" shows.
+
+The world: its own HOME, a project with `scripts/` and a notes file, a secret file outside the project,
+and stub `uv`, `head` and `tail` first on PATH - also in the login profile, since Codex and Claude Code
+run commands in login shells - that log their argv, so a test reads what a shell really ran.
+
+The CLIs are installed outside the repository by `scripts/install-agent-clis.sh`, into
+`${AGENT_CLIS_CACHE:-~/.cache/allowlist-proxy-e2e-clients}`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CLIENTS", "AgentWorld", "ClientRun", "ClientSpec", "find_client"]
+
+MODEL = "qwen3.5-27b"
+NOTES_MARKER = "NOTES-MARKER-7f3a: the read inside the project went through"
+SECRET_MARKER = "SECRET-MARKER-91c2: this must never reach the model"
+
+_SCRIPTS = {
+    "search.py": 'import sys\nprint("results for", " ".join(sys.argv[1:]))\n',
+    "fetch_page.py": 'import sys\nprint("page", sys.argv[1:])\n',
+    "summarize.py": 'print("summary")\n',
+}
+# Each stub logs its argv. head and tail pass their input through, so a pipe that ran still "works", and
+# note whether that input came from the stub uv: the clients run head and tail for their own purposes too
+# (Claude Code and Cline do), and only a head fed by uv is the blocked pipe.
+_STUB = """#!{python}
+import json, sys
+files = [a for a in sys.argv[1:] if not a.startswith("-") and not a.isdigit()]
+data = ""
+if {passthrough} and not files and not sys.stdin.isatty():
+    data = sys.stdin.read()
+with open({log!r}, "a", encoding="utf-8") as log:
+    log.write(json.dumps({{"argv": sys.argv[1:], "from_uv": "STUB-UV ran" in data}}) + "\\n")
+if {passthrough}:
+    for name in files:
+        with open(name, encoding="utf-8", errors="replace") as f:
+            sys.stdout.write(f.read())
+    sys.stdout.write(data)
+else:
+    print("STUB-UV ran: " + " ".join(sys.argv[1:]))
+"""
+
+
+@dataclass(frozen=True)
+class ClientSpec:
+    name: str  # the profile name
+    package: str
+    version: str
+    binary: str  # under node_modules/.bin
+
+    def argv(self, world: AgentWorld, prompt: str) -> list[str]:
+        binary = str(world.binary)
+        if self.name == "qwen-code":
+            return [binary, "--auth-type", "openai", "--approval-mode", "yolo", "-p", prompt]
+        if self.name == "codex":
+            # No sandbox: the stubs log outside the workspace, and bubblewrap needs privileges CI lacks.
+            return [binary, "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
+                    "-m", MODEL, prompt]
+        if self.name == "claude-code":
+            # As root Claude Code refuses to skip permissions: allow the two tools the test uses.
+            return [binary, "--allowedTools", "Bash,Read", "-p", prompt]
+        return [binary, "--json", "-t", "90", prompt]  # cline: act mode, auto-approve
+
+
+CLIENTS = {
+    "qwen-code": ClientSpec("qwen-code", "@qwen-code/qwen-code", "0.15.10", "qwen"),
+    "codex": ClientSpec("codex", "@openai/codex", "0.171.0", "codex"),
+    "claude-code": ClientSpec("claude-code", "@anthropic-ai/claude-code", "2.1.197", "claude"),
+    "cline": ClientSpec("cline", "cline", "3.0.65", "cline"),
+}
+
+
+def default_cache() -> Path:
+    return Path(os.environ.get("AGENT_CLIS_CACHE") or Path.home() / ".cache" / "allowlist-proxy-e2e-clients")
+
+
+def find_client(spec: ClientSpec) -> tuple[Path | None, str]:
+    """The client's binary, or None and why not."""
+    modules = default_cache() / "node_modules"
+    binary = modules / ".bin" / spec.binary
+    manifest = modules / spec.package / "package.json"
+    if not binary.exists() or not manifest.exists():
+        return None, f"{spec.package}@{spec.version} not found in {modules}: run scripts/install-agent-clis.sh"
+    version = json.loads(manifest.read_text()).get("version")
+    if version != spec.version:
+        return None, f"{spec.package} is {version}, the suite needs {spec.version}"
+    return binary, version
+
+
+@dataclass
+class ClientRun:
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    def describe(self) -> str:
+        return (f"exit {self.returncode} after {self.seconds:.1f}s\n--- stdout\n{self.stdout[-4000:]}\n"
+                f"--- stderr\n{self.stderr[-4000:]}")
+
+
+class AgentWorld:
+    """A fresh HOME, a project, a secret outside it and the recording stubs, under `root`."""
+
+    def __init__(self, root: Path, spec: ClientSpec, binary: Path) -> None:
+        self.root, self.spec, self.binary = root, spec, binary
+        self.home = root / "home"
+        self.project = root / "project"
+        self.outside = root / "outside"
+        self.bin = root / "bin"
+        self.logs = root / "logs"
+        self.runs: list[ClientRun] = []
+        for folder in (self.home, self.project / "scripts", self.outside, self.bin, self.logs):
+            folder.mkdir(parents=True, exist_ok=True)
+        for name, text in _SCRIPTS.items():
+            (self.project / "scripts" / name).write_text(text)
+        self.notes = self.project / "notes.txt"
+        self.notes.write_text(NOTES_MARKER + "\n")
+        self.secret = self.outside / "secret.txt"
+        self.secret.write_text(SECRET_MARKER + "\n")
+        for name in ("uv", "head", "tail"):
+            stub = self.bin / name
+            stub.write_text(_STUB.format(python=sys.executable, log=str(self.logs / f"{name}.jsonl"),
+                                         passthrough=name != "uv"))
+            stub.chmod(0o755)
+        # Login shells (`bash -lc`) reset PATH from /etc/profile, then read these.
+        for profile in (".bash_profile", ".profile", ".bashrc", ".zshenv"):
+            (self.home / profile).write_text(f'export PATH="{self.bin}:$PATH"\n')
+
+    def calls(self, stub: str) -> list[list[str]]:
+        """The argv of each run of a stub; for head and tail only the runs fed by the stub uv (a pipe)."""
+        log = self.logs / f"{stub}.jsonl"
+        if not log.exists():
+            return []
+        runs = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        return [run["argv"] for run in runs if stub == "uv" or run["from_uv"]]
+
+    def configure(self, base_url: str) -> None:
+        """The client's configuration as README "Pointing an agent at it" gives it; base_url ends in /v1."""
+        name = self.spec.name
+        if name == "qwen-code":
+            # The managed-memory subagent is a second conversation after every turn; off, so one run is
+            # one conversation.
+            settings = {"memory": {"enableManagedAutoMemory": False}}
+            (self.home / ".qwen").mkdir(exist_ok=True)
+            (self.home / ".qwen" / "settings.json").write_text(json.dumps(settings))
+        elif name == "codex":
+            (self.home / ".codex").mkdir(exist_ok=True)
+            (self.home / ".codex" / "config.toml").write_text(
+                f'model = "{MODEL}"\nmodel_provider = "allowlist-proxy"\n\n'
+                f'[model_providers.allowlist-proxy]\nname = "allowlist-proxy"\nbase_url = "{base_url}"\n'
+                'env_key = "ALLOWLIST_PROXY_KEY"\nwire_api = "responses"\n')
+        elif name == "claude-code":
+            (self.home / ".claude.json").write_text(json.dumps({"hasCompletedOnboarding": True}))
+        elif name == "cline":
+            argv = [str(self.binary), "auth", "-p", "openai", "-k", "none", "-m", MODEL, "-b", base_url]
+            done = subprocess.run(argv, cwd=self.project, env=self.env(base_url), capture_output=True, text=True,
+                                  timeout=60, stdin=subprocess.DEVNULL)
+            if done.returncode != 0:
+                raise AssertionError(f"cline auth failed: {done.stdout}\n{done.stderr}")
+
+    def env(self, base_url: str) -> dict[str, str]:
+        keep = {k: v for k, v in os.environ.items() if k in ("LANG", "LC_ALL", "TMPDIR")}
+        env = {
+            **keep, "HOME": str(self.home), "TERM": "dumb", "SHELL": "/bin/bash", "NO_COLOR": "1",
+            "PATH": f"{self.bin}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "XDG_CONFIG_HOME": f"{self.home}/.config", "XDG_DATA_HOME": f"{self.home}/.local/share",
+            "XDG_CACHE_HOME": f"{self.home}/.cache", "XDG_STATE_HOME": f"{self.home}/.local/state",
+        }
+        name = self.spec.name
+        if name == "qwen-code":
+            env.update(OPENAI_BASE_URL=base_url, OPENAI_API_KEY="none", OPENAI_MODEL=MODEL)
+        elif name == "codex":
+            env.update(ALLOWLIST_PROXY_KEY="none", CODEX_HOME=str(self.home / ".codex"))
+        elif name == "claude-code":
+            env.update(ANTHROPIC_BASE_URL=base_url.removesuffix("/v1"), ANTHROPIC_API_KEY="none",
+                       ANTHROPIC_MODEL=MODEL, ANTHROPIC_SMALL_FAST_MODEL=MODEL,
+                       ANTHROPIC_DEFAULT_HAIKU_MODEL=MODEL, DISABLE_TELEMETRY="1", DISABLE_AUTOUPDATER="1",
+                       CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_ERROR_REPORTING="1")
+        return env
+
+    def run(self, base_url: str, prompt: str, *, timeout: float = 150.0) -> ClientRun:
+        started = time.monotonic()
+        # A process group of its own, so a timeout takes down the client's shells too.
+        proc = subprocess.Popen(self.spec.argv(self, prompt), cwd=self.project, env=self.env(base_url),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+            run = ClientRun(-9, stdout, stderr, time.monotonic() - started)
+            self.runs.append(run)
+            raise AssertionError(f"{self.spec.name} did not finish in {timeout}s\n{run.describe()}") from None
+        run = ClientRun(proc.returncode, stdout, stderr, time.monotonic() - started)
+        self.runs.append(run)
+        return run
+
+
+def describe_requests(requests: list[dict[str, Any]]) -> str:
+    return "\n".join(json.dumps(body, ensure_ascii=False)[:3000] for body in requests)

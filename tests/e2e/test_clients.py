@@ -1,0 +1,232 @@
+"""Qwen Code, Codex, Claude Code, Cline and an openai-SDK agent, unchanged, through the real proxy on the
+shipped strict policy (plus the project's root), in front of a scripted model that streams each client's
+dialect and picks the client's own shell and read tools from the offered tools.
+
+The model first proposes `uv run scripts/search.py x | head -5`, then the allowed command; then an
+absolute read of a secret outside the project, then an absolute read inside it. Asserted from what really
+happened: the stubs' logs (what a shell ran), the upstream's requests (what reached the model) and the
+proxy's `/stats/models`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from proxy.policy.profiles import offered_tools
+from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
+from tests.conftest import ROOT, RunningProxy
+from tests.e2e.clients import CLIENTS, MODEL, NOTES_MARKER, SECRET_MARKER, AgentWorld, find_client
+from tests.e2e.responders import is_refusal
+
+pytestmark = pytest.mark.e2e
+
+PIPED = "uv run scripts/search.py x | head -5"
+ALLOWED = "uv run scripts/search.py x"
+PROMPT = "Search the notes for x, then read the notes."
+
+Call = tuple[str, dict[str, Any]]
+
+
+def _shell_call(tool: str, command: str, project: Path) -> Call:
+    arguments: dict[str, Any] = {
+        "run_shell_command": {"command": command, "is_background": False, "description": "search"},
+        "exec_command": {"cmd": command, "workdir": str(project)},  # an absolute workdir inside the root
+        "Bash": {"command": command, "description": "search"},
+        "run_commands": {"commands": [command]},
+        "run_shell": {"command": command},
+    }[tool]
+    return tool, arguments
+
+
+def _read_call(tool: str, path: Path) -> Call:
+    arguments: dict[str, Any] = {
+        "read_file": {"file_path": str(path)},
+        "Read": {"file_path": str(path)},
+        "read_files": {"files": [{"path": str(path)}]},
+        "read_text": {"path": str(path)},
+    }[tool]
+    return tool, arguments
+
+
+SHELL_TOOLS = ("run_shell_command", "exec_command", "Bash", "run_commands", "run_shell")
+READ_TOOLS = ("read_file", "Read", "read_files", "read_text")
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else ""
+
+
+def scripted_model(world_project: Path, secret: Path, notes: Path) -> Callable[[dict[str, Any]], Reply]:
+    """Steps of alternatives: a step's k-th call is proposed after k refusals of that step; a tool result
+    that is not a refusal means the call ran, and the next step starts."""
+
+    def respond(body: dict[str, Any]) -> Reply:
+        offered = offered_tools({"tools": body.get("tools")})
+        shell = next((t for t in SHELL_TOOLS if t in offered), None)
+        if shell is None:  # a title or side request
+            return Reply(content="E2E")
+        steps = [[_shell_call(shell, PIPED, world_project), _shell_call(shell, ALLOWED, world_project)]]
+        read = next((t for t in READ_TOOLS if t in offered), None)
+        if read is not None:
+            steps.append([_read_call(read, secret), _read_call(read, notes)])
+        done = refused = 0
+        for message in body.get("messages") or []:
+            if message.get("role") != "tool":
+                continue
+            if is_refusal(message):
+                refused += 1
+            else:
+                done, refused = done + 1, 0
+        if done >= len(steps) or refused >= len(steps[done]):
+            return Reply(content="Finished.")
+        return Reply(content="", tool_calls=[steps[done][refused]])
+
+    return respond
+
+
+@pytest.fixture
+def backend() -> str:
+    return "sqlite"
+
+
+@pytest.fixture
+def rooted_policy(tmp_path: Path) -> Callable[[Path], Path]:
+    """The shipped strict policy with the world's project as its root."""
+
+    def write(project: Path) -> Path:
+        data = yaml.safe_load((ROOT / "policies" / "strict.yaml").read_text())
+        data["paths"]["project_root"] = [str(project)]
+        folder = tmp_path / "policies"
+        folder.mkdir(exist_ok=True)
+        path = folder / "strict.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        return path
+
+    return write
+
+
+def _model_stats(proxy: RunningProxy) -> dict[str, Any]:
+    proxy.flush()
+    with proxy.client() as client:
+        models = client.get("/stats/models").json()["models"]
+    (stats,) = [m for m in models if m["model"] == MODEL]
+    return stats
+
+
+def _requests_text(upstream: ScriptedUpstream) -> str:
+    return "\n".join(json.dumps(body, ensure_ascii=False) for body in upstream.requests)
+
+
+def _assert_governed(proxy: RunningProxy, upstream: ScriptedUpstream, logs: Callable[[str], list[list[str]]],
+                     *, reads: bool, profile: str | None) -> None:
+    assert logs("head") == [] and logs("tail") == [], "the blocked pipe ran"
+    assert logs("uv") == [["run", "scripts/search.py", "x"]], "the allowed command ran other than once"
+    sent = _requests_text(upstream)
+    assert SECRET_MARKER not in sent, "a read outside the project reached the model"
+    if reads:
+        assert NOTES_MARKER in sent, "the read inside the project did not reach the model"
+    stats = _model_stats(proxy)
+    assert stats["sessions"] == 1
+    assert stats["reasons"].get("pipe") == 1
+    assert stats["reasons"].get("absolute_path") == (1 if reads else None)
+    if profile is not None:
+        recorded = {r[0] for r in proxy.rows("SELECT profiles FROM requests WHERE profiles IS NOT NULL")}
+        assert profile in ",".join(recorded)
+
+
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+def test_agent_cli_is_governed_unchanged(client: str, tmp_path: Path, upstream: ScriptedUpstream, start_proxy,
+                                         rooted_policy: Callable[[Path], Path], request: pytest.FixtureRequest,
+                                         ) -> None:
+    spec = CLIENTS[client]
+    binary, detail = find_client(spec)
+    if binary is None:
+        if request.config.getoption("-m", default="") == "not e2e":
+            pytest.skip(detail)
+        import os
+
+        if os.environ.get("E2E_REQUIRE_CLIENTS") == "1":
+            pytest.fail(detail)
+        pytest.skip(detail)
+    world = AgentWorld(tmp_path / client, spec, binary)
+    upstream.responder = scripted_model(world.project, world.secret, world.notes)
+    proxy = start_proxy(upstream.url, policy=rooted_policy(world.project))
+    base_url = proxy.url + "/v1"
+    world.configure(base_url)
+    run = world.run(base_url, PROMPT)
+    context = f"{run.describe()}\n--- upstream requests\n{_requests_text(upstream)[-6000:]}"
+    assert upstream.requests, f"{client} never reached the upstream\n{context}"
+    try:
+        _assert_governed(proxy, upstream, world.calls, reads=client != "codex", profile=client)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{context}") from None
+
+
+# ---------------------------------------------------------------- the openai Python SDK
+
+
+def _sdk_agent(base_url: str, project: Path, bin_dir: Path, max_turns: int = 8) -> list[dict[str, Any]]:
+    """A small agent built on the openai SDK, streaming, with its own shell and read tools."""
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=base_url, api_key="none", max_retries=0)
+    tools = [
+        {"type": "function", "function": {"name": "run_shell", "description": "Run a command", "parameters": {
+            "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}},
+        {"type": "function", "function": {"name": "read_text", "description": "Read a text file", "parameters": {
+            "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}},
+    ]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a careful agent."},
+                                      {"role": "user", "content": PROMPT}]
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    for _ in range(max_turns):
+        calls: dict[int, dict[str, Any]] = {}
+        content = ""
+        for chunk in client.chat.completions.create(model=MODEL, messages=messages, tools=tools, stream=True):
+            if not chunk.choices:
+                continue
+            delta = chunk.choices[0].delta
+            content += delta.content or ""
+            for part in delta.tool_calls or []:
+                call = calls.setdefault(part.index, {"id": part.id, "name": "", "arguments": ""})
+                call["name"] += (part.function.name or "") if part.function else ""
+                call["arguments"] += (part.function.arguments or "") if part.function else ""
+        if not calls:
+            break
+        messages.append({"role": "assistant", "content": content or None, "tool_calls": [
+            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+            for c in calls.values()]})
+        for call in calls.values():
+            arguments = json.loads(call["arguments"])
+            if call["name"] == "run_shell":
+                done = subprocess.run(["bash", "-c", arguments["command"]], cwd=project, env=env,
+                                      capture_output=True, text=True, timeout=30)
+                result = done.stdout + done.stderr
+            else:
+                result = Path(arguments["path"]).read_text()
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+    return messages
+
+
+def test_openai_sdk_agent_is_governed(tmp_path: Path, upstream: ScriptedUpstream, start_proxy,
+                                      rooted_policy: Callable[[Path], Path]) -> None:
+    """An SDK-built agent's own tools: `run_shell {command}` is judged as a shell by its schema alone; its
+    `read_text {path}` is governed by a profile the operator adds to the policy."""
+    world = AgentWorld(tmp_path / "sdk", CLIENTS["qwen-code"], Path("/nonexistent"))
+    path = rooted_policy(world.project)
+    data = yaml.safe_load(path.read_text())
+    data["profiles"] = {"my-sdk-agent": {"tools": {"read_text": {"paths": ["path"]}}}}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    upstream.responder = scripted_model(world.project, world.secret, world.notes)
+    proxy = start_proxy(upstream.url, policy=path)
+    _sdk_agent(proxy.url + "/v1", world.project, world.bin)
+    _assert_governed(proxy, upstream, world.calls, reads=True, profile="my-sdk-agent")
