@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -21,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.logs import get_logger
 from proxy.store import tables
+from proxy.store.recorder import queue_lineage
 from proxy.store.writer import StoreWriter
 
 __all__ = ["FEEDBACK_MARKER", "SessionRef", "SessionResolver", "conversation_digests"]
@@ -165,12 +165,10 @@ class SessionResolver:
         digests = conversation_digests(conversation)
         if not digests:
             return
-        now = time.time()
         for digest in digests[-2:]:
             self._lineage[digest] = session_id
             self._lineage.move_to_end(digest)
-            if self._writer is not None:
-                self._writer.put(tables.session_lineage, {"digest": digest, "session_id": session_id,
-                                                          "created_at": now})
+        if self._writer is not None:
+            queue_lineage(self._writer, session_id, digests[-2:])
         while len(self._lineage) > self._max_entries:
             self._lineage.popitem(last=False)
