@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -185,8 +186,12 @@ def _refuse_when_store_down(state: ProxyState, policy: LoadedPolicy) -> None:
 
 
 def finish_exchange(ex: Exchange) -> None:
-    """The request is over: counted out, recorded, logged (exactly once, whatever the route)."""
+    """The request is over: counted out, recorded, logged (exactly once, whatever the route).
+
+    Called from `finally` blocks: when an exception is on its way to the client, the record says what the
+    client will get (its status and error), not what the upstream had answered."""
     record = ex.record
+    _note_exception(record, sys.exc_info()[1])
     ex.state.finish(record)
     REQUESTS.labels(record.model, record.route, str(record.status)).inc()
     UPSTREAM_LATENCY.labels(record.model).observe((record.duration_ms or 0) / 1000.0)
@@ -258,6 +263,16 @@ async def upstream_events(ex: Exchange, response: httpx.Response) -> AsyncIterat
                 yield event
     for event in decoder.close():
         yield event
+
+
+def _note_exception(record: RequestRecord, exc: BaseException | None) -> None:
+    if exc is None or record.saved or isinstance(exc, ClientGone | StoreUnavailable):
+        return  # nothing in flight, or already recorded as what it is
+    if isinstance(exc, ProxyError):
+        outcome = "upstream_error" if record.outcome == "ok" and exc.status_code >= 500 else record.outcome
+        record.fail(outcome, exc.message, exc.status_code)
+    elif isinstance(exc, Exception):
+        record.fail("internal_error", f"{type(exc).__name__}: {str(exc)[:500]}", 500)
 
 
 def _round(value: float | None) -> float | None:

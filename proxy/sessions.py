@@ -48,7 +48,7 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content.strip()
     if isinstance(content, list):
-        parts = [p.get("text", "") if isinstance(p, dict) else str(p) for p in content]
+        parts = [str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content]
         return "".join(parts).strip()
     return json.dumps(content, sort_keys=True)
 
@@ -57,7 +57,7 @@ def _arguments(raw: Any) -> Any:
     if isinstance(raw, str):
         try:
             return json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             return raw.strip()
     return raw
 
@@ -65,12 +65,18 @@ def _arguments(raw: Any) -> Any:
 def _canonical(message: Mapping[str, Any]) -> bytes:
     # Clients resend earlier turns with small differences (content null vs "", reasoning dropped,
     # arguments re-serialized), so only what identifies the turn is hashed.
-    calls = [
-        [c.get("function", {}).get("name"), _arguments(c.get("function", {}).get("arguments"))]
-        for c in message.get("tool_calls") or [] if isinstance(c, dict)
-    ]
-    key = [message.get("role"), _text(message.get("content")), calls, message.get("tool_call_id")]
-    return json.dumps(key, sort_keys=True, ensure_ascii=False, default=str).encode()
+    # Histories are the client's: any field may have any shape, and none may break the digest.
+    raw_calls = message.get("tool_calls")
+    calls = []
+    for call in raw_calls if isinstance(raw_calls, list) else []:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            calls.append([function.get("name"), _arguments(function.get("arguments"))])
+    try:
+        key = [message.get("role"), _text(message.get("content")), calls, message.get("tool_call_id")]
+        return json.dumps(key, sort_keys=True, ensure_ascii=False, default=str).encode()
+    except (RecursionError, TypeError, ValueError):  # nested past what json walks: identified by its role only
+        return json.dumps([str(message.get("role")), "unreadable"]).encode()
 
 
 def conversation_digests(messages: Sequence[Mapping[str, Any]]) -> list[str]:
