@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.requests import ClientDisconnect
 
 from proxy.chat import chat_completions
 from proxy.completions import completions
@@ -29,6 +30,7 @@ from proxy.sessions import SessionResolver
 from proxy.state import ProxyState
 from proxy.stats_api import router as stats_router
 from proxy.store.db import create_engine, migrate
+from proxy.store.journal import OwnerLock, recover
 from proxy.store.writer import StoreWriter
 from proxy.throughput.live import LiveWindows
 from proxy.upstream import Upstream
@@ -50,7 +52,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         engine = create_engine(settings.db)
         await migrate(engine)
         writer = StoreWriter(engine, batch_size=settings.store_batch_size,
-                             flush_seconds=settings.store_flush_seconds)
+                             flush_seconds=settings.store_flush_seconds, max_queue=settings.store_max_queue)
+        owner_lock = OwnerLock(engine, writer.owner)
+        await owner_lock.acquire()
+        # The requests of calls released by a proxy that died are on record before anything new is.
+        await recover(engine, writer.owner)
         await writer.start()
         upstream = Upstream(settings)
         state = ProxyState(
@@ -79,6 +85,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await upstream.aclose()
             await live.stop()
             await writer.stop()
+            await owner_lock.release()
             await engine.dispose()
             log.info("proxy.stopped", rows_written=writer.rows_written)
 
@@ -89,6 +96,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.exception_handler(ProxyError)
     async def _proxy_error(_request: Request, exc: ProxyError) -> JSONResponse:
         return error_response(exc)
+
+    @app.exception_handler(ClientDisconnect)
+    async def _client_left(_request: Request, _exc: ClientDisconnect) -> Response:
+        return Response(status_code=499)  # nobody reads it; the connection is gone
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
@@ -135,11 +146,25 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return await forward(request, state, "/" + path)
 
     @app.get("/health")
-    async def _health(request: Request) -> dict[str, object]:
+    async def _health(request: Request) -> JSONResponse:
+        # 503 where a load balancer should send elsewhere (the store cannot record while enforce mode refuses
+        # unrecorded answers, or the upstream is unreachable); 200 "degraded" where this proxy still serves
+        # well (a refused policy reload: the last good policy keeps serving).
         state = state_of(request)
-        return {"status": "ok", "upstream": state.upstream.base_url,
-                "upstream_reachable": await state.upstream.reachable(),
-                "policy": state.policies.current().name, "store_queue": state.writer.depth}
+        reasons: dict[str, str] = {}
+        if (store := await state.writer.check()) is not None:
+            reasons["store"] = store
+        reachable = await state.upstream.reachable()
+        if not reachable:
+            reasons["upstream"] = f"{state.upstream.base_url} is not reachable"
+        if errors := state.policies.status()["errors"]:
+            first = errors[0]
+            reasons["policy"] = f"{first['file']}:{first['line']}: {first['message']} (the last good policy serves)"
+        stop_sending = not reachable or ("store" in reasons and settings.on_store_failure == "refuse")
+        body = {"status": "degraded" if reasons else "ok", "reasons": reasons, "upstream": state.upstream.base_url,
+                "upstream_reachable": reachable, "policy": state.policies.current().name,
+                "store_queue": state.writer.depth, "store_rows_lost": state.writer.rows_lost}
+        return JSONResponse(body, status_code=503 if stop_sending else 200)
 
     @app.get("/policies")
     async def _policies(request: Request) -> dict[str, object]:

@@ -36,6 +36,10 @@ def read_json_object(body: bytes) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise BadRequest(f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") \
             from exc
+    except RecursionError as exc:
+        raise BadRequest("request body is nested too deeply to be read") from exc
+    except ValueError as exc:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise BadRequest(f"request body holds a number the proxy cannot read: {str(exc)[:200]}") from exc
     if not isinstance(payload, dict):
         raise BadRequest(f"request body must be a JSON object (got {type(payload).__name__})")
     return payload

@@ -92,7 +92,8 @@ async def chat_completions(request: Request, state: ProxyState) -> Response:
     record = RequestRecord(session=session, model=upstream_model, route="chat", upstream=state.upstream.base_url,
                            stream=stream, concurrency=state.enter(upstream_model))
     record.policy_name, record.policy_hash, record.mode = policy.name, policy.hash, policy.policy.mode
-    exchange = Exchange(state, record, payload, body, changed, headers, policy, tools, offered, client_wants_usage)
+    exchange = Exchange(state, record, payload, body, changed, headers, policy, tools, offered, client_wants_usage,
+                        client=request)
     if stream:
         return await _stream(exchange, messages)
     try:
@@ -123,7 +124,7 @@ async def _complete(ex: Exchange, messages: list[Any]) -> Response:
         record.mark_first_token()
         calls = [c for r in results for c in (r.tool_calls + r.malformed) if ex.scan_content or c.source == "openai"]
         judged = ex.judge(calls)
-        outcome = ex.settle(attempt, judged)
+        outcome = await ex.settle(attempt, judged)
         if outcome == DELIVER:
             changed = _convert_content_calls(ex, obj, results) or attempt > 1
             if attempt > 1 and isinstance(obj.get("usage"), dict):
@@ -237,7 +238,7 @@ class _StreamRelay:
                 if self.upstream_error:
                     break
                 judged = self._judge_attempt()
-                outcome = ex.settle(self.attempt, judged)
+                outcome = await ex.settle(self.attempt, judged)
                 if outcome == DELIVER:
                     if ex.enforce:
                         for piece in self._release():

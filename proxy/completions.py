@@ -74,7 +74,8 @@ async def completions(request: Request, state: ProxyState) -> Response:
     record.policy_name, record.policy_hash, record.mode = policy.name, policy.hash, policy.policy.mode
     # No tools are offered on this route: `offered` stays None when judging, so no call is `unknown_tool`.
     ex = Exchange(state=state, record=record, payload=payload, original_body=body, body_changed=changed,
-                  headers=headers, policy=policy, tools=None, offered=set(), client_wants_usage=client_wants_usage)
+                  headers=headers, policy=policy, tools=None, offered=set(), client_wants_usage=client_wants_usage,
+                  client=request)
     if stream:
         return await _stream(ex)
     try:

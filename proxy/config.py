@@ -62,7 +62,31 @@ class Settings(BaseSettings):
         10.0, description="Length of one live throughput window in seconds (vLLM logs every 10 s)."
     )
     store_batch_size: int = Field(500, description="Most rows the store writer inserts in one transaction.")
-    store_flush_seconds: float = Field(0.05, description="Longest a row waits in the writer's queue.")
+    store_flush_seconds: float = Field(
+        0.05, description="Longest a row nobody waits for stays in the writer's queue (observe mode's record bound)."
+    )
+    store_max_queue: int = Field(
+        100_000, description="Most rows waiting for the store; beyond, rows are dropped (counted) and health degrades."
+    )
+    on_store_failure: Literal["refuse", "continue"] = Field(
+        "refuse", description="Enforce mode, store cannot record: refuse (503, nothing delivered unrecorded) "
+        "or continue (deliver; counted and logged)."
+    )
+    store_release_timeout_seconds: float = Field(
+        5.0, description="Longest a judged call waits for its rows to be committed before on_store_failure applies."
+    )
+    header_timeout_seconds: float = Field(
+        10.0, description="A client connection that sends no complete request head within this is closed."
+    )
+    body_timeout_seconds: float = Field(
+        60.0, description="A request body that stops arriving for this long is answered 408."
+    )
+    keepalive_timeout_seconds: float = Field(
+        5.0, description="An idle keep-alive client connection is closed after this."
+    )
+    max_connections: int = Field(
+        1000, description="Most client connections at once; more are answered 503 and closed at once."
+    )
 
     @field_validator("model_aliases", mode="before")
     @classmethod

@@ -238,7 +238,7 @@ async def _exchange(request: Request, state: ProxyState, dialect: Dialect) -> Di
     record.policy_name, record.policy_hash, record.mode = policy.name, policy.hash, policy.policy.mode
     return DialectExchange(state=state, record=record, payload=payload, original_body=body, body_changed=changed,
                            headers=headers, policy=policy, tools=None, offered=dialect.offered(payload),
-                           client_wants_usage=False, dialect=dialect, conversation=conversation)
+                           client_wants_usage=False, client=request, dialect=dialect, conversation=conversation)
 
 
 # ---------------------------------------------------------------- non-streaming
@@ -266,7 +266,7 @@ async def _complete(ex: DialectExchange) -> Response:
         record.usage.add(dialect.usage(obj.get("usage")))
         record.mark_first_token()
         judged = ex.judge(calls)
-        outcome = ex.settle(attempt, judged)
+        outcome = await ex.settle(attempt, judged)
         if outcome == DELIVER:
             ex.remember(dialect.reply(obj))
             if attempt == 1:
@@ -334,7 +334,7 @@ class _Relay:
                 if stream.upstream_error:
                     break
                 judged = ex.judge(stream.calls())
-                outcome = ex.settle(stream.attempt, judged)
+                outcome = await ex.settle(stream.attempt, judged)
                 if outcome == DELIVER:
                     if ex.enforce:
                         for piece in stream.release():

@@ -8,7 +8,9 @@
      ├── Unauthorized          401  authentication_error
      ├── UpstreamUnavailable   502  upstream_error
      ├── UpstreamTimeout       504  upstream_timeout
-     └── UpstreamProtocolError 502  upstream_error
+     ├── UpstreamProtocolError 502  upstream_error
+     ├── StoreUnavailable      503  store_unavailable (enforce mode: nothing is released unrecorded)
+     └── ClientGone            499  client_disconnected (the client left; nobody reads the answer)
 """
 
 from __future__ import annotations
@@ -18,8 +20,19 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 __all__ = [
-    "BadRequest", "Forbidden", "ModelNotFound", "PayloadTooLarge", "ProxyError", "Unauthorized",
-    "UpstreamProtocolError", "UpstreamTimeout", "UpstreamUnavailable", "error_body", "error_response",
+    "BadRequest",
+    "ClientGone",
+    "Forbidden",
+    "ModelNotFound",
+    "PayloadTooLarge",
+    "ProxyError",
+    "StoreUnavailable",
+    "Unauthorized",
+    "UpstreamProtocolError",
+    "UpstreamTimeout",
+    "UpstreamUnavailable",
+    "error_body",
+    "error_response",
 ]
 
 
@@ -84,6 +97,18 @@ class UpstreamProtocolError(ProxyError):
     status_code = 502
     error_type = "upstream_error"
     code = "upstream_protocol_error"
+
+
+class StoreUnavailable(ProxyError):
+    status_code = 503
+    error_type = "store_unavailable"
+    code = "store_unavailable"
+
+
+class ClientGone(ProxyError):
+    status_code = 499
+    error_type = "client_disconnected"
+    code = "client_disconnected"
 
 
 def error_response(exc: ProxyError) -> JSONResponse:

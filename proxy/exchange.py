@@ -3,31 +3,38 @@ policy, the upstream attempts made for it, and its end."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.enforce import turn_allowed
-from proxy.errors import BadRequest, ProxyError, error_body
-from proxy.judging import JudgedCall, judge_calls, record_calls, request_tools
+from proxy.errors import BadRequest, ClientGone, ProxyError, StoreUnavailable, error_body
+from proxy.judging import JudgedCall, judge_calls, request_tools
 from proxy.logs import get_logger
-from proxy.metrics import BUDGET_EXHAUSTED, REQUESTS, RETRIES, UPSTREAM_LATENCY
+from proxy.metrics import BUDGET_EXHAUSTED, REQUESTS, RETRIES, TOOL_CALLS, UPSTREAM_LATENCY
+from proxy.metrics_feed import LOOP_TRACKER
 from proxy.policy import LoadedPolicy
 from proxy.policy.profiles import ToolSet
 from proxy.record import RequestRecord
 from proxy.sse import SSEDecoder, SSEEvent
 from proxy.state import ProxyState
+from proxy.store.recorder import queue_calls, release_calls
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.families import XmlRules
 from proxy.upstream import response_headers
 
 __all__ = ["BLOCKED", "DELIVER", "RETRY", "Exchange", "finish_exchange", "open_stream_attempt", "pick_policy",
            "request_attempt", "upstream_events"]
+
+T = TypeVar("T")
 
 log = get_logger("proxy.exchange")
 
@@ -50,6 +57,10 @@ class Exchange:
     offered: set[str]
     client_wants_usage: bool
     extra_messages: list[dict[str, Any]] = field(default_factory=list)
+    # The client's request, watched for a disconnect while an upstream attempt is awaited whole (no
+    # response started yet); None where nobody watches (tests, the CLI).
+    client: Request | None = None
+    client_left: bool = False
     # The request's tool profiles and project root (proxy/policy/profiles.py), chosen once per request.
     toolset: ToolSet | None = field(default=None, init=False)
 
@@ -87,14 +98,30 @@ class Exchange:
         return judge_calls(self.policy, calls, self.offered, tools=self.toolset)
 
     def keep(self, attempt: int, judged: list[JudgedCall], *, delivered: bool) -> None:
-        record_calls(self.state.writer, self.record, self.policy, attempt, judged, delivered=delivered,
-                     tools=self.toolset)
+        """Queue an attempt's calls for the store without waiting (held back, or recorded after the fact)."""
+        queue_calls(self.state.writer, self.record, self.policy, attempt, judged, delivered=delivered,
+                    tools=self.toolset)
+        self._count(judged)
 
-    def settle(self, attempt: int, judged: list[JudgedCall]) -> str:
+    async def release(self, attempt: int, judged: list[JudgedCall]) -> None:
+        """The release point: returns once the calls about to be delivered are on record (enforce mode), or
+        raises StoreUnavailable (503) when they cannot be and `on_store_failure` is `refuse`."""
+        settings = self.state.settings
+        try:
+            await release_calls(self.state.writer, self.record, self.policy, attempt, judged,
+                                on_store_failure=settings.on_store_failure,
+                                timeout=settings.store_release_timeout_seconds, tools=self.toolset)
+        finally:
+            self._count(judged)
+
+    async def settle(self, attempt: int, judged: list[JudgedCall]) -> str:
         """Records an attempt's verdicts and says what follows under the policy's mode and budget:
-        DELIVER (observe mode, or every call allowed), RETRY (budget left) or BLOCKED (budget spent)."""
+        DELIVER (observe mode, or every call allowed), RETRY (budget left) or BLOCKED (budget spent).
+
+        DELIVER returns only once the calls are on record (audit before release, enforce mode); when the store
+        cannot record them and `on_store_failure` is `refuse`, raises StoreUnavailable instead."""
         if not self.enforce or turn_allowed(judged):
-            self.keep(attempt, judged, delivered=True)
+            await self.release(attempt, judged)
             return DELIVER
         self.keep(attempt, judged, delivered=False)
         if attempt > self.budget:
@@ -104,21 +131,81 @@ class Exchange:
         RETRIES.labels(self.record.model).inc()
         return RETRY
 
+    def settle_truncated(self, attempt: int, judged: list[JudgedCall]) -> None:
+        """A stream that ended without a finish (no finish_reason, or no [DONE] / completed event): an upstream
+        error. The calls it completed are judged and recorded as not delivered; the relay sends the client an
+        error event instead of them."""
+        self.keep(attempt, judged, delivered=False)
+        self.record.fail("upstream_error", "the upstream stream ended without a finish")
+
+    def _count(self, judged: list[JudgedCall]) -> None:
+        record, loop_min = self.record, self.policy.policy.loop_min_attempts
+        for item in judged:
+            verdict = item.verdict
+            TOOL_CALLS.labels(record.model, verdict.decision, verdict.reasons[0] if verdict.reasons else "").inc()
+            LOOP_TRACKER.observe(record.session.id, record.model, verdict, loop_min)
+
+    async def unless_client_leaves(self, start: Callable[[], Awaitable[T]]) -> T:
+        """Await `start()` (an upstream attempt) unless the client disconnects first: then the attempt is cancelled
+        at once (httpx closes the upstream connection, so the server stops generating), the record says
+        `client_disconnected` and ClientGone (499) is raised, so no retry starts either."""
+        if self.client is None:
+            return await start()
+        if not self.client_left:
+            watcher = asyncio.ensure_future(_disconnected(self.client))
+            await asyncio.sleep(0)  # a disconnect already known ends the watcher before anything is sent
+            if not watcher.done():
+                work = asyncio.ensure_future(start())
+                try:
+                    await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    if not work.done() and not watcher.done():  # we were cancelled ourselves
+                        work.cancel()
+                    watcher.cancel()
+                if work.done():
+                    return work.result()
+                work.cancel()
+                with contextlib.suppress(BaseException):
+                    await work
+            self.client_left = True
+        self.record.fail("client_disconnected", "the client went away before the answer", 499)
+        raise ClientGone("the client went away before the answer")
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
 
 def pick_policy(request: Request, state: ProxyState) -> LoadedPolicy:
     manager = state.policies
     wanted = request.headers.get("x-allowlist-policy")
+    chosen = manager.current()
     if wanted and state.settings.policy_header:
         found = manager.get(wanted)
         if found is None:
             raise BadRequest(f"x-allowlist-policy names no loaded policy: {wanted!r}", param="x-allowlist-policy")
-        return found
-    return manager.current()
+        chosen = found
+    _refuse_when_store_down(state, chosen)
+    return chosen
+
+
+def _refuse_when_store_down(state: ProxyState, policy: LoadedPolicy) -> None:
+    """Enforce mode with `on_store_failure: refuse`: while the store cannot record, no request starts (the GPU
+    would answer for nothing the client may receive)."""
+    if policy.policy.mode != "enforce" or state.settings.on_store_failure != "refuse":
+        return
+    if (reason := state.writer.health()) is not None:
+        raise StoreUnavailable(f"the proxy cannot record calls now, so it serves none: {reason}")
 
 
 def finish_exchange(ex: Exchange) -> None:
-    """The request is over: counted out, recorded, logged (exactly once, whatever the route)."""
+    """The request is over: counted out, recorded, logged (exactly once, whatever the route).
+
+    Called from `finally` blocks: when an exception is on its way to the client, the record says what the
+    client will get (its status and error), not what the upstream had answered."""
     record = ex.record
+    _note_exception(record, sys.exc_info()[1])
     ex.state.finish(record)
     REQUESTS.labels(record.model, record.route, str(record.status)).inc()
     UPSTREAM_LATENCY.labels(record.model).observe((record.duration_ms or 0) / 1000.0)
@@ -133,7 +220,10 @@ async def request_attempt(ex: Exchange, path: str) -> httpx.Response | Response:
     upstream refused (its error body and status, passed on as they are)."""
     record = ex.record
     try:
-        response = await ex.state.upstream.request("POST", path, headers=ex.headers, content=ex.body())
+        response = await ex.unless_client_leaves(
+            lambda: ex.state.upstream.request("POST", path, headers=ex.headers, content=ex.body()))
+    except ClientGone:
+        raise
     except ProxyError as exc:
         record.fail("upstream_error", exc.message, exc.status_code)
         raise
@@ -151,7 +241,11 @@ async def open_stream_attempt(ex: Exchange, path: str) -> httpx.Response | Respo
     it), or the finished exchange's answer for the client when the upstream refused."""
     record = ex.record
     try:
-        response = await ex.state.upstream.open_stream("POST", path, headers=ex.headers, content=ex.body())
+        response = await ex.unless_client_leaves(
+            lambda: ex.state.upstream.open_stream("POST", path, headers=ex.headers, content=ex.body()))
+    except ClientGone:
+        finish_exchange(ex)
+        raise
     except ProxyError as exc:
         record.fail("upstream_error", exc.message, exc.status_code)
         finish_exchange(ex)
@@ -183,6 +277,16 @@ async def upstream_events(ex: Exchange, response: httpx.Response) -> AsyncIterat
                 yield event
     for event in decoder.close():
         yield event
+
+
+def _note_exception(record: RequestRecord, exc: BaseException | None) -> None:
+    if exc is None or record.saved or isinstance(exc, ClientGone | StoreUnavailable):
+        return  # nothing in flight, or already recorded as what it is
+    if isinstance(exc, ProxyError):
+        outcome = "upstream_error" if record.outcome == "ok" and exc.status_code >= 500 else record.outcome
+        record.fail(outcome, exc.message, exc.status_code)
+    elif isinstance(exc, Exception):
+        record.fail("internal_error", f"{type(exc).__name__}: {str(exc)[:500]}", 500)
 
 
 def _round(value: float | None) -> float | None:

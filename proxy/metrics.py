@@ -2,9 +2,58 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client import Counter as _Counter
+from prometheus_client import Gauge as _Gauge
+from prometheus_client import Histogram as _Histogram
+
+__all__ = ["OTHER_LABEL", "REGISTRY", "bound_label"]
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+
+# Label values come from clients (model names, paths): each new value is a new series kept forever, so a
+# label takes at most this many distinct values and every later one shares OTHER_LABEL.
+_MAX_LABEL_VALUES = 200
+OTHER_LABEL = "other"
+_seen: dict[str, set[str]] = {}
+
+
+def bound_label(name: str, value: Any) -> str:
+    """The value a metric label `name` may carry for `value`: itself while the label has room, else "other".
+    Paths naming a model (`/models/<id>`) share one value, whatever the id."""
+    text = str(value)
+    if name == "route" and "/models/" in text:
+        text = text[: text.index("/models/")] + "/models/{id}"
+    seen = _seen.setdefault(name, set())
+    if text in seen:
+        return text
+    if len(seen) >= _MAX_LABEL_VALUES:
+        return OTHER_LABEL
+    seen.add(text)
+    return text
+
+
+class _Bounded:
+    _labelnames: tuple[str, ...]
+
+    def labels(self, *values: Any, **named: Any) -> Any:
+        bounded = [bound_label(n, v) for n, v in zip(self._labelnames, values, strict=False)]
+        return super().labels(*bounded, **{k: bound_label(k, v) for k, v in named.items()})  # type: ignore[misc]
+
+
+class Counter(_Bounded, _Counter):
+    pass
+
+
+class Gauge(_Bounded, _Gauge):
+    pass
+
+
+class Histogram(_Bounded, _Histogram):
+    pass
+
 
 REQUESTS = Counter(
     "allowlist_proxy_requests", "Client requests by model, route and status", ["model", "route", "status"],
@@ -50,5 +99,33 @@ TOKENS = Counter(
 UNGOVERNED_REQUESTS = Counter(
     "allowlist_proxy_ungoverned_requests",
     "Requests offering tools none of which a tool profile (or the shell heuristic) governs", ["model"],
+    registry=REGISTRY,
+)
+
+STORE_ROWS_LOST = Counter(
+    "allowlist_proxy_store_rows_lost", "Rows the store never got: queue full, store down at shutdown, row refused",
+    ["table"], registry=REGISTRY,
+)
+STORE_ROWS_REPAIRED = Counter(
+    "allowlist_proxy_store_rows_repaired",
+    "Rows the database refused as they came and took with their text made safe (NUL escaped, cut)",
+    registry=REGISTRY,
+)
+STORE_UNRECORDED_RELEASES = Counter(
+    "allowlist_proxy_store_unrecorded_releases",
+    "Calls released before the store committed them (on_store_failure: continue)", ["model"], registry=REGISTRY,
+)
+STORE_REFUSALS = Counter(
+    "allowlist_proxy_store_refusals",
+    "Requests refused with 503 because the store could not record (on_store_failure: refuse)", ["model"],
+    registry=REGISTRY,
+)
+RELEASE_WAIT = Histogram(
+    "allowlist_proxy_release_wait_seconds", "Time a judged call waited for its rows to be committed (enforce)",
+    registry=REGISTRY, buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 5),
+)
+CONNECTION_LIMITS = Counter(
+    "allowlist_proxy_connection_limits",
+    "Client connections closed or refused by a limit (header_timeout | body_timeout | idle | too_many)", ["limit"],
     registry=REGISTRY,
 )

@@ -28,6 +28,9 @@ class ModelsAnswer:
     fetched_at: float
 
 
+_MAX_KEYS = 1024
+
+
 class ModelCatalog:
     def __init__(self, upstream: Upstream, *, ttl: float, aliases: Mapping[str, str]) -> None:
         self._upstream = upstream
@@ -73,7 +76,10 @@ class ModelCatalog:
         answer = ModelsAnswer(response.status_code, response.content,
                               response.headers.get("content-type", "application/json"), names, now)
         if response.status_code == 200:
+            self._cache.pop(key, None)
             self._cache[key] = answer
+            while len(self._cache) > _MAX_KEYS:  # one entry per Authorization seen: the oldest go first
+                self._cache.pop(next(iter(self._cache)))
         return answer
 
     async def resolve(self, requested: str, headers: Mapping[str, str]) -> str:

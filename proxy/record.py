@@ -1,4 +1,4 @@
-"""What the proxy remembers of one client request, and how it becomes rows for the store."""
+"""What the proxy remembers of one client request (its rows are built in proxy.store.recorder)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.sessions import SessionRef
-from proxy.store import tables
+from proxy.store.recorder import queue_request
 from proxy.store.writer import StoreWriter
 
 __all__ = ["RequestRecord", "Usage"]
@@ -69,6 +69,7 @@ class RequestRecord:
     mode: str | None = None
     profiles: str | None = None  # the tool profiles chosen for the request's tools, comma-separated
     saved: bool = False
+    journaled: bool = False  # its journal entry is queued (proxy.store.recorder)
 
     def elapsed_ms(self) -> float:
         return (time.perf_counter() - self.started_mono) * 1000.0
@@ -94,21 +95,4 @@ class RequestRecord:
         self.saved = True
         if self.duration_ms is None:
             self.duration_ms = self.elapsed_ms()
-        if self.session.is_new or self.session.source != "lineage":
-            writer.put(tables.sessions, {
-                "id": self.session.id, "source": self.session.source, "model": self.model,
-                "created_at": self.started_at,
-            })
-        usage = self.usage
-        writer.put(tables.requests, {
-            "id": self.id, "session_id": self.session.id, "model": self.model, "route": self.route,
-            "upstream": self.upstream, "stream": self.stream, "started_at": self.started_at,
-            "ttfb_ms": self.ttfb_ms, "ttft_ms": self.ttft_ms, "duration_ms": self.duration_ms,
-            "status": self.status, "outcome": self.outcome, "error": self.error,
-            "prompt_tokens": usage.prompt_tokens if usage.seen else None,
-            "completion_tokens": usage.completion_tokens if usage.seen else None,
-            "cached_tokens": usage.cached_tokens if usage.seen else None,
-            "concurrency": self.concurrency, "attempts": self.attempts,
-            "budget_exhausted": self.budget_exhausted, "policy_name": self.policy_name,
-            "policy_hash": self.policy_hash, "mode": self.mode, "profiles": self.profiles,
-        })
+        queue_request(writer, self)

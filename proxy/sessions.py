@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -24,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.logs import get_logger
 from proxy.store import tables
+from proxy.store.recorder import queue_lineage
 from proxy.store.writer import StoreWriter
 
 __all__ = ["DEFAULT_SESSION_HEADERS", "FEEDBACK_MARKER", "SessionRef", "SessionResolver", "conversation_digests"]
@@ -53,7 +53,7 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content.strip()
     if isinstance(content, list):
-        parts = [p.get("text", "") if isinstance(p, dict) else str(p) for p in content]
+        parts = [str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content]
         return "".join(parts).strip()
     return json.dumps(content, sort_keys=True)
 
@@ -62,7 +62,7 @@ def _arguments(raw: Any) -> Any:
     if isinstance(raw, str):
         try:
             return json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             return raw.strip()
     return raw
 
@@ -70,12 +70,18 @@ def _arguments(raw: Any) -> Any:
 def _canonical(message: Mapping[str, Any]) -> bytes:
     # Clients resend earlier turns with small differences (content null vs "", reasoning dropped,
     # arguments re-serialized), so only what identifies the turn is hashed.
-    calls = [
-        [c.get("function", {}).get("name"), _arguments(c.get("function", {}).get("arguments"))]
-        for c in message.get("tool_calls") or [] if isinstance(c, dict)
-    ]
-    key = [message.get("role"), _text(message.get("content")), calls, message.get("tool_call_id")]
-    return json.dumps(key, sort_keys=True, ensure_ascii=False, default=str).encode()
+    # Histories are the client's: any field may have any shape, and none may break the digest.
+    raw_calls = message.get("tool_calls")
+    calls = []
+    for call in raw_calls if isinstance(raw_calls, list) else []:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            calls.append([function.get("name"), _arguments(function.get("arguments"))])
+    try:
+        key = [message.get("role"), _text(message.get("content")), calls, message.get("tool_call_id")]
+        return json.dumps(key, sort_keys=True, ensure_ascii=False, default=str).encode()
+    except (RecursionError, TypeError, ValueError):  # nested past what json walks: identified by its role only
+        return json.dumps([str(message.get("role")), "unreadable"]).encode()
 
 
 def conversation_digests(messages: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -174,13 +180,11 @@ class SessionResolver:
         session_id = session.id
         if not isinstance(reply, Mapping) or reply.get(FEEDBACK_MARKER):
             return  # not a message the client holds: nothing it can continue
-        digests = conversation_digests([*messages, reply])
-        now = time.time()
-        for digest in digests[-1:]:
+        digests = conversation_digests([*messages, reply])[-1:]
+        for digest in digests:
             self._lineage[digest] = session_id
             self._lineage.move_to_end(digest)
-            if self._writer is not None:
-                self._writer.put(tables.session_lineage, {"digest": digest, "session_id": session_id,
-                                                          "created_at": now})
+        if self._writer is not None:
+            queue_lineage(self._writer, session_id, digests)
         while len(self._lineage) > self._max_entries:
             self._lineage.popitem(last=False)

@@ -15,6 +15,7 @@ import pytest
 
 from proxy.app import create_app
 from proxy.config import Settings
+from proxy.connections import server_options
 from proxy.testing.scripted_upstream import ScriptedUpstream
 from proxy.testing.server import ServerThread
 from tests.databases import BACKENDS, database_url
@@ -107,7 +108,7 @@ def start_proxy(tmp_path: Path, db_url: str) -> Iterator[Callable[..., RunningPr
         settings = Settings(upstream=upstream_url, db=url,
                             policy=overrides.pop("policy", STRICT_POLICY), log_level="warning", **overrides)
         app = create_app(settings)
-        server = ServerThread(app).start()
+        server = ServerThread(app, options=server_options(settings)).start()
         running = RunningProxy(server, app, url)
         started.append(running)
         return running

@@ -1,7 +1,7 @@
 """the tool profiles chosen for each request's tools
 
 Revision ID: 0007
-Revises: 0005 (0006 once issue 16's migration is merged before it)
+Revises: 0006
 Create Date: 2026-12-03
 """
 from alembic import op
@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 
 revision = '0007'
-down_revision = '0005'
+down_revision = '0006'
 branch_labels = None
 depends_on = None
 

@@ -77,11 +77,14 @@ class RecheckResult:
 
 async def _stored_calls(engine: Any, since: float | None, until: float | None,
                         model: str | None) -> AsyncIterator[list[Any]]:
-    from sqlalchemy import select
+    from sqlalchemy import case, func, select
 
     from proxy.store.tables import tool_calls as t
 
-    stmt = select(t.c.id, t.c.session_id, t.c.model, t.c.created_at, t.c.tool_name, t.c.arguments_json,
+    # A call's arguments are stored once: arguments_json only where the raw text does not say them exactly.
+    arguments = case((t.c.decision == "malformed", t.c.arguments_json),
+                     else_=func.coalesce(t.c.arguments_json, t.c.arguments_raw)).label("arguments_json")
+    stmt = select(t.c.id, t.c.session_id, t.c.model, t.c.created_at, t.c.tool_name, arguments,
                   t.c.command, t.c.decision, t.c.reasons)
     if since is not None:
         stmt = stmt.where(t.c.created_at >= since)

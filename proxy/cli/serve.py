@@ -36,9 +36,11 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from proxy.app import create_app
+    from proxy.connections import raise_open_file_limit, server_options
 
     settings = settings_from(args)
     app = create_app(settings)
+    raise_open_file_limit(settings.max_connections)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
-                timeout_graceful_shutdown=30)
+                timeout_graceful_shutdown=30, **server_options(settings))
     return 0

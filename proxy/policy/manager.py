@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,11 +21,40 @@ import structlog
 from ..metrics import POLICY_RELOAD_FAILURES, POLICY_VALID
 from .errors import PolicyError
 from .loader import LoadedPolicy, load_policy_file
+from .reload_guard import reload_problem
 
 __all__ = ["PolicyManager"]
 
 _log = structlog.get_logger("proxy.policy")
 _SUFFIXES = (".yaml", ".yml")
+
+
+# A file changed this recently may still be being written: wait until it holds still this long.
+_STABLE_SECONDS = 0.25
+_STABLE_WAIT_MAX = 3.0
+
+
+def _wait_until_stable(path: Path) -> None:
+    """Return once the file's size and time stopped changing (runs in the reload thread, never the loop)."""
+    deadline = time.monotonic() + _STABLE_WAIT_MAX
+    try:
+        last = path.stat()
+        while time.time() - last.st_mtime < _STABLE_SECONDS and time.monotonic() < deadline:
+            time.sleep(_STABLE_SECONDS)
+            now = path.stat()
+            if (now.st_size, now.st_mtime_ns) == (last.st_size, last.st_mtime_ns):
+                return
+            last = now
+    except OSError:
+        return  # the load itself reports the missing file
+
+
+def _check_reload(current: LoadedPolicy, loaded: LoadedPolicy, path: Path) -> None:
+    if loaded.hash == current.hash:
+        return
+    problem = reload_problem(current, loaded)
+    if problem is not None:
+        raise PolicyError(f"reload refused: {problem}", file=str(path), line=1)
 
 
 class PolicyManager:
@@ -97,7 +127,11 @@ class PolicyManager:
 
     def _load_main(self, *, first: bool = False) -> LoadedPolicy | None:
         try:
+            if not first:
+                _wait_until_stable(self.path)
             loaded = load_policy_file(self.path)
+            if not first:
+                _check_reload(self._current, loaded, self.path)
         except PolicyError as error:
             self._record_error(self.path, error)
             if first:
@@ -121,11 +155,13 @@ class PolicyManager:
         for path in paths:
             if path.resolve() == self.path.resolve():
                 continue
+            previous = next((p for p in self._siblings.values() if p.path == path), None)
             try:
                 loaded = load_policy_file(path)
+                if previous is not None:
+                    _check_reload(previous, loaded, path)
             except PolicyError as error:
                 self._record_error(path, error)
-                previous = next((p for p in self._siblings.values() if p.path == path), None)
                 if previous is not None:
                     siblings.setdefault(previous.name, previous)  # keep serving its last good version
                 continue
@@ -174,7 +210,10 @@ class PolicyManager:
         from watchfiles import awatch
 
         def relevant(_change: Any, name: str) -> bool:
-            return name.endswith(_SUFFIXES)
+            # Kubernetes mounts a ConfigMap as `..data` -> `..<timestamp>/` and updates it by swapping that
+            # symlink: the policy's own name never changes, only these do.
+            base = Path(name).name
+            return base.endswith(_SUFFIXES) or base.startswith("..")
 
         while not stop.is_set():
             try:

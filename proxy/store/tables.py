@@ -232,3 +232,18 @@ error_runs = Table(
     Index("ix_error_runs_attempts", "attempts", "start_at"),
 )
 __all__ += ["error_runs", "stats_calls", "stats_latency", "stats_reasons", "stats_requests", "stats_sessions"]
+
+# -- audit before release (migration 0006) ------------------------------------------------------------------
+# A request whose calls were released before it ended: its request row as known at the release, committed with
+# the calls' rows. The request's final row replaces it in one transaction; an entry left by a proxy that died is
+# turned into a request row with outcome `interrupted` at the next start (proxy/store/journal.py).
+request_journal = Table(
+    "request_journal",
+    metadata,
+    Column("id", String(64), primary_key=True),  # the request's id
+    Column("owner", String(160), nullable=False),  # the proxy process that wrote it: host:pid:nonce
+    Column("created_at", Float, nullable=False),
+    Column("row", Text, nullable=False),  # the request row (JSON) as known at the release
+    Index("ix_request_journal_owner", "owner"),
+)
+__all__ += ["request_journal"]

@@ -1,77 +1,168 @@
-"""The single writer: every record goes through one queue and is inserted in batches, so the
-response path never waits on the disk.
+"""The single writer: every record goes through one bounded queue and is inserted in batches.
 
-A batch that fails for a passing reason (a lock, a lost connection) is retried with back-off,
-rows kept in order; a batch refused for its content is retried row by row so one bad row
-cannot hold back the others, and that row is logged and counted, never dropped silently.
+Group commit: every `put` wakes the writer; rows nobody waits for are gathered for at most
+`flush_seconds` (or until a batch is full), and rows someone waits for (`commit`, the release point
+of enforce mode) go at once, together with whatever else is queued. While one transaction runs, new
+rows gather for the next, so concurrent requests share transactions without any of them sleeping.
+
+Failures are told apart by a probe, not by the driver's exception classes (asyncpg's are not SQLAlchemy's
+IntegrityError/DataError): when a batch fails and a probe write succeeds, a row is at fault, so the batch
+is retried row by row and a refused row is stored again with its text made safe (`safe_text`); only a
+row refused even then is dropped, logged and counted. When the probe fails too, the store is down: the
+batch goes back to the head of the queue, the writer backs off, and `health()` says why until a write
+succeeds. A SQLite file deleted or replaced under the running proxy counts as down (writes to an
+unlinked file would otherwise succeed into nothing).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import socket
+import time
+import uuid
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Table
+from sqlalchemy import Table, delete
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from proxy.logs import get_logger
-from proxy.metrics import STORE_QUEUE_DEPTH, STORE_WRITE_FAILURES
+from proxy.metrics import (
+    STORE_QUEUE_DEPTH,
+    STORE_ROWS_LOST,
+    STORE_ROWS_REPAIRED,
+    STORE_WRITE_FAILURES,
+)
 from proxy.store import rollups, tables
+from proxy.store.safe_text import safe_row
 
-__all__ = ["StoreWriter", "insert_rows"]
+__all__ = ["StoreFailure", "StoreWriter", "insert_rows"]
 
 log = get_logger("proxy.store.writer")
 
-# Inserted in this order within a batch so readers never see a call without its request.
+# Inserted in this order within a batch so readers never see a call without its request (or its journal entry).
 _TABLE_ORDER = {t.name: i for i, t in enumerate(
-    (tables.sessions, tables.session_lineage, tables.requests, tables.tool_calls, tables.tool_call_reasons)
+    (tables.sessions, tables.session_lineage, tables.request_journal, tables.requests, tables.tool_calls,
+     tables.tool_call_reasons)
 )}
 # Rows of these tables may be written again by another request or replica: first one wins.
-_INSERT_OR_IGNORE = {"sessions", "session_lineage"}
+_INSERT_OR_IGNORE = {"sessions", "session_lineage", "request_journal"}
+_PROBE_ID = "__writer_probe__"
+
+
+class StoreFailure(Exception):
+    """The rows someone waited for were not committed (the store is down, or refused them)."""
+
+
+@dataclass(slots=True)
+class _Item:
+    table: Table
+    row: dict[str, Any]
+    queued_at: float
+    waiter: asyncio.Future[None] | None = None
 
 
 class StoreWriter:
-    def __init__(self, engine: AsyncEngine, *, batch_size: int = 500, flush_seconds: float = 0.05) -> None:
+    def __init__(self, engine: AsyncEngine, *, batch_size: int = 500, flush_seconds: float = 0.05,
+                 max_queue: int = 100_000) -> None:
         self._engine = engine
-        self._batch_size = batch_size
-        self._flush_seconds = flush_seconds
-        self._queue: deque[tuple[Table, dict[str, Any]]] = deque()
-        self._wakeup = asyncio.Event()
+        self._batch_size = max(1, batch_size)
+        self._flush_seconds = max(0.0, flush_seconds)
+        self._max_queue = max(1, max_queue)
+        self._queue: deque[_Item] = deque()
+        self._wakeup = asyncio.Event()  # set by every put
+        self._urgent = asyncio.Event()  # someone waits, a batch is full, or the writer is closing
         self._idle = asyncio.Event()
         self._idle.set()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        self._sqlite_file = _sqlite_file(engine)
+        self._sqlite_identity: tuple[int, int] | None = None
+        # Who wrote a journal entry: a restarted proxy recovers the entries of owners that are gone.
+        self.owner = f"{socket.gethostname()[:64]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self.rows_written = 0
         self.rows_rejected = 0
+        self.rows_lost = 0
         self.failures = 0
+        self.failing: str | None = None  # why the store cannot record now; None while it can
+        self._last_probe = 0.0
 
     @property
     def depth(self) -> int:
         return len(self._queue)
 
+    @property
+    def accepting(self) -> bool:
+        """Whether rows put now can be expected to be committed soon."""
+        return self.failing is None and len(self._queue) < self._max_queue
+
+    def health(self) -> str | None:
+        """None when the store records; else the reason it does not."""
+        if self.failing is not None:
+            return self.failing
+        if len(self._queue) >= self._max_queue:
+            return f"store queue full ({len(self._queue)} rows waiting)"
+        return None
+
+    # -- queueing
+
     def put(self, table: Table, row: dict[str, Any]) -> None:
-        self._queue.append((table, row))
+        self.put_many([(table, row)])
+
+    def put_many(self, rows: Iterable[tuple[Table, dict[str, Any]]]) -> None:
+        """Queue rows in order; the writer is woken at once. A full queue drops them, counted and logged."""
+        now = time.monotonic()
+        for table, row in rows:
+            if len(self._queue) >= self._max_queue:
+                self._lose(table, "queue full")
+                continue
+            self._queue.append(_Item(table, row, now))
         self._idle.clear()
         STORE_QUEUE_DEPTH.set(len(self._queue))
+        self._wakeup.set()
         if len(self._queue) >= self._batch_size:
-            self._wakeup.set()
+            self._urgent.set()
+
+    async def commit(self, timeout: float | None = None) -> None:
+        """Wait until every row queued so far is committed; raises StoreFailure when it was not."""
+        if not self._queue:
+            if self.failing is not None:
+                raise StoreFailure(self.failing)
+            return
+        tail = self._queue[-1]
+        if tail.waiter is None:
+            tail.waiter = asyncio.get_running_loop().create_future()
+        waiter = tail.waiter
+        self._urgent.set()
+        self._wakeup.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), timeout)
+        except TimeoutError as exc:
+            raise StoreFailure(f"the store did not commit within {timeout:g} s") from exc
 
     async def start(self) -> None:
         if self._task is None:
+            if self._sqlite_file is not None and self._sqlite_file.exists():
+                st = self._sqlite_file.stat()
+                self._sqlite_identity = (st.st_dev, st.st_ino)
+            await self.probe()
             self._task = asyncio.create_task(self._run(), name="store-writer")
 
     async def flush(self, timeout: float | None = None) -> None:
-        """Wait until every row queued so far is written."""
+        """Wait until every row queued so far is written (or given up)."""
+        self._urgent.set()
         self._wakeup.set()
         await asyncio.wait_for(self._idle.wait(), timeout)
 
     async def stop(self, timeout: float = 30.0) -> None:
         self._closing = True
+        self._urgent.set()
         self._wakeup.set()
         if self._task is not None:
             try:
@@ -83,6 +174,29 @@ class StoreWriter:
                     await self._task
             self._task = None
 
+    async def probe(self) -> bool:
+        """Write (and delete) one journal row: can the store take a write now? Updates `failing`."""
+        self._last_probe = time.monotonic()
+        try:
+            self._check_file()
+            async with self._engine.begin() as conn:
+                await conn.execute(tables.request_journal.insert(), {
+                    "id": _PROBE_ID, "owner": self.owner, "created_at": time.time(), "row": "{}"})
+                await conn.execute(delete(tables.request_journal).where(tables.request_journal.c.id == _PROBE_ID))
+        except Exception as exc:  # whatever the driver raises, the store cannot write
+            self._mark_failing(exc)
+            return False
+        self._mark_ok()
+        return True
+
+    async def check(self, max_age: float = 2.0) -> str | None:
+        """health(), with a fresh probe when the last one is older than max_age and nothing is queued."""
+        if not self._queue and time.monotonic() - self._last_probe > max_age:
+            await self.probe()
+        return self.health()
+
+    # -- the loop
+
     async def _run(self) -> None:
         backoff = 0.1
         while True:
@@ -91,59 +205,149 @@ class StoreWriter:
                 if self._closing:
                     return
                 self._wakeup.clear()
+                self._urgent.clear()
+                # While the store is failing, probe now and then so health recovers without traffic.
+                wait = backoff if self.failing is not None else None
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), timeout=1.0)
+                    await asyncio.wait_for(self._wakeup.wait(), timeout=wait)
+                if not self._queue and self.failing is not None and not self._closing:
+                    backoff = 0.1 if await self.probe() else min(backoff * 2, 5.0)
                 continue
-            if len(self._queue) < self._batch_size and not self._closing:
-                # Gather a little more so one transaction carries many rows.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), timeout=self._flush_seconds)
-                self._wakeup.clear()
+            if not self._urgent.is_set() and not self._closing:
+                # Gather rows nobody waits for, until the oldest has waited flush_seconds.
+                remaining = self._queue[0].queued_at + self._flush_seconds - time.monotonic()
+                if remaining > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._urgent.wait(), timeout=remaining)
+            self._urgent.clear()
             batch = [self._queue.popleft() for _ in range(min(self._batch_size, len(self._queue)))]
             try:
                 await self._write(batch)
-                backoff = 0.1
-            except (IntegrityError, DataError) as exc:
-                log.warning("store.batch_refused", error=str(exc.orig), rows=len(batch))
-                await self._write_one_by_one(batch)
-            except (SQLAlchemyError, OSError) as exc:
-                self.failures += 1
-                STORE_WRITE_FAILURES.inc()
-                log.error("store.write_failed", error=str(exc), rows=len(batch), retry_in=backoff)
-                self._queue.extendleft(reversed(batch))
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
             except asyncio.CancelledError:
                 self._queue.extendleft(reversed(batch))
                 raise
+            except Exception as exc:  # told apart by the probe below, not by the exception's class
+                if await self.probe():
+                    log.warning("store.batch_refused", error=_error(exc), rows=len(batch))
+                    await self._write_one_by_one(batch)
+                else:
+                    self.failures += 1
+                    STORE_WRITE_FAILURES.inc()
+                    log.error("store.write_failed", error=_error(exc), rows=len(batch), retry_in=backoff)
+                    _fail_waiters(batch, self.failing or _error(exc))
+                    if self._closing and backoff >= 5.0:
+                        self._drop(batch, "store down at shutdown")
+                    else:
+                        self._queue.extendleft(reversed(batch))
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 5.0)
+                    STORE_QUEUE_DEPTH.set(len(self._queue))
+                    continue
+            backoff = 0.1
+            self._mark_ok()
             STORE_QUEUE_DEPTH.set(len(self._queue))
 
-    async def _write(self, batch: list[tuple[Table, dict[str, Any]]]) -> None:
-        grouped: dict[str, tuple[Table, list[dict[str, Any]]]] = {}
-        for table, row in batch:
-            grouped.setdefault(table.name, (table, []))[1].append(row)
+    async def _write(self, batch: list[_Item]) -> None:
+        self._check_file()
+        grouped: dict[str, list[dict[str, Any]]] = {}
+        for item in batch:
+            grouped.setdefault(item.table.name, []).append(item.row)
         async with self._engine.begin() as conn:
-            await insert_rows(conn, {name: rows for name, (_, rows) in grouped.items()})
+            await insert_rows(conn, grouped)
         self.rows_written += len(batch)
+        _wake_waiters(batch)
 
-    async def _write_one_by_one(self, batch: list[tuple[Table, dict[str, Any]]]) -> None:
-        for table, row in batch:
+    async def _write_one_by_one(self, batch: list[_Item]) -> None:
+        for item in batch:
             try:
-                await self._write([(table, row)])
-            except (IntegrityError, DataError) as exc:
+                await self._write([item])
+                continue
+            except Exception as exc:
+                first_error = _error(exc)
+            repaired = _Item(item.table, safe_row(item.table, item.row), item.queued_at, item.waiter)
+            try:
+                await self._write([repaired])
                 self.rows_rejected += 1
-                STORE_WRITE_FAILURES.inc()
-                log.error("store.row_rejected", table=table.name, error=str(exc.orig), row=_brief(row))
+                STORE_ROWS_REPAIRED.inc()
+                log.warning("store.row_repaired", table=item.table.name, error=first_error, row=_brief(item.row))
+            except Exception as exc:
+                self.rows_rejected += 1
+                self._lose(item.table, f"row refused: {_error(exc)}")
+                log.error("store.row_rejected", table=item.table.name, error=_error(exc), row=_brief(item.row))
+                _fail_waiters([item], f"the store refused a row of {item.table.name}")
+
+    # -- health
+
+    def _check_file(self) -> None:
+        if self._sqlite_file is None or self._sqlite_identity is None:
+            return
+        try:
+            st = self._sqlite_file.stat()
+        except FileNotFoundError:
+            raise StoreFailure(f"the SQLite file {self._sqlite_file.name} was deleted") from None
+        if (st.st_dev, st.st_ino) != self._sqlite_identity:
+            raise StoreFailure(f"the SQLite file {self._sqlite_file.name} was replaced")
+
+    def _mark_failing(self, exc: BaseException) -> None:
+        reason = _error(exc)
+        if self.failing != reason:
+            log.error("store.failing", reason=reason)
+        self.failing = reason
+
+    def _mark_ok(self) -> None:
+        if self.failing is not None:
+            log.info("store.recovered", was=self.failing)
+        self.failing = None
+
+    def _lose(self, table: Table, why: str) -> None:
+        self.rows_lost += 1
+        STORE_ROWS_LOST.labels(table.name).inc()
+        if self.rows_lost == 1 or self.rows_lost % 1000 == 0:
+            log.error("store.rows_lost", table=table.name, why=why, lost_so_far=self.rows_lost)
+
+    def _drop(self, batch: list[_Item], why: str) -> None:
+        for item in batch:
+            self._lose(item.table, why)
+
+
+def _wake_waiters(batch: list[_Item]) -> None:
+    for item in batch:
+        if item.waiter is not None and not item.waiter.done():
+            item.waiter.set_result(None)
+
+
+def _fail_waiters(batch: list[_Item], reason: str) -> None:
+    for item in batch:
+        if item.waiter is not None and not item.waiter.done():
+            item.waiter.set_exception(StoreFailure(reason))
+            item.waiter.exception()  # retrieved here: a waiter that timed out must not warn at exit
+            item.waiter = None
+
+
+def _sqlite_file(engine: AsyncEngine) -> Path | None:
+    url = engine.url
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    return Path(url.database).resolve()
+
+
+def _error(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None)
+    return f"{type(orig or exc).__name__}: {orig or exc}"[:500]
 
 
 async def insert_rows(conn: AsyncConnection, rows: Mapping[str, list[dict[str, Any]]]) -> None:
     """Insert rows by table name, in the order readers rely on, and fold them into the stats' rollups in the
-    same transaction (so the rollups never count a row that is not there, or miss one that is)."""
+    same transaction (so the rollups never count a row that is not there, or miss one that is). A request's
+    final row replaces its journal entry in the same transaction."""
     for name in sorted(rows, key=lambda n: _TABLE_ORDER.get(n, 99)):
         if rows[name]:
             table = tables.metadata.tables[name]
             await conn.execute(_insert(table, conn.dialect.name), rows[name])
     calls, reqs = rows.get("tool_calls", []), rows.get("requests", [])
+    if reqs:
+        journal = tables.request_journal
+        await conn.execute(delete(journal).where(journal.c.id.in_([r["id"] for r in reqs])))
     if calls or reqs:
         await conn.run_sync(rollups.apply_rows, calls, reqs)
 

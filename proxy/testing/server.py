@@ -19,7 +19,8 @@ def free_port() -> int:
 
 
 class ServerThread:
-    def __init__(self, app: Any, *, port: int | None = None, log_level: str = "warning") -> None:
+    def __init__(self, app: Any, *, port: int | None = None, log_level: str = "warning",
+                 options: dict[str, Any] | None = None) -> None:
         # The socket is bound here and handed to uvicorn, so no other process can take the port between
         # choosing it and listening on it.
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -27,7 +28,7 @@ class ServerThread:
         self._socket.bind(("127.0.0.1", port or 0))
         self.port = self._socket.getsockname()[1]
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level=log_level, access_log=False,
-                                lifespan="on", timeout_graceful_shutdown=5)
+                                lifespan="on", timeout_graceful_shutdown=5, **(options or {}))
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._socket]}, daemon=True,
                                         name=f"uvicorn-{self.port}")

@@ -34,7 +34,8 @@ def bash(command: str) -> tuple[str, dict[str, Any]]:
 
 def verdicts(proxy: RunningProxy) -> list[dict[str, Any]]:
     rows = proxy.rows(
-        "SELECT session_id, tool_name, command, arguments_json, decision, primary_reason, delivered, mode "
+        "SELECT session_id, tool_name, command, COALESCE(arguments_json, arguments_raw) AS arguments_json, "
+        "decision, primary_reason, delivered, mode "
         "FROM tool_calls WHERE session_id LIKE 'ses_%' ORDER BY created_at, attempt, call_index")
     return [dict(row) for row in rows]
 

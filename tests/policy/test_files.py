@@ -140,8 +140,8 @@ def test_alias_bomb_is_refused_quickly(tmp_path: Path) -> None:
     start = time.perf_counter()
     with pytest.raises(PolicyError) as info:
         load_policy_file(path)
-    assert time.perf_counter() - start < 5
-    assert info.value.key == "a0" and "unknown key" in info.value.message
+    assert time.perf_counter() - start < 1
+    assert "expands to more than" in info.value.message  # refused before anything is expanded
 
 
 def test_oversized_file_is_refused(tmp_path: Path) -> None:

@@ -1,0 +1,104 @@
+"""Whether a reloaded policy file may replace the one being served: no file cut short ever becomes the policy.
+
+An editor or `kubectl cp` writes a file in pieces, and a prefix of a policy is often itself a valid policy
+(YAML fills in what is missing from defaults): a cut after `edit: filePath` drops the `write` path rule and
+lets `write /etc/cron.d/x` through. A reload is therefore taken only when one of these holds:
+- the file ends with YAML's document end marker `...` (a prefix cannot: the marker is the last line), or
+- it keeps every top-level section the served file wrote out, and it allows nothing the served policy
+  rejects: each call of a probe set built from both files (their scripts and flags, path tools, shell tools,
+  examples, absolute and escaping paths, a tool neither names) judged by both, and the mode not moved from
+  enforce to observe.
+So a narrowing edit takes effect at once; an edit that allows more takes effect once the file is complete
+(ends with `...`), and otherwise is refused with a message that says so, the last good policy serving.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from .judge import judge_call
+from .loader import LoadedPolicy
+from .schema import Policy, ToolExample
+
+__all__ = ["reload_problem"]
+
+_FIXED_COMMANDS = (
+    "cat /etc/passwd", "curl http://example.com", "rm -rf /", "uv run scripts/search.py | head -5",
+    "uv run python -c 'print(1)'", "bash -c 'id'", "cd .. && ls",
+)
+_ESCAPING_PATHS = ("/etc/passwd", "/etc/cron.d/job", "../outside.txt", "~/.ssh/id_rsa")
+_UNNAMED_TOOL = "allowlist_proxy_probe_tool"
+
+
+def reload_problem(current: LoadedPolicy, candidate: LoadedPolicy) -> str | None:
+    """None when `candidate` may replace `current`; else why not (for /policies and the log)."""
+    if candidate.complete:
+        return None
+    missing = sorted(s for s in current.sections - candidate.sections)
+    if missing:
+        return (f"the file lacks section(s) {', '.join(missing)} that the served policy has: it may be cut "
+                "short; end it with a line `...` to confirm")
+    widened = _first_widening(current.policy, candidate.policy)
+    if widened:
+        return (f"the new file allows what the served policy rejects ({widened}): it may be cut short; end it "
+                "with a line `...` to confirm")
+    return None
+
+
+def _first_widening(old: Policy, new: Policy) -> str | None:
+    if old.mode == "enforce" and new.mode != "enforce":
+        return f"mode {new.mode}"
+    for tool, arguments in _probes(old, new):
+        try:
+            was = judge_call(old, tool, arguments).allowed
+            now = judge_call(new, tool, arguments).allowed
+        except Exception:  # judging fails closed: an error in either is no widening to report
+            continue
+        if now and not was:
+            return f"{tool} {_brief(arguments)}"
+    return None
+
+
+def _brief(arguments: dict[str, Any]) -> str:
+    text = repr(arguments)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _probes(old: Policy, new: Policy) -> Iterator[tuple[str, dict[str, Any]]]:
+    policies = (old, new)
+    commands: list[str] = list(_FIXED_COMMANDS)
+    for policy in policies:
+        bash = getattr(policy, "bash", None)
+        scripts = getattr(bash, "scripts", None) or {}
+        scripts_dir = getattr(bash, "scripts_dir", "scripts")
+        for name, rule in scripts.items():
+            commands.append(f"uv run {scripts_dir}/{name}.py")
+            commands.extend(f"uv run {scripts_dir}/{name}.py {flag} 1" for flag in getattr(rule, "flags", []))
+        commands.append(f"uv run {scripts_dir}/not_a_listed_script.py")
+    shell_tools: set[tuple[str, str]] = set()
+    for policy in policies:
+        bash = getattr(policy, "bash", None)
+        for tool in getattr(bash, "tools", None) or []:
+            shell_tools.add((tool, getattr(bash, "command_argument", "command")))
+    for tool, argument in sorted(shell_tools):
+        for command in commands:
+            yield tool, {argument: command}
+        yield tool, {argument: "uv run scripts/search.py", "workdir": "../elsewhere"}
+    path_tools: set[tuple[str, str]] = set()
+    for policy in policies:
+        for tool, arguments in (getattr(policy, "paths", None) or {}).items():
+            for argument in [arguments] if isinstance(arguments, str) else list(arguments):
+                path_tools.add((tool, argument))
+    for tool, argument in sorted(path_tools):
+        for path in _ESCAPING_PATHS:
+            yield tool, {argument: path, "content": "x", "oldString": "a", "newString": "b"}
+    yield _UNNAMED_TOOL, {"value": "x"}
+    for policy in policies:
+        examples = getattr(policy, "examples", None)
+        for example in [*getattr(examples, "allow", []), *getattr(examples, "reject", [])]:
+            if isinstance(example, ToolExample):
+                yield example.tool, dict(example.arguments)
+            else:
+                for tool, argument in sorted(shell_tools):
+                    yield tool, {argument: example}

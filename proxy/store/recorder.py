@@ -1,0 +1,191 @@
+"""The one place rows are built for the store, and the release point of enforce mode.
+
+Everything the proxy remembers of a request reaches the writer through here: its calls with their verdicts
+(`queue_calls`, `release_calls`), its own row at the end (`queue_request`) and its conversation's lineage
+(`queue_lineage`). Judging stays a pure function; this module only turns its results into rows.
+
+Audit before release: `release_calls` queues the calls' rows together with a journal entry that carries the
+request's row as known so far, and in enforce mode waits until the writer has committed them. A request's
+final row replaces its journal entry in one transaction; a proxy that dies in between leaves the entry, and
+the next start turns it into a request row (`proxy.store.journal`), so no call row is ever without its request.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Table
+
+from proxy.errors import StoreUnavailable
+from proxy.logs import get_logger
+from proxy.metrics import RELEASE_WAIT, STORE_REFUSALS, STORE_UNRECORDED_RELEASES
+from proxy.policy.judge import shell_command
+from proxy.store import tables
+from proxy.store.safe_text import cut
+from proxy.store.writer import StoreFailure, StoreWriter
+
+if TYPE_CHECKING:
+    from proxy.judging import JudgedCall
+    from proxy.policy import LoadedPolicy
+    from proxy.policy.profiles import ToolSet
+    from proxy.record import RequestRecord
+    from proxy.toolcalls import ToolCall
+
+__all__ = ["ARGUMENT_CHARS", "journal_row", "queue_calls", "queue_lineage", "queue_request", "release_calls",
+           "request_row"]
+
+log = get_logger("proxy.store.recorder")
+
+# What a row keeps of one call's arguments (and of its command): a 10 MB command is evidence enough in 64 KiB.
+ARGUMENT_CHARS = 65_536
+
+Rows = list[tuple[Table, dict[str, Any]]]
+
+
+def request_row(record: RequestRecord) -> dict[str, Any]:
+    usage = record.usage
+    return {
+        "id": record.id, "session_id": record.session.id, "model": record.model, "route": record.route,
+        "upstream": record.upstream, "stream": record.stream, "started_at": record.started_at,
+        "ttfb_ms": record.ttfb_ms, "ttft_ms": record.ttft_ms, "duration_ms": record.duration_ms,
+        "status": record.status, "outcome": record.outcome, "error": record.error,
+        "prompt_tokens": usage.prompt_tokens if usage.seen else None,
+        "completion_tokens": usage.completion_tokens if usage.seen else None,
+        "cached_tokens": usage.cached_tokens if usage.seen else None,
+        "concurrency": record.concurrency, "attempts": record.attempts,
+        "budget_exhausted": record.budget_exhausted, "policy_name": record.policy_name,
+        "policy_hash": record.policy_hash, "mode": record.mode, "profiles": record.profiles,
+    }
+
+
+def _session_rows(record: RequestRecord) -> Rows:
+    if record.session.is_new or record.session.source != "lineage":
+        return [(tables.sessions, {"id": record.session.id, "source": record.session.source,
+                                   "model": record.model, "created_at": record.started_at})]
+    return []
+
+
+def journal_row(record: RequestRecord, owner: str) -> dict[str, Any]:
+    return {"id": record.id, "owner": owner, "created_at": time.time(),
+            "row": json.dumps(request_row(record), ensure_ascii=False)}
+
+
+def queue_request(writer: StoreWriter, record: RequestRecord) -> None:
+    """The request's final row (and its session's, the first time); replaces its journal entry."""
+    writer.put_many([*_session_rows(record), (tables.requests, request_row(record))])
+
+
+def queue_lineage(writer: StoreWriter, session_id: str, digests: Iterable[str]) -> None:
+    now = time.time()
+    writer.put_many([(tables.session_lineage, {"digest": d, "session_id": session_id, "created_at": now})
+                     for d in digests])
+
+
+def _command(policy: LoadedPolicy, call: ToolCall, tools: ToolSet | None) -> str | None:
+    """The shell command the call carries, as the judge read it (for display and the stats' loops)."""
+    if not isinstance(call.arguments, dict):
+        return None
+    try:
+        command = shell_command(policy.policy, call.name, call.arguments, tools=tools)
+    except Exception:  # only for display: a call it cannot show is stored without it
+        return None
+    return cut(command, ARGUMENT_CHARS) if isinstance(command, str) else None
+
+
+def _arguments_json(call: ToolCall) -> str | None:
+    """The parsed arguments, only where the raw text does not already say exactly them (stored once)."""
+    if call.arguments is None:
+        return None
+    if len(call.arguments_text) <= ARGUMENT_CHARS:
+        try:
+            if json.loads(call.arguments_text) == call.arguments:
+                return None
+        except ValueError:
+            pass
+    return cut(json.dumps(call.arguments, ensure_ascii=False, sort_keys=True), ARGUMENT_CHARS)
+
+
+def call_rows(record: RequestRecord, policy: LoadedPolicy, attempt: int, judged: list[JudgedCall],
+              *, delivered: bool, tools: ToolSet | None = None) -> Rows:
+    """The rows of one attempt's judged calls: each call, and one row per reason code."""
+    now = time.time()
+    enforce = policy.policy.mode == "enforce"
+    rows: Rows = []
+    for position, item in enumerate(judged):
+        call, verdict = item.call, item.verdict
+        call_id = uuid.uuid4().hex
+        row: dict[str, Any] = {
+            "id": call_id, "request_id": record.id, "session_id": record.session.id, "model": record.model,
+            "route": record.route, "attempt": attempt, "call_index": position, "created_at": now + position * 1e-6,
+            "tool_name": cut(call.name, 256), "source": call.source,
+            "arguments_raw": cut(call.arguments_text, ARGUMENT_CHARS),
+            "arguments_json": _arguments_json(call), "command": _command(policy, call, tools),
+            "decision": verdict.decision, "primary_reason": verdict.reasons[0] if verdict.reasons else None,
+            "reasons": ",".join(verdict.reasons), "shape": verdict.shape,
+            "policy_name": policy.name, "policy_hash": policy.hash, "mode": policy.policy.mode,
+            "delivered": delivered and verdict.allowed if enforce else delivered,
+        }
+        rows.append((tables.tool_calls, row))
+        rows.extend((tables.tool_call_reasons, {"tool_call_id": call_id, "position": index, "reason": reason,
+                                                "model": record.model, "created_at": row["created_at"]})
+                    for index, reason in enumerate(verdict.reasons))
+    return rows
+
+
+def _with_journal(writer: StoreWriter, record: RequestRecord, rows: Rows) -> Rows:
+    """A request's first calls carry its journal entry, so that its calls never exist without it."""
+    if not rows or record.journaled:
+        return rows
+    record.journaled = True
+    return [*_session_rows(record), (tables.request_journal, journal_row(record, writer.owner)), *rows]
+
+
+def queue_calls(writer: StoreWriter, record: RequestRecord, policy: LoadedPolicy, attempt: int,
+                judged: list[JudgedCall], *, delivered: bool, tools: ToolSet | None = None) -> None:
+    """Queue an attempt's calls without waiting (calls held back, observe mode, after the fact)."""
+    rows = call_rows(record, policy, attempt, judged, delivered=delivered, tools=tools)
+    writer.put_many(_with_journal(writer, record, rows))
+
+
+async def release_calls(writer: StoreWriter, record: RequestRecord, policy: LoadedPolicy, attempt: int,
+                        judged: list[JudgedCall], *, on_store_failure: str, timeout: float,
+                        tools: ToolSet | None = None) -> None:
+    """Record calls about to be delivered. In enforce mode returns only once their rows (and the request's
+    journal entry) are committed; when they cannot be, `refuse` marks them undelivered and raises
+    StoreUnavailable (nothing goes out unrecorded), `continue` counts and logs the call released unrecorded."""
+    rows = call_rows(record, policy, attempt, judged, delivered=True, tools=tools)
+    enforce = policy.policy.mode == "enforce"
+    if enforce and on_store_failure == "refuse" and not writer.accepting:
+        _refuse(writer, record, attempt, rows, writer.health() or "the store is not accepting")
+    writer.put_many(_with_journal(writer, record, rows))
+    if not enforce or not judged:
+        return
+    started = time.perf_counter()
+    try:
+        await writer.commit(timeout)
+    except StoreFailure as exc:
+        if on_store_failure == "refuse":
+            _refuse(writer, record, attempt, rows, str(exc), queued=True)
+        STORE_UNRECORDED_RELEASES.labels(record.model).inc(len(judged))
+        log.error("store.released_unrecorded", request_id=record.id, calls=len(judged), reason=str(exc))
+    finally:
+        RELEASE_WAIT.observe(time.perf_counter() - started)
+
+
+def _refuse(writer: StoreWriter, record: RequestRecord, attempt: int, rows: Rows, reason: str, *,
+            queued: bool = False) -> None:
+    # The rows still in the queue say what the client got: nothing. Written when the store is back.
+    for table, row in rows:
+        if table is tables.tool_calls:
+            row["delivered"] = False
+    if not queued:
+        writer.put_many(_with_journal(writer, record, rows))
+    message = f"the proxy cannot record this answer, so it is not delivered: {reason}"
+    record.fail("store_unavailable", message, 503)
+    STORE_REFUSALS.labels(record.model).inc()
+    log.error("store.release_refused", request_id=record.id, attempt=attempt, reason=reason)
+    raise StoreUnavailable(message)
