@@ -8,9 +8,10 @@ from typing import Any
 
 from .matcher import matcher_for
 from .schema import Policy
+from .suggest import suggest
 from .verdict import Verdict
 
-__all__ = ["HINTS", "format_feedback"]
+__all__ = ["HINTS", "format_feedback", "template_for"]
 
 # One sentence per reason code, for the `{hint}` placeholder: what to do instead.
 HINTS: dict[str, str] = {
@@ -39,7 +40,7 @@ HINTS: dict[str, str] = {
     "unknown_tool": "Call only the tools you were given.",
     "bad_arguments": "Send the arguments as a JSON object with every required field.",
 }
-_PLACEHOLDER = re.compile(r"\{(reasons|scripts|command|tool|shape|hint|decision)\}")
+_PLACEHOLDER = re.compile(r"\{(reasons|scripts|command|tool|shape|hint|decision|suggestion)\}")
 _MAX_COMMAND = 300
 
 
@@ -67,13 +68,25 @@ def _command(policy: Policy, tool: str, arguments: Any) -> str:
     return text if len(text) <= _MAX_COMMAND else text[:_MAX_COMMAND] + "..."
 
 
-def format_feedback(policy: Policy, verdict: Verdict, *, tool: str, arguments: dict[str, Any] | None) -> str:
-    """Fill `{reasons}`, `{scripts}`, `{command}` (and `{tool}`, `{shape}`, `{hint}`, `{decision}`).
+def template_for(policy: Policy, variant: str | None) -> str:
+    """The session's feedback variant's template, or the policy's `feedback`."""
+    if variant is not None and variant in policy.feedback_variants:
+        return policy.feedback_variants[variant]
+    return policy.feedback
+
+
+def format_feedback(policy: Policy, verdict: Verdict, *, tool: str, arguments: dict[str, Any] | None,
+                    variant: str | None = None) -> str:
+    """Fill `{reasons}`, `{scripts}`, `{command}`, `{suggestion}` (and `{tool}`, `{shape}`, `{hint}`,
+    `{decision}`) in the template of the session's feedback `variant` (default: `feedback`).
 
     Only these exact placeholders are replaced and everything else is left as written, so a template with
-    stray braces or `{reasons.__class__}` never raises and never reaches into objects.
+    stray braces or `{reasons.__class__}` never raises and never reaches into objects. `{suggestion}` is
+    the nearest allowed command (proxy/policy/suggest.py), or nothing; the text is stripped at its end so
+    an empty last placeholder leaves no trailing space.
     """
     values: dict[str, str] = {}
+    template = str(template_for(policy, variant))
 
     def fill(m: re.Match[str]) -> str:
         key = m.group(1)
@@ -91,6 +104,9 @@ def format_feedback(policy: Policy, verdict: Verdict, *, tool: str, arguments: d
                     values[key] = verdict.shape or ""
                 elif key == "hint":
                     values[key] = HINTS.get(verdict.reasons[0], "") if verdict.reasons else ""
+                elif key == "suggestion":
+                    found = suggest(policy, tool, arguments, verdict)
+                    values[key] = found.text if found is not None else ""
                 else:
                     values[key] = verdict.decision
             except Exception:
@@ -98,6 +114,6 @@ def format_feedback(policy: Policy, verdict: Verdict, *, tool: str, arguments: d
         return values[key]
 
     try:
-        return _PLACEHOLDER.sub(fill, str(policy.feedback))
+        return _PLACEHOLDER.sub(fill, template).rstrip()
     except Exception:
-        return str(policy.feedback)
+        return template
