@@ -44,6 +44,7 @@ __all__ = [
     "reason_counts",
     "request_counts",
     "sequence_stats",
+    "session_recoveries",
     "split",
     "throughput_by_concurrency",
 ]
@@ -261,6 +262,20 @@ async def sequence_stats(conn: AsyncConnection, f: Filters, min_attempts: int) -
                            recovered=int(recovered or 0))
         for model, followed, recovered, n, longest, total, exact in await conn.execute(stmt)
     }
+
+
+async def session_recoveries(conn: AsyncConnection, f: Filters) -> dict[str, list[tuple[int, int]]]:
+    """model -> (recovered, followed) of each session, over its error runs that start in the window."""
+    e = error_runs.c
+    stmt = select(
+        e.model, e.session_id,
+        func.sum(case((e.next_decision == "allow", 1), else_=0)),
+        func.sum(e.attempts - 1 + case((e.next_decision.is_not(None), 1), else_=0)),
+    ).where(*_run_conditions(f)).group_by(e.model, e.session_id)
+    out: dict[str, list[tuple[int, int]]] = {}
+    for model, _session, recovered, followed in await conn.execute(stmt):
+        out.setdefault(model, []).append((int(recovered or 0), int(followed or 0)))
+    return out
 
 
 async def longest_loops(

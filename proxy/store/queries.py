@@ -47,6 +47,7 @@ __all__ = [
     "request_conditions",
     "request_counts",
     "session_calls",
+    "session_error_counts",
     "session_exists",
     "session_request_count",
 ]
@@ -116,6 +117,18 @@ async def call_counts(conn: AsyncConnection, f: Filters) -> dict[str, tuple[int,
     errors = func.sum(case((_is_error(t.decision), 1), else_=0))
     stmt = select(t.model, func.count(), errors).where(*_call_conditions(f)).group_by(t.model)
     return {m: (int(n), int(e or 0)) for m, n, e in await conn.execute(stmt)}
+
+
+async def session_error_counts(conn: AsyncConnection, f: Filters) -> dict[str, list[tuple[int, int]]]:
+    """model -> (errors, tool calls) of each session: the units the session bootstrap resamples."""
+    t = tool_calls.c
+    errors = func.sum(case((_is_error(t.decision), 1), else_=0))
+    stmt = (select(t.model, t.session_id, errors, func.count()).where(*_call_conditions(f))
+            .group_by(t.model, t.session_id))
+    out: dict[str, list[tuple[int, int]]] = {}
+    for model, _session, e, n in await conn.execute(stmt):
+        out.setdefault(model, []).append((int(e or 0), int(n)))
+    return out
 
 
 async def request_counts(conn: AsyncConnection, f: Filters) -> dict[str, tuple[int, int]]:
