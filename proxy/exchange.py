@@ -71,7 +71,10 @@ class Exchange:
         return json.dumps(payload, ensure_ascii=False).encode()
 
     def judge(self, calls: list[ToolCall]) -> list[JudgedCall]:
-        return judge_calls(self.policy, calls, self.offered)
+        # Repairs (the policy's opt-in `repair:`) only where the relay delivers the judged call objects
+        # re-encoded: the chat relay. The Responses and Messages relays pass repair=False until they do.
+        return judge_calls(self.policy, calls, self.offered, session_id=self.record.session.id,
+                           repair=self.record.route == "chat")
 
     def keep(self, attempt: int, judged: list[JudgedCall], *, delivered: bool) -> None:
         record_calls(self.state.writer, self.record, self.policy, attempt, judged, delivered=delivered)

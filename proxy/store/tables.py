@@ -78,7 +78,7 @@ tool_calls = Table(
     Column("arguments_raw", Text, nullable=False),
     Column("arguments_json", Text),  # the parsed object; NULL when malformed
     Column("command", Text),  # the shell command of a bash call, for display and rechecks
-    Column("decision", String(16), nullable=False),  # allow | reject | malformed
+    Column("decision", String(16), nullable=False),  # allow | reject | malformed | repaired
     Column("primary_reason", String(32)),
     Column("reasons", Text, nullable=False, default=""),  # comma-separated, primary first
     Column("shape", String(256)),
@@ -86,6 +86,10 @@ tool_calls = Table(
     Column("policy_hash", String(64)),
     Column("mode", String(16)),
     Column("delivered", Boolean, nullable=False, default=True),  # reached the client
+    # Migration 0008: the command delivered instead of `command` (decision `repaired`), and the session's
+    # feedback variant when the policy runs an experiment.
+    Column("repaired_command", Text),
+    Column("feedback_variant", String(64)),
     Index("ix_tool_calls_model_created", "model", "created_at"),
     Index("ix_tool_calls_session_created", "session_id", "created_at", "call_index"),
     Index("ix_tool_calls_request", "request_id"),
