@@ -15,6 +15,10 @@ depends_on = None
 
 
 def upgrade() -> None:
+    if op.get_bind().dialect.name == 'postgresql':
+        # 0005's rebuild reads tool_calls through server-side cursors that stay open in this transaction
+        # (asyncpg), and Postgres refuses to ALTER a table an open cursor reads.
+        op.execute('CLOSE ALL')
     with op.batch_alter_table('tool_calls') as batch:
         batch.add_column(sa.Column('repaired_command', sa.Text(), nullable=True))
         batch.add_column(sa.Column('feedback_variant', sa.String(length=64), nullable=True))
