@@ -22,8 +22,10 @@ from collections.abc import Sequence
 
 __all__ = [
     "Z95",
+    "bootstrap_median",
     "bootstrap_ratio",
     "fisher_exact",
+    "median",
     "newcombe_difference",
     "permutation_difference",
     "wilson",
@@ -134,3 +136,22 @@ def permutation_difference(first: Sequence[Cluster], second: Sequence[Cluster], 
         if abs(difference(rng.sample(pooled, m))) >= observed - 1e-12:
             extreme += 1
     return (extreme + 1) / (draws + 1)
+
+
+def median(values: Sequence[float]) -> float | None:
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0:
+        return None
+    return float(ordered[n // 2]) if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+def bootstrap_median(values: Sequence[float], *, draws: int = 2000, seed: int = SEED) -> Interval | None:
+    """95 % percentile interval of the median, resampling the values with replacement."""
+    values = sorted(values)
+    if not values:
+        return None
+    rng = random.Random(seed)
+    draws = _draws(draws, len(values))
+    medians = sorted(median(rng.choices(values, k=len(values))) or 0.0 for _ in range(draws))
+    return medians[int(0.025 * (draws - 1))], medians[math.ceil(0.975 * (draws - 1))]

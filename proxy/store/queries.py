@@ -50,6 +50,7 @@ __all__ = [
     "session_error_counts",
     "session_exists",
     "session_request_count",
+    "variant_calls",
 ]
 
 
@@ -129,6 +130,16 @@ async def session_error_counts(conn: AsyncConnection, f: Filters) -> dict[str, l
     for model, _session, e, n in await conn.execute(stmt):
         out.setdefault(model, []).append((int(e or 0), int(n)))
     return out
+
+
+async def variant_calls(conn: AsyncConnection, f: Filters) -> list[dict[str, Any]]:
+    """The calls of sessions in a feedback experiment, in session order, with what the variant stats read."""
+    t = tool_calls.c
+    stmt = (select(t.session_id, t.model, t.feedback_variant, t.decision,
+                   func.coalesce(t.shape, t.primary_reason, t.decision).label("shape_key"))
+            .where(t.feedback_variant.is_not(None), *_call_conditions(f))
+            .order_by(t.session_id, t.created_at, t.call_index))
+    return [dict(row._mapping) for row in await conn.execute(stmt)]
 
 
 async def request_counts(conn: AsyncConnection, f: Filters) -> dict[str, tuple[int, int]]:
