@@ -6,9 +6,12 @@
 - `fisher_exact`: the two-sided exact test of a 2x2 table (hypergeometric; tables as likely as or less
   likely than the observed one, with R's and scipy's relative tolerance of 1e-7).
 - `bootstrap_ratio`: a percentile interval of sum(errors)/sum(calls) resampling whole sessions, because the
-  calls of one session are not independent (a model that loops contributes many errors at once).
+  calls of one session are not independent (a model that loops contributes many errors at once). Past
+  `BOOTSTRAP_MAX_SESSIONS` sessions it gives the cluster-robust normal interval of the same ratio instead
+  (what the bootstrap converges to at that size), so `/stats/models` stays fast on a big store.
 - `permutation_difference`: the two-sided permutation test of the difference of two such ratios, shuffling
-  which model each session belongs to.
+  which model each session belongs to; past `BOOTSTRAP_MAX_SESSIONS` sessions the z-test of the difference
+  with the same cluster-robust variances.
 
 The resampling is seeded and works on the sessions' counts sorted, so the same data always gives the same
 figures.
@@ -24,6 +27,7 @@ __all__ = [
     "Z95",
     "bootstrap_median",
     "bootstrap_ratio",
+    "cluster_normal_ratio",
     "fisher_exact",
     "median",
     "newcombe_difference",
@@ -33,8 +37,10 @@ __all__ = [
 
 Z95 = 1.959963984540054  # the 97.5th percentile of the standard normal distribution
 SEED = 20261203
-# Resampling work is bounded (draws x sessions), so a store with many sessions costs at most this per figure.
-MAX_WORK = 2_000_000
+# Resampling work is bounded (draws x sessions): at most this per figure, with at least MIN_DRAWS draws.
+MAX_WORK = 100_000
+MIN_DRAWS = 250
+BOOTSTRAP_MAX_SESSIONS = MAX_WORK // MIN_DRAWS
 Interval = tuple[float, float]
 Cluster = tuple[int, int]  # (errors, calls) of one session
 
@@ -88,7 +94,28 @@ def _ratio(errors: int, calls: int) -> float:
 
 
 def _draws(wanted: int, sessions: int) -> int:
-    return max(200, min(wanted, MAX_WORK // max(1, sessions)))
+    return max(MIN_DRAWS, min(wanted, MAX_WORK // max(1, sessions)))
+
+
+def _ratio_variance(clusters: Sequence[Cluster]) -> tuple[float, float] | None:
+    """The ratio sum(errors)/sum(calls) and its cluster-robust (delta-method) variance over sessions."""
+    n = len(clusters)
+    calls = sum(c[1] for c in clusters)
+    if n < 2 or calls == 0:
+        return None
+    ratio = sum(c[0] for c in clusters) / calls
+    mean_calls = calls / n
+    return ratio, sum((e - ratio * m) ** 2 for e, m in clusters) / (n * (n - 1) * mean_calls**2)
+
+
+def cluster_normal_ratio(clusters: Sequence[Cluster], z: float = Z95) -> Interval | None:
+    """The ratio's 95 % interval from its cluster-robust variance (normal approximation)."""
+    found = _ratio_variance(clusters)
+    if found is None:
+        return None
+    ratio, variance = found
+    half = z * math.sqrt(variance)
+    return max(0.0, ratio - half), min(1.0, ratio + half)
 
 
 def bootstrap_ratio(clusters: Sequence[Cluster], *, draws: int = 2000, seed: int = SEED) -> Interval | None:
@@ -97,6 +124,8 @@ def bootstrap_ratio(clusters: Sequence[Cluster], *, draws: int = 2000, seed: int
     clusters = sorted(c for c in clusters if c[1] > 0)
     if not clusters:
         return None
+    if len(clusters) > BOOTSTRAP_MAX_SESSIONS:
+        return cluster_normal_ratio(clusters)
     rng = random.Random(seed)
     errors = [c[0] for c in clusters]
     calls = [c[1] for c in clusters]
@@ -118,6 +147,11 @@ def permutation_difference(first: Sequence[Cluster], second: Sequence[Cluster], 
     second = sorted(c for c in second if c[1] > 0)
     if not first or not second:
         return None
+    if len(first) + len(second) > BOOTSTRAP_MAX_SESSIONS:
+        a, b = _ratio_variance(first), _ratio_variance(second)
+        if a is None or b is None or a[1] + b[1] == 0:
+            return None if a is None or b is None else float(a[0] == b[0])
+        return math.erfc(abs(a[0] - b[0]) / math.sqrt(2 * (a[1] + b[1])))
     pooled = first + second
     total_errors = sum(c[0] for c in pooled)
     total_calls = sum(c[1] for c in pooled)

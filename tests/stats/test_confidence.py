@@ -77,9 +77,13 @@ def test_permutation_test_sees_clustering() -> None:
 def test_compare_counts_sentences() -> None:
     calls = lambda k, n: [(1, 1)] * k + [(0, 1)] * (n - k)  # noqa: E731 - one call per session
     higher = compare_counts(("qwen3.5-9b", calls(9, 161)), ("qwen3.6-35b-a3b", calls(19, 158)))
-    assert round(higher["p_value_calls"], 3) == 0.049 and higher["established"]
-    assert higher["sentence"].startswith(
-        "qwen3.6-35b-a3b's error rate is higher than qwen3.5-9b's (12.0 % vs 5.6 %): p = 0.049 over calls, ")
+    # One call per session: the session test is a Monte Carlo twin of the exact one, p close to 0.049 too.
+    assert round(higher["p_value_calls"], 3) == 0.049 and 0.03 < higher["p_value_sessions"] < 0.07
+    assert higher["established"] == (higher["p_value_sessions"] < 0.05)
+    assert "(12.0 % vs 5.6 %)" in higher["sentence"] and "p = 0.049 over calls, " in higher["sentence"]
+    assert higher["sentence"].startswith("qwen3.6-35b-a3b's error rate ")
+    clear = compare_counts(("a", [(1, 4)] * 10 + [(0, 4)] * 30), ("b", [(3, 4)] * 30 + [(0, 4)] * 10))
+    assert clear["established"] and clear["sentence"].startswith("b's error rate is higher than a's (56.2 % vs")
     unclear = compare_counts(("qwen3.5-9b", calls(9, 161)), ("qwen3.5-27b", calls(13, 128)))
     assert round(unclear["p_value_calls"], 2) == 0.18 and not unclear["established"]
     assert "is not established: p = 0.18 over calls" in unclear["sentence"]
@@ -130,3 +134,20 @@ async def test_stats_compare_cli(capsys, seeded: str) -> None:  # noqa: F811
     assert code == 0 and [m["errors"] for m in body["models"]] == [12, 19]
     code, _, err = await cli(capsys, "stats", "--db", seeded, "--compare", "qwen3.5-9b")
     assert code == 2 and "two different model names" in err
+
+
+def test_many_sessions_use_the_cluster_robust_normal_interval() -> None:
+    # Past BOOTSTRAP_MAX_SESSIONS the resampling would cost too much; its normal limit is used instead,
+    # and it agrees with the bootstrap where both apply.
+    from proxy.confidence import BOOTSTRAP_MAX_SESSIONS, cluster_normal_ratio
+
+    few = [(10, 10)] * 10 + [(0, 10)] * 190
+    assert len(few) <= BOOTSTRAP_MAX_SESSIONS
+    boot, normal = bootstrap_ratio(few), cluster_normal_ratio(few)
+    assert abs(boot[0] - normal[0]) < 0.01 and abs(boot[1] - normal[1]) < 0.01
+    many = few * 5
+    assert bootstrap_ratio(many) == cluster_normal_ratio(many)
+    low, high = bootstrap_ratio(many)
+    calls = wilson(500, 10_000)
+    assert low < 0.05 < high and (high - low) > 3 * (calls[1] - calls[0])
+    assert permutation_difference(many, [(0, 10)] * 1000) < 1e-6
