@@ -110,7 +110,7 @@ async def model_stats(
         sequences = await figures.sequence_stats(conn, f, loop_min_attempts)
         attempts = await figures.attempt_histograms(conn, f)
         throughput = await figures.throughput_by_concurrency(conn, f)
-        session_errors = await queries.session_error_counts(conn, f)
+        session_errors = await figures.session_error_counts(conn, f)
         session_recoveries = await figures.session_recoveries(conn, f)
     live = await live_throughput(engine, model=model, since=since, until=until)
     models = []

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.confidence import fisher_exact, newcombe_difference, permutation_difference, wilson
-from proxy.store import queries
+from proxy.store import figures
 from proxy.store.queries import Filters
 
 __all__ = ["ALPHA", "compare_counts", "compare_models", "comparison_sentence", "comparison_table"]
@@ -93,7 +93,7 @@ async def compare_models(engine: AsyncEngine, models: tuple[str, str], *, since:
     found: dict[str, list[tuple[int, int]]] = {}
     async with engine.connect() as conn:
         for name in models:
-            found.update(await queries.session_error_counts(conn, Filters(**{**_fields(f), "model": name})))
+            found.update(await figures.session_error_counts(conn, Filters(**{**_fields(f), "model": name})))
     result = compare_counts((models[0], found.get(models[0], [])), (models[1], found.get(models[1], [])))
     result["window"] = {"since": since, "until": until}
     return result

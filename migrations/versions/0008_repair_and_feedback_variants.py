@@ -1,4 +1,5 @@
-"""repaired calls keep the command delivered instead; calls record their session's feedback variant
+"""repaired calls keep the command delivered instead; calls record their session's feedback variant;
+calls and errors per session and hour for the session intervals, filled from the rows already stored
 
 Revision ID: 0008
 Revises: 0005 (on the issue-19 branch; 0007 once the parallel migrations are merged in order)
@@ -6,6 +7,8 @@ Create Date: 2026-12-03
 """
 from alembic import op
 import sqlalchemy as sa
+
+from proxy.store import rollups
 
 
 revision = '0008'
@@ -22,9 +25,22 @@ def upgrade() -> None:
     with op.batch_alter_table('tool_calls') as batch:
         batch.add_column(sa.Column('repaired_command', sa.Text(), nullable=True))
         batch.add_column(sa.Column('feedback_variant', sa.String(length=64), nullable=True))
+    op.create_table('stats_session_calls',
+    sa.Column('bucket', sa.Float(), nullable=False),
+    sa.Column('model', sa.String(length=256), nullable=False),
+    sa.Column('policy_name', sa.String(length=128), nullable=False),
+    sa.Column('route', sa.String(length=64), nullable=False),
+    sa.Column('session_id', sa.String(length=128), nullable=False),
+    sa.Column('calls', sa.Integer(), nullable=False),
+    sa.Column('errors', sa.Integer(), nullable=False),
+    sa.PrimaryKeyConstraint('bucket', 'model', 'policy_name', 'route', 'session_id')
+    )
+    # A store that already holds rows gets the new rollup now (and the others again, unchanged).
+    rollups.rebuild(op.get_bind())
 
 
 def downgrade() -> None:
+    op.drop_table('stats_session_calls')
     with op.batch_alter_table('tool_calls') as batch:
         batch.drop_column('feedback_variant')
         batch.drop_column('repaired_command')

@@ -48,6 +48,7 @@ __all__ = [
     "request_counts",
     "session_calls",
     "session_error_counts",
+    "session_error_rows",
     "session_exists",
     "session_request_count",
     "variant_calls",
@@ -120,15 +121,21 @@ async def call_counts(conn: AsyncConnection, f: Filters) -> dict[str, tuple[int,
     return {m: (int(n), int(e or 0)) for m, n, e in await conn.execute(stmt)}
 
 
-async def session_error_counts(conn: AsyncConnection, f: Filters) -> dict[str, list[tuple[int, int]]]:
-    """model -> (errors, tool calls) of each session: the units the session bootstrap resamples."""
+async def session_error_rows(conn: AsyncConnection, f: Filters) -> list[tuple[str, str, int, int]]:
+    """(model, session, errors, tool calls) of each session with calls in the window, from the rows."""
     t = tool_calls.c
     errors = func.sum(case((_is_error(t.decision), 1), else_=0))
+    # Grouped session first: the rows come in the order of the session index.
     stmt = (select(t.model, t.session_id, errors, func.count()).where(*_call_conditions(f))
-            .group_by(t.model, t.session_id))
+            .group_by(t.session_id, t.model))
+    return [(model, session, int(e or 0), int(n)) for model, session, e, n in await conn.execute(stmt)]
+
+
+async def session_error_counts(conn: AsyncConnection, f: Filters) -> dict[str, list[tuple[int, int]]]:
+    """model -> (errors, tool calls) of each session: the units the session bootstrap resamples."""
     out: dict[str, list[tuple[int, int]]] = {}
-    for model, _session, e, n in await conn.execute(stmt):
-        out.setdefault(model, []).append((int(e or 0), int(n)))
+    for model, _session, e, n in await session_error_rows(conn, f):
+        out.setdefault(model, []).append((e, n))
     return out
 
 

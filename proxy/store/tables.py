@@ -196,6 +196,17 @@ stats_sessions = Table(
     Column("session_id", String(128), primary_key=True),
 )
 
+# Calls and errors per session and hour (migration 0008): the units of the session bootstrap and the
+# permutation test (proxy/confidence.py), summed over whole hours without reading the calls.
+stats_session_calls = Table(
+    "stats_session_calls",
+    metadata,
+    *_hour_key(),
+    Column("session_id", String(128), primary_key=True),
+    Column("calls", Integer, nullable=False),
+    Column("errors", Integer, nullable=False),
+)
+
 # Streamed requests that ended well, their TTFT and time per output token in logarithmic bins
 # (proxy/store/latency_sketch.py): percentiles over any hours within 1%, exact where the data are sparse.
 stats_latency = Table(
@@ -234,4 +245,5 @@ error_runs = Table(
     Index("ix_error_runs_model_start", "model", "start_at", "attempts", "next_decision", "exact"),
     Index("ix_error_runs_attempts", "attempts", "start_at"),
 )
-__all__ += ["error_runs", "stats_calls", "stats_latency", "stats_reasons", "stats_requests", "stats_sessions"]
+__all__ += ["error_runs", "stats_calls", "stats_latency", "stats_reasons", "stats_requests", "stats_session_calls",
+            "stats_sessions"]

@@ -17,7 +17,7 @@ from proxy.confidence import (
 from proxy.stats import model_stats
 from proxy.stats_compare import compare_counts
 
-from .builder import Store
+from .builder import ALLOWED, PIPE, Store
 from .seed_data import build_seed
 from .test_stats_api import ClientFactory, assert_error_shape, client_for  # noqa: F401 (fixture)
 from .test_stats_cli import cli, seeded  # noqa: F401 (fixture)
@@ -151,3 +151,22 @@ def test_many_sessions_use_the_cluster_robust_normal_interval() -> None:
     calls = wilson(500, 10_000)
     assert low < 0.05 < high and (high - low) > 3 * (calls[1] - calls[0])
     assert permutation_difference(many, [(0, 10)] * 1000) < 1e-6
+
+
+async def test_session_counts_from_rollups_equal_the_rows(engine, store: Store) -> None:
+    from proxy.store import figures, queries
+    from proxy.store.queries import Filters
+
+    from .builder import START
+
+    build_seed(store)  # 447 calls one second apart: about 7.5 minutes
+    for hour in range(3):  # and sessions spread over three more hours
+        store.now = START + 3600 * (hour + 1) + 1800
+        store.session("qwen3.5-9b").request().calls(PIPE, ALLOWED)
+    await store.save(engine)
+    async with engine.connect() as conn:
+        for since, until in ((None, None), (START + 100, START + 3 * 3600 + 2000), (START + 3700, None)):
+            f = Filters(since=since, until=until)
+            rolled = await figures.session_error_counts(conn, f)
+            rows = await queries.session_error_counts(conn, f)
+            assert {m: sorted(v) for m, v in rolled.items()} == {m: sorted(v) for m, v in rows.items()}
