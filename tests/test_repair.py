@@ -63,6 +63,19 @@ def test_repair_on_delivers_the_allowed_call_after_one_attempt(upstream, start_p
 
 
 @pytest.mark.parametrize("stream", [False, True])
+def test_repair_of_a_call_written_in_content(upstream, start_proxy, tmp_path, stream):
+    # Qwen3-Coder XML left in content (no tool parser upstream): converted, repaired, delivered as tool_calls.
+    proxy = start_proxy(upstream.url, policy=str(_policy_file(tmp_path, REPAIRS)))
+    upstream.responder = bash_sequence([f"timeout 30 {ALLOWED} 2>&1"], xml=True)
+    response = _ask(proxy, stream=stream)
+    assert _delivered(response, stream) == [{"command": ALLOWED}]
+    assert b"timeout" not in response.content and b"<tool_call>" not in response.content
+    assert len(upstream.requests) == 1
+    (row,) = proxy.rows("SELECT decision, command, repaired_command FROM tool_calls")
+    assert tuple(row) == ("repaired", f"timeout 30 {ALLOWED} 2>&1", ALLOWED)
+
+
+@pytest.mark.parametrize("stream", [False, True])
 def test_repair_off_is_as_today(upstream, proxy, stream):
     upstream.responder = looping()
     response = _ask(proxy, stream=stream)
