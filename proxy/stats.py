@@ -174,7 +174,8 @@ async def session_detail(
             "arguments": row["arguments_raw"], "decision": row["decision"],
             "reasons": [r for r in (row["reasons"] or "").split(",") if r],
             "shape": row["shape"], "policy_name": row["policy_name"], "mode": row["mode"],
-            "delivered": bool(row["delivered"]), "loop": loop,
+            "delivered": bool(row["delivered"]), "repaired_command": row["repaired_command"],
+            "feedback_variant": row["feedback_variant"], "loop": loop,
         })
     for item in loops:
         item["exact_repeat"] = len(set(item["commands"])) == 1

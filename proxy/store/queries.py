@@ -282,7 +282,8 @@ async def session_calls(conn: AsyncConnection, session_id: str) -> list[dict[str
     stmt = (
         select(t.id, t.request_id, t.model, t.route, t.attempt, t.call_index, t.created_at, t.tool_name,
                t.source, t.arguments_raw, t.command, t.decision, t.primary_reason, t.reasons, t.shape,
-               t.policy_name, t.mode, t.delivered, p.run_no, p.run_length, p.run_position)
+               t.policy_name, t.mode, t.delivered, t.repaired_command, t.feedback_variant,
+               p.run_no, p.run_length, p.run_position)
         .select_from(tool_calls.outerjoin(positioned, and_(p.created_at == t.created_at,
                                                            p.call_index == t.call_index)))
         .where(t.session_id == session_id)
