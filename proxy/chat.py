@@ -31,7 +31,7 @@ from proxy.exchange import (
     request_attempt,
     upstream_events,
 )
-from proxy.judging import JudgedCall
+from proxy.judging import JudgedCall, apply_repairs
 from proxy.logs import get_logger
 from proxy.record import RequestRecord
 from proxy.sse import DONE, encode_json
@@ -127,6 +127,10 @@ async def _complete(ex: Exchange, messages: list[Any]) -> Response:
         outcome = await ex.settle(attempt, judged)
         if outcome == DELIVER:
             changed = _convert_content_calls(ex, obj, results) or attempt > 1
+            if any(item.repaired for item in judged):
+                # The judged (repaired) calls are delivered, never the upstream's bytes (judging.py).
+                for choice in obj.get("choices") or []:
+                    changed = apply_repairs(choice.get("message") or {}, judged) or changed
             if attempt > 1 and isinstance(obj.get("usage"), dict):
                 obj["usage"].update(record.usage.as_openai())
             _remember(ex, messages, obj)

@@ -95,7 +95,10 @@ class Exchange:
         return json.dumps(payload, ensure_ascii=False).encode()
 
     def judge(self, calls: list[ToolCall]) -> list[JudgedCall]:
-        return judge_calls(self.policy, calls, self.offered, tools=self.toolset)
+        # Repairs (the policy's opt-in `repair:`) only where the relay delivers the judged call objects
+        # re-encoded: the chat relay. The Responses and Messages relays pass repair=False until they do.
+        return judge_calls(self.policy, calls, self.offered, tools=self.toolset,
+                           session_id=self.record.session.id, repair=self.record.route == "chat")
 
     def keep(self, attempt: int, judged: list[JudgedCall], *, delivered: bool) -> None:
         """Queue an attempt's calls for the store without waiting (held back, or recorded after the fact)."""

@@ -18,7 +18,7 @@ from proxy.record import RequestRecord
 
 __all__ = ["LOOP_TRACKER", "LoopTracker", "observe_request"]
 
-_ERRORS = ("reject", "malformed")
+_ERRORS = ("reject", "malformed", "repaired")
 
 
 @dataclass(slots=True)

@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from proxy.confidence import bootstrap_ratio, wilson
 from proxy.store import figures, queries
 from proxy.store.queries import Filters, LoopSummary
 from proxy.throughput.live import empty_throughput, live_throughput
@@ -80,6 +81,11 @@ def _rate(part: int, whole: int) -> float | None:
     return part / whole if whole else None
 
 
+def _interval(bounds: tuple[float, float] | None) -> list[float] | None:
+    """An interval as the JSON carries it: `[low, high]` rounded to 4 places, or null without data."""
+    return None if bounds is None else [round(bounds[0], 4), round(bounds[1], 4)]
+
+
 def _by_count(counts: Mapping[str, int]) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
@@ -104,6 +110,8 @@ async def model_stats(
         sequences = await figures.sequence_stats(conn, f, loop_min_attempts)
         attempts = await figures.attempt_histograms(conn, f)
         throughput = await figures.throughput_by_concurrency(conn, f)
+        session_errors = await figures.session_error_counts(conn, f)
+        session_recoveries = await figures.session_recoveries(conn, f)
     live = await live_throughput(engine, model=model, since=since, until=until)
     models = []
     for name in sorted(set(calls) | set(reqs)):
@@ -117,6 +125,8 @@ async def model_stats(
             "tool_calls": n_calls,
             "errors": n_errors,
             "error_rate": _rate(n_errors, n_calls),
+            "error_rate_ci95": _interval(wilson(n_errors, n_calls)),
+            "error_rate_session_ci95": _interval(bootstrap_ratio(session_errors.get(name, []))),
             "reasons": _by_count(reasons.get(name, {})),
             "primary_reasons": _by_count(primaries.get(name, {})),
             "loops": {
@@ -126,6 +136,8 @@ async def model_stats(
                 "exact_repeats": seq.exact_repeats,
             },
             "recovery_rate": _rate(seq.recovered, seq.followed),
+            "recovery_rate_ci95": _interval(wilson(seq.recovered, seq.followed)),
+            "recovery_rate_session_ci95": _interval(bootstrap_ratio(session_recoveries.get(name, []))),
             "median_attempts": median_from_histogram(attempts.get(name, {})),
             "throughput": {**(live.get(name) or empty_throughput()), "by_concurrency": throughput.get(name, [])},
         })
@@ -163,7 +175,8 @@ async def session_detail(
             "arguments": row["arguments_raw"], "decision": row["decision"],
             "reasons": [r for r in (row["reasons"] or "").split(",") if r],
             "shape": row["shape"], "policy_name": row["policy_name"], "mode": row["mode"],
-            "delivered": bool(row["delivered"]), "loop": loop,
+            "delivered": bool(row["delivered"]), "repaired_command": row["repaired_command"],
+            "feedback_variant": row["feedback_variant"], "loop": loop,
         })
     for item in loops:
         item["exact_repeat"] = len(set(item["commands"])) == 1

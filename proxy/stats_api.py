@@ -1,4 +1,5 @@
-"""HTTP routes of the statistics: `/stats/models`, `/stats/sessions/{id}`, `/stats/loops`.
+"""HTTP routes of the statistics: `/stats/models`, `/stats/compare`, `/stats/variants`,
+`/stats/sessions/{id}`, `/stats/loops`.
 
 Errors leave in the one OpenAI error shape; the routes answer it themselves (not through the app's
 exception handler) so the router behaves the same on whatever app includes it.
@@ -16,6 +17,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from proxy.errors import BadRequest, ProxyError, Unauthorized, error_response
 from proxy.stats import model_stats, parse_time, session_detail, top_loops
+from proxy.stats_compare import compare_models
+from proxy.stats_variants import variant_stats
 from proxy.store.db import translate_db_error
 
 __all__ = ["router"]
@@ -91,6 +94,45 @@ async def stats_models(
             request.app.state.proxy.engine, since=_time(since, "since"), until=_time(until, "until"),
             policy=policy, model=model, route=route, loop_min_attempts=_loop_min(request, loop_min_attempts),
         )
+
+    return await _answer(request, compute)
+
+
+@router.get("/stats/compare")
+async def stats_compare(
+    request: Request,
+    models: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    policy: str | None = None,
+    route: str | None = None,
+) -> JSONResponse:
+    async def compute() -> dict[str, Any]:
+        from proxy.cli.stats import parse_pair
+
+        try:
+            pair = parse_pair(models or "")
+        except ValueError as exc:
+            raise BadRequest(str(exc), param="models") from None
+        return await compare_models(request.app.state.proxy.engine, pair, since=_time(since, "since"),
+                                    until=_time(until, "until"), policy=policy, route=route)
+
+    return await _answer(request, compute)
+
+
+@router.get("/stats/variants")
+async def stats_variants(
+    request: Request,
+    since: str | None = None,
+    until: str | None = None,
+    model: str | None = None,
+    policy: str | None = None,
+    loop_min_attempts: str | None = None,
+) -> JSONResponse:
+    async def compute() -> dict[str, Any]:
+        return await variant_stats(request.app.state.proxy.engine, since=_time(since, "since"),
+                                   until=_time(until, "until"), model=model, policy=policy,
+                                   loop_min_attempts=_loop_min(request, loop_min_attempts))
 
     return await _answer(request, compute)
 

@@ -10,7 +10,7 @@ import importlib
 import sys
 
 # Order is the order of `--help`.
-SUBCOMMANDS = ("serve", "check", "extract", "stats", "recheck", "db", "import-vllm-log", "demo")
+SUBCOMMANDS = ("serve", "check", "extract", "stats", "report", "recheck", "db", "import-vllm-log", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

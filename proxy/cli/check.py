@@ -9,6 +9,9 @@ tool's call (`--tool exec_command '{"cmd": "..."}'`, `--tool Read '{"file_path":
 tool's bare command text is still accepted. `--jsonl` reads lines
 `{"cmd": "..."}` or `{"tool": "...", "arguments": {...}}` and prints one verdict per line, exiting 0.
 A policy that cannot be loaded exits 2 with its error on stderr.
+
+`--explain` adds what a model would read back for a rejected call: `feedback` (the policy's template,
+filled in) and `suggestion` (`{kind, command, text}` of the nearest allowed command, or null).
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ import json
 import sys
 from typing import Any, TextIO
 
-from ..policy import Policy, PolicyError, default_policy_path, judge_call, judge_command, load_policy_file
+from ..policy import Policy, PolicyError, default_policy_path, format_feedback, judge_call, load_policy_file
 from ..policy.judge import tool_set
+from ..policy.suggest import suggest
 from ..policy.verdict import MALFORMED, Verdict
 
 __all__ = ["register", "run"]
@@ -38,21 +42,35 @@ def register(subparsers: Any) -> None:
         "exec_command, Read, read_files, ...); COMMAND is then its arguments as a JSON object",
     )  # fmt: skip
     parser.add_argument("--jsonl", action="store_true", help="read one call per line from stdin")
+    parser.add_argument("--explain", action="store_true",
+                        help="also print the feedback a model would read and the suggested allowed command")
     parser.add_argument("command", nargs="?", metavar="COMMAND", help="the command (or JSON arguments)")
     parser.set_defaults(func=run)
 
 
-def _judge(policy: Policy, tool: str | None, payload: str) -> Verdict:
+# A judged call: the tool, its arguments (None when unreadable) and the verdict.
+Judged = tuple[str, dict[str, Any] | None, Verdict]
+_UNREADABLE = Verdict(MALFORMED, ("bad_arguments",), "bad_arguments")
+
+
+def _bash_call(policy: Policy, command: str) -> Judged:
+    tool = policy.bash.tools[0] if policy.bash.tools else "bash"
+    arguments = {policy.bash.command_argument: command}
+    return tool, arguments, judge_call(policy, tool, arguments)
+
+
+def _judge(policy: Policy, tool: str | None, payload: str) -> Judged:
     if tool is None:
-        return judge_command(policy, payload)
+        return _bash_call(policy, payload)
     try:
         arguments = json.loads(payload)
     except ValueError:
         arguments = None
     if not isinstance(arguments, dict) and _is_string_shell(policy, tool):
         # `--tool bash 'uv run ...'`: a shell tool's command given as it is, not wrapped in JSON.
-        return judge_command(policy, payload)
-    return judge_call(policy, tool, arguments if isinstance(arguments, dict) else None)
+        return _bash_call(policy, payload)
+    arguments = arguments if isinstance(arguments, dict) else None
+    return tool, arguments, judge_call(policy, tool, arguments)
 
 
 def _is_string_shell(policy: Policy, tool: str) -> bool:
@@ -61,32 +79,40 @@ def _is_string_shell(policy: Policy, tool: str) -> bool:
     return bool(rules) and all(r.map.shell is not None and r.map.shell.command for r in rules)
 
 
-def _judge_line(policy: Policy, line: str) -> Verdict:
+def _judge_line(policy: Policy, line: str) -> Judged:
     try:
         item = json.loads(line)
     except ValueError:
-        return Verdict(MALFORMED, ("bad_arguments",), "bad_arguments")
+        return "", None, _UNREADABLE
     if not isinstance(item, dict):
-        return Verdict(MALFORMED, ("bad_arguments",), "bad_arguments")
+        return "", None, _UNREADABLE
     if "cmd" in item:
         cmd = item["cmd"]
         if not isinstance(cmd, str):
-            return Verdict(MALFORMED, ("bad_arguments",), "bad_arguments")
-        return judge_command(policy, cmd)
+            return "", None, _UNREADABLE
+        return _bash_call(policy, cmd)
     tool = item.get("tool")
     if not isinstance(tool, str):
-        return Verdict(MALFORMED, ("bad_arguments",), "bad_arguments")
+        return "", None, _UNREADABLE
     arguments = item.get("arguments")
     if isinstance(arguments, str):  # arguments as the model sent them: a JSON text
         try:
             arguments = json.loads(arguments)
         except ValueError:
             arguments = None
-    return judge_call(policy, tool, arguments if isinstance(arguments, dict) else None)
+    arguments = arguments if isinstance(arguments, dict) else None
+    return tool, arguments, judge_call(policy, tool, arguments)
 
 
-def _print(verdict: Verdict, out: TextIO) -> None:
-    out.write(json.dumps(verdict.as_dict(), ensure_ascii=False) + "\n")
+def _print(policy: Policy, judged: Judged, out: TextIO, *, explain: bool) -> None:
+    tool, arguments, verdict = judged
+    shown: dict[str, Any] = verdict.as_dict()
+    if explain:
+        found = suggest(policy, tool, arguments, verdict)
+        shown["feedback"] = (None if verdict.allowed else
+                             format_feedback(policy, verdict, tool=tool, arguments=arguments))
+        shown["suggestion"] = found.as_dict() if found is not None else None
+    out.write(json.dumps(shown, ensure_ascii=False) + "\n")
 
 
 def run(args: argparse.Namespace, *, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
@@ -101,12 +127,12 @@ def run(args: argparse.Namespace, *, stdin: TextIO | None = None, stdout: TextIO
     if args.jsonl:
         for line in stdin:
             if line.strip():
-                _print(_judge_line(policy, line), stdout)
+                _print(policy, _judge_line(policy, line), stdout, explain=args.explain)
         stdout.flush()
         return 0
     if args.command is None:
         sys.stderr.write("allowlist-proxy check: give a COMMAND, or --jsonl to read calls from stdin\n")
         return 2
-    verdict = _judge(policy, args.tool, args.command)
-    _print(verdict, stdout)
-    return 0 if verdict.allowed else 1
+    judged = _judge(policy, args.tool, args.command)
+    _print(policy, judged, stdout, explain=args.explain)
+    return 0 if judged[2].allowed else 1

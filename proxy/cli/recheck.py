@@ -21,7 +21,7 @@ from proxy.config import Settings
 __all__ = ["ModelRecheck", "RecheckResult", "recheck", "register", "run"]
 
 _BATCH = 2000
-_ERRORS = ("reject", "malformed")
+_ERRORS = ("reject", "malformed", "repaired")
 
 
 def register(subparsers: Any) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from proxy.config import Settings, normalize_db_url
 
-__all__ = ["read_store", "register", "run", "sqlite_path"]
+__all__ = ["parse_pair", "read_store", "register", "run", "sqlite_path"]
 
 
 def register(subparsers: Any) -> None:
@@ -36,6 +36,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--route", help="only this route, e.g. chat")
     parser.add_argument("--throughput", action="store_true",
                         help="also print the live throughput tables per concurrency (10-second windows)")
+    parser.add_argument("--compare", metavar="A,B",
+                        help="compare two models' error rates: difference, 95 %% interval, p-values, a sentence")
     parser.add_argument("--loop-min-attempts", type=int, default=3, metavar="N",
                         help="shortest run of same-shape rejections counted as a loop (default 3)")
     parser.set_defaults(func=run)
@@ -102,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
+    if args.compare is not None:
+        return _compare(args, url, since, until)
     stats, code = read_store(url, lambda engine: model_stats(
         engine, since=since, until=until, model=args.model, policy=args.policy, route=args.route,
         loop_min_attempts=args.loop_min_attempts))
@@ -125,4 +129,33 @@ def run(args: argparse.Namespace) -> int:
 
         print()
         print(render_live_tables({m["model"]: m["throughput"] for m in stats["models"]}), end="")
+    return 0
+
+
+def parse_pair(text: str) -> tuple[str, str]:
+    """`a,b` -> ("a", "b"); ValueError unless exactly two different, non-empty names."""
+    names = [n.strip() for n in text.split(",")]
+    if len(names) != 2 or not all(names) or names[0] == names[1]:
+        raise ValueError(f"expected two different model names as A,B (got {text!r})")
+    return names[0], names[1]
+
+
+def _compare(args: argparse.Namespace, url: str, since: float | None, until: float | None) -> int:
+    from proxy.stats_compare import compare_models, comparison_table
+
+    try:
+        pair = parse_pair(args.compare)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    result, code = read_store(url, lambda engine: compare_models(
+        engine, pair, since=since, until=until, policy=args.policy, route=args.route))
+    if code:
+        return code
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(comparison_table(result, markdown=bool(args.markdown)))
+    print()
+    print(result["sentence"])
     return 0

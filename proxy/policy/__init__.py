@@ -3,8 +3,9 @@
 Modules, one job each: `schema` (the file format), `loader` (YAML with lines, validation, self-test),
 `errors` (PolicyError), `manager` (serving and hot reload), `lexer` + `matcher` (the decision), `text`
 (which characters may appear at all), `scan` + `explain` (reason codes and shape of a rejection), `paths`
-(file-path arguments), `judge` (one call), `feedback` (the text a model gets back), `reasons` (the stable
-codes), `verdict` (the result).
+(file-path arguments), `judge` (one call), `feedback` (the text a model gets back), `core` +
+`suggest` (the nearest allowed command), `repair` (opt-in repairs), `variants` (feedback
+experiments), `reasons` (the stable codes), `verdict` (the result).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .loader import LoadedPolicy, default_policy_path, load_policy_file, load_po
 from .manager import PolicyManager
 from .reasons import REASON_CODES
 from .schema import Policy
+from .suggest import Suggestion, suggest
 from .verdict import Verdict
 
 __all__ = [
@@ -25,6 +27,7 @@ __all__ = [
     "Policy",
     "PolicyError",
     "PolicyManager",
+    "Suggestion",
     "Verdict",
     "default_policy_path",
     "format_feedback",
@@ -33,4 +36,5 @@ __all__ = [
     "lex",
     "load_policy_file",
     "load_policy_text",
+    "suggest",
 ]

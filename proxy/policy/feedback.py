@@ -11,9 +11,10 @@ from .judge import shell_command
 from .matcher import matcher_for
 from .reasons import BASH_CONTENT, BASH_FORM
 from .schema import Policy
+from .suggest import suggest
 from .verdict import Verdict
 
-__all__ = ["HINTS", "capability_of", "format_feedback"]
+__all__ = ["HINTS", "capability_of", "format_feedback", "template_for"]
 
 # One sentence per reason code, for the `{hint}` placeholder: what to do instead.
 HINTS: dict[str, str] = {
@@ -42,7 +43,7 @@ HINTS: dict[str, str] = {
     "unknown_tool": "Call only the tools you were given.",
     "bad_arguments": "Send the arguments as a JSON object with every required field.",
 }
-_PLACEHOLDER = re.compile(r"\{(reasons|scripts|command|tool|shape|hint|decision)\}")
+_PLACEHOLDER = re.compile(r"\{(reasons|scripts|command|tool|shape|hint|decision|suggestion)\}")
 _MAX_COMMAND = 300
 
 
@@ -77,14 +78,31 @@ def capability_of(verdict: Verdict) -> str:
     return "other"
 
 
-def format_feedback(policy: Policy, verdict: Verdict, *, tool: str, arguments: dict[str, Any] | None) -> str:
-    """Fill `{reasons}`, `{scripts}`, `{command}` (and `{tool}`, `{shape}`, `{hint}`, `{decision}`) into the
-    policy's template for the rejection's capability: a rejected read is never told which commands may run.
+def template_for(policy: Policy, variant: str | None, capability: str = "shell") -> str:
+    """The template a rejection of `capability` is told with: the session's feedback variant's (a shell
+    rejection only: the experiment is about getting the model to run an allowed script), else the policy's
+    template for that capability."""
+    if capability == "shell" and variant is not None and variant in policy.feedback_variants:
+        return policy.feedback_variants[variant]
+    try:
+        return policy.feedback_template(capability)
+    except Exception:
+        return str(policy.feedback)
+
+
+def format_feedback(policy: Policy, verdict: Verdict, *, tool: str, arguments: dict[str, Any] | None,
+                    variant: str | None = None) -> str:
+    """Fill `{reasons}`, `{scripts}`, `{command}`, `{suggestion}` (and `{tool}`, `{shape}`, `{hint}`,
+    `{decision}`) in the template for the rejection's capability (a rejected read is never told which
+    commands may run), or the session's feedback `variant` for a shell rejection.
 
     Only these exact placeholders are replaced and everything else is left as written, so a template with
-    stray braces or `{reasons.__class__}` never raises and never reaches into objects.
+    stray braces or `{reasons.__class__}` never raises and never reaches into objects. `{suggestion}` is
+    the nearest allowed command (proxy/policy/suggest.py), or nothing; the text is stripped at its end so
+    an empty last placeholder leaves no trailing space.
     """
     values: dict[str, str] = {}
+    template = str(template_for(policy, variant, capability_of(verdict)))
 
     def fill(m: re.Match[str]) -> str:
         key = m.group(1)
@@ -102,6 +120,9 @@ def format_feedback(policy: Policy, verdict: Verdict, *, tool: str, arguments: d
                     values[key] = verdict.shape or ""
                 elif key == "hint":
                     values[key] = HINTS.get(verdict.reasons[0], "") if verdict.reasons else ""
+                elif key == "suggestion":
+                    found = suggest(policy, tool, arguments, verdict)
+                    values[key] = found.text if found is not None else ""
                 else:
                     values[key] = verdict.decision
             except Exception:
@@ -109,10 +130,6 @@ def format_feedback(policy: Policy, verdict: Verdict, *, tool: str, arguments: d
         return values[key]
 
     try:
-        template = policy.feedback_template(capability_of(verdict))
-    except Exception:
-        template = str(policy.feedback)
-    try:
-        return _PLACEHOLDER.sub(fill, template)
+        return _PLACEHOLDER.sub(fill, template).rstrip()
     except Exception:
         return template

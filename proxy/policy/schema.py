@@ -63,6 +63,7 @@ HARD_MAX_COMMAND_LENGTH = 65536
 Identifier = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 # A flag must itself be a word of the unquoted alphabet, so the shells pass it unchanged.
 Flag = Annotated[str, StringConstraints(pattern=r"^-[A-Za-z0-9_.:,+@%-]*$")]
+RepairName = Literal["output_filters", "stderr_redirect", "timeout", "cd_workdir"]
 ToolName = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 ArgName = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 # A route is a literal /v1 path (it also covers the paths below it), never a pattern.
@@ -82,6 +83,8 @@ class _Strict(BaseModel):
 class ScriptRule(_Strict):
     flags: list[Flag] = Field(default_factory=list, description="the only flags the script may get")
     description: str | None = None
+    # Programs (or intents) this script stands in for: a rejected `curl URL` is pointed at the script.
+    instead_of: list[Annotated[str, StringConstraints(min_length=1, max_length=100)]] = Field(default_factory=list)
 
 
 class BashRules(_Strict):
@@ -250,6 +253,11 @@ class Policy(_Strict):
     loop_min_attempts: int = Field(default=3, ge=2, le=100)
     examples: Examples = Field(default_factory=Examples)
     passthrough_routes: list[RoutePath] = Field(default_factory=lambda: list(DEFAULT_PASSTHROUGH_ROUTES))
+    # Opt-in repairs (proxy/policy/repair.py): a rejected call whose repaired form is allowed is delivered
+    # repaired, recorded as `repaired`. Empty: every rejection goes back to the model.
+    repair: list[RepairName] = Field(default_factory=list)
+    # Feedback experiments: variant name -> template; each new session gets one (proxy/policy/variants.py).
+    feedback_variants: dict[Identifier, str] = Field(default_factory=dict)
 
     # The compiled matcher (regex, script lookup), built on first use; the model is frozen so it never
     # goes stale.

@@ -29,6 +29,7 @@ from proxy.store.tables import (
     stats_latency,
     stats_reasons,
     stats_requests,
+    stats_session_calls,
     stats_sessions,
     tool_calls,
 )
@@ -44,6 +45,8 @@ __all__ = [
     "reason_counts",
     "request_counts",
     "sequence_stats",
+    "session_error_counts",
+    "session_recoveries",
     "split",
     "throughput_by_concurrency",
 ]
@@ -169,6 +172,27 @@ async def request_counts(conn: AsyncConnection, f: Filters) -> dict[str, tuple[i
     return {m: (n, sessions.get(m, 0)) for m, n in counts.items()}
 
 
+async def session_error_counts(conn: AsyncConnection, f: Filters) -> dict[str, list[tuple[int, int]]]:
+    """model -> (errors, tool calls) of each session with calls in the window."""
+    parts = split(f)
+    found: dict[tuple[str, str], list[int]] = {}
+    if parts.hours is not None:
+        c = stats_session_calls.c
+        stmt = (select(c.model, c.session_id, func.sum(c.errors), func.sum(c.calls))
+                .where(*_rollup_conditions(f, parts.hours, stats_session_calls)).group_by(c.session_id, c.model))
+        for model, session, e, n in await conn.execute(stmt):
+            found[(model, session)] = [int(e or 0), int(n or 0)]
+    for edge in parts.edges:
+        for model, session, e, n in await queries.session_error_rows(conn, edge):
+            mine = found.setdefault((model, session), [0, 0])
+            mine[0] += e
+            mine[1] += n
+    out: dict[str, list[tuple[int, int]]] = {}
+    for (model, _session), (e, n) in found.items():
+        out.setdefault(model, []).append((e, n))
+    return out
+
+
 async def attempt_histograms(conn: AsyncConnection, f: Filters) -> dict[str, dict[int, int]]:
     """model -> {upstream attempts: requests}."""
     found = await _counts_by_key(conn, f, stats_requests, "attempts", queries.attempt_histograms)
@@ -261,6 +285,20 @@ async def sequence_stats(conn: AsyncConnection, f: Filters, min_attempts: int) -
                            recovered=int(recovered or 0))
         for model, followed, recovered, n, longest, total, exact in await conn.execute(stmt)
     }
+
+
+async def session_recoveries(conn: AsyncConnection, f: Filters) -> dict[str, list[tuple[int, int]]]:
+    """model -> (recovered, followed) of each session, over its error runs that start in the window."""
+    e = error_runs.c
+    stmt = select(
+        e.model, e.session_id,
+        func.sum(case((e.next_decision == "allow", 1), else_=0)),
+        func.sum(e.attempts - 1 + case((e.next_decision.is_not(None), 1), else_=0)),
+    ).where(*_run_conditions(f)).group_by(e.session_id, e.model)  # the primary key's order: no sort
+    out: dict[str, list[tuple[int, int]]] = {}
+    for model, _session, recovered, followed in await conn.execute(stmt):
+        out.setdefault(model, []).append((int(recovered or 0), int(followed or 0)))
+    return out
 
 
 async def longest_loops(

@@ -47,9 +47,12 @@ __all__ = [
     "request_conditions",
     "request_counts",
     "session_calls",
+    "session_error_counts",
+    "session_error_rows",
     "session_exists",
     "session_profiles",
     "session_request_count",
+    "variant_calls",
 ]
 
 
@@ -117,6 +120,34 @@ async def call_counts(conn: AsyncConnection, f: Filters) -> dict[str, tuple[int,
     errors = func.sum(case((_is_error(t.decision), 1), else_=0))
     stmt = select(t.model, func.count(), errors).where(*_call_conditions(f)).group_by(t.model)
     return {m: (int(n), int(e or 0)) for m, n, e in await conn.execute(stmt)}
+
+
+async def session_error_rows(conn: AsyncConnection, f: Filters) -> list[tuple[str, str, int, int]]:
+    """(model, session, errors, tool calls) of each session with calls in the window, from the rows."""
+    t = tool_calls.c
+    errors = func.sum(case((_is_error(t.decision), 1), else_=0))
+    # Grouped session first: the rows come in the order of the session index.
+    stmt = (select(t.model, t.session_id, errors, func.count()).where(*_call_conditions(f))
+            .group_by(t.session_id, t.model))
+    return [(model, session, int(e or 0), int(n)) for model, session, e, n in await conn.execute(stmt)]
+
+
+async def session_error_counts(conn: AsyncConnection, f: Filters) -> dict[str, list[tuple[int, int]]]:
+    """model -> (errors, tool calls) of each session: the units the session bootstrap resamples."""
+    out: dict[str, list[tuple[int, int]]] = {}
+    for model, _session, e, n in await session_error_rows(conn, f):
+        out.setdefault(model, []).append((e, n))
+    return out
+
+
+async def variant_calls(conn: AsyncConnection, f: Filters) -> list[dict[str, Any]]:
+    """The calls of sessions in a feedback experiment, in session order, with what the variant stats read."""
+    t = tool_calls.c
+    stmt = (select(t.session_id, t.model, t.feedback_variant, t.decision,
+                   func.coalesce(t.shape, t.primary_reason, t.decision).label("shape_key"))
+            .where(t.feedback_variant.is_not(None), *_call_conditions(f))
+            .order_by(t.session_id, t.created_at, t.call_index))
+    return [dict(row._mapping) for row in await conn.execute(stmt)]
 
 
 async def request_counts(conn: AsyncConnection, f: Filters) -> dict[str, tuple[int, int]]:
@@ -252,7 +283,8 @@ async def session_calls(conn: AsyncConnection, session_id: str) -> list[dict[str
     stmt = (
         select(t.id, t.request_id, t.model, t.route, t.attempt, t.call_index, t.created_at, t.tool_name,
                t.source, t.arguments_raw, t.command, t.decision, t.primary_reason, t.reasons, t.shape,
-               t.policy_name, t.mode, t.delivered, p.run_no, p.run_length, p.run_position)
+               t.policy_name, t.mode, t.delivered, t.repaired_command, t.feedback_variant,
+               p.run_no, p.run_length, p.run_position)
         .select_from(tool_calls.outerjoin(positioned, and_(p.created_at == t.created_at,
                                                            p.call_index == t.call_index)))
         .where(t.session_id == session_id)

@@ -21,19 +21,17 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Table
 
 from proxy.errors import StoreUnavailable
+from proxy.judging import JudgedCall, call_command
 from proxy.logs import get_logger
 from proxy.metrics import RELEASE_WAIT, STORE_REFUSALS, STORE_UNRECORDED_RELEASES
-from proxy.policy.judge import shell_command
 from proxy.store import tables
 from proxy.store.safe_text import cut
 from proxy.store.writer import StoreFailure, StoreWriter
 
 if TYPE_CHECKING:
-    from proxy.judging import JudgedCall
     from proxy.policy import LoadedPolicy
     from proxy.policy.profiles import ToolSet
     from proxy.record import RequestRecord
-    from proxy.toolcalls import ToolCall
 
 __all__ = ["ARGUMENT_CHARS", "journal_row", "queue_calls", "queue_lineage", "queue_request", "release_calls",
            "request_row"]
@@ -85,28 +83,21 @@ def queue_lineage(writer: StoreWriter, session_id: str, digests: Iterable[str]) 
                      for d in digests])
 
 
-def _command(policy: LoadedPolicy, call: ToolCall, tools: ToolSet | None) -> str | None:
-    """The shell command the call carries, as the judge read it (for display and the stats' loops)."""
-    if not isinstance(call.arguments, dict):
-        return None
-    try:
-        command = shell_command(policy.policy, call.name, call.arguments, tools=tools)
-    except Exception:  # only for display: a call it cannot show is stored without it
-        return None
-    return cut(command, ARGUMENT_CHARS) if isinstance(command, str) else None
-
-
-def _arguments_json(call: ToolCall) -> str | None:
+def _arguments_json(text: str, arguments: dict[str, Any] | None) -> str | None:
     """The parsed arguments, only where the raw text does not already say exactly them (stored once)."""
-    if call.arguments is None:
+    if arguments is None:
         return None
-    if len(call.arguments_text) <= ARGUMENT_CHARS:
+    if len(text) <= ARGUMENT_CHARS:
         try:
-            if json.loads(call.arguments_text) == call.arguments:
+            if json.loads(text) == arguments:
                 return None
         except ValueError:
             pass
-    return cut(json.dumps(call.arguments, ensure_ascii=False, sort_keys=True), ARGUMENT_CHARS)
+    return cut(json.dumps(arguments, ensure_ascii=False, sort_keys=True), ARGUMENT_CHARS)
+
+
+def _shown(command: str | None) -> str | None:
+    return cut(command, ARGUMENT_CHARS) if command is not None else None
 
 
 def call_rows(record: RequestRecord, policy: LoadedPolicy, attempt: int, judged: list[JudgedCall],
@@ -118,16 +109,23 @@ def call_rows(record: RequestRecord, policy: LoadedPolicy, attempt: int, judged:
     for position, item in enumerate(judged):
         call, verdict = item.call, item.verdict
         call_id = uuid.uuid4().hex
+        written_text = item.original_arguments if item.repaired and item.original_arguments is not None \
+            else call.arguments_text
+        written = item.original_object if item.repaired else call.arguments
         row: dict[str, Any] = {
             "id": call_id, "request_id": record.id, "session_id": record.session.id, "model": record.model,
             "route": record.route, "attempt": attempt, "call_index": position, "created_at": now + position * 1e-6,
             "tool_name": cut(call.name, 256), "source": call.source,
-            "arguments_raw": cut(call.arguments_text, ARGUMENT_CHARS),
-            "arguments_json": _arguments_json(call), "command": _command(policy, call, tools),
-            "decision": verdict.decision, "primary_reason": verdict.reasons[0] if verdict.reasons else None,
+            # What the model wrote; for a repaired call also the command delivered instead.
+            "arguments_raw": cut(written_text, ARGUMENT_CHARS),
+            "arguments_json": _arguments_json(written_text, written),
+            "command": _shown(item.original_command if item.repaired else call_command(policy, call, tools)),
+            "repaired_command": _shown(call_command(policy, call, tools)) if item.repaired else None,
+            "feedback_variant": item.variant, "decision": verdict.decision,
+            "primary_reason": verdict.reasons[0] if verdict.reasons else None,
             "reasons": ",".join(verdict.reasons), "shape": verdict.shape,
             "policy_name": policy.name, "policy_hash": policy.hash, "mode": policy.policy.mode,
-            "delivered": delivered and verdict.allowed if enforce else delivered,
+            "delivered": delivered and item.allowed if enforce else delivered,
         }
         rows.append((tables.tool_calls, row))
         rows.extend((tables.tool_call_reasons, {"tool_call_id": call_id, "position": index, "reason": reason,

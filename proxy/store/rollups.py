@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Table, case, delete, select
+from sqlalchemy import Connection, Table, case, delete, inspect, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from proxy.store import runs
@@ -29,6 +29,7 @@ from proxy.store.tables import (
     stats_latency,
     stats_reasons,
     stats_requests,
+    stats_session_calls,
     stats_sessions,
     tool_calls,
 )
@@ -36,7 +37,8 @@ from proxy.store.tables import (
 __all__ = ["BUCKET_SECONDS", "ROLLUP_TABLES", "Rollup", "apply_rows", "bucket_of", "latency_values", "rebuild"]
 
 BUCKET_SECONDS = 3600.0
-ROLLUP_TABLES: tuple[Table, ...] = (stats_calls, stats_reasons, stats_requests, stats_sessions, stats_latency)
+ROLLUP_TABLES: tuple[Table, ...] = (stats_calls, stats_reasons, stats_requests, stats_sessions, stats_latency,
+                                    stats_session_calls)
 _STREAM_CHUNK = 20_000
 
 
@@ -76,6 +78,8 @@ class Rollup:
     reasons: dict[tuple[Any, ...], int] = field(default_factory=dict)
     requests: dict[tuple[Any, ...], _RequestSums] = field(default_factory=dict)
     sessions: set[tuple[Any, ...]] = field(default_factory=set)
+    session_calls: dict[tuple[Any, ...], list[int]] = field(default_factory=dict)  # key -> [calls, errors]
+    with_session_calls: bool = True  # False only while migrating a store that has no stats_session_calls yet
     latency: dict[tuple[Any, ...], dict[int, Bin]] = field(default_factory=dict)
 
     def add_call(self, row: Mapping[str, Any]) -> None:
@@ -83,6 +87,9 @@ class Rollup:
         decision = row["decision"]
         key = (*head, decision, row.get("primary_reason") or decision)
         self.calls[key] = self.calls.get(key, 0) + 1
+        counts = self.session_calls.setdefault((*head, row["session_id"]), [0, 0])
+        counts[0] += 1
+        counts[1] += decision in runs.ERROR_DECISIONS
         for code in filter(None, (row.get("reasons") or "").split(",")):
             rkey = (*head, code)
             self.reasons[rkey] = self.reasons.get(rkey, 0) + 1
@@ -119,6 +126,9 @@ class Rollup:
             (k, {"n": s.n, "rate_sum": s.rate_sum, "rate_n": s.rate_n, "ttft_sum": s.ttft_sum,
                  "ttft_n": s.ttft_n}) for k, s in self.requests.items())))
         _add(conn, stats_sessions, rows((*head, "session_id"), ((k, {}) for k in self.sessions)))
+        if self.with_session_calls:
+            _add(conn, stats_session_calls, rows((*head, "session_id"), (
+                (k, {"calls": n, "errors": e}) for k, (n, e) in self.session_calls.items())))
         _add(conn, stats_latency, rows(("bucket", "model", "concurrency", "kind", "bin"), (
             ((*k, index), {"n": b.count, "low": b.low, "high": b.high})
             for k, bins in self.latency.items() for index, b in bins.items())))
@@ -160,11 +170,14 @@ def apply_rows(conn: Connection, calls: Sequence[Mapping[str, Any]], reqs: Seque
 
 def rebuild(conn: Connection) -> None:
     """Compute every rollup and error run again from the rows."""
-    for table in (*ROLLUP_TABLES, runs.error_runs):
+    # Run by the migrations that add rollup tables, so a table of a later revision may not exist yet.
+    present = [t for t in ROLLUP_TABLES if inspect(conn).has_table(t.name)]
+    for table in (*present, runs.error_runs):
         conn.execute(delete(table))
-    rollup = Rollup()
+    rollup = Rollup(with_session_calls=stats_session_calls in present)
     t, r = tool_calls.c, requests.c
-    call_columns = (t.created_at, t.model, t.policy_name, t.route, t.decision, t.primary_reason, t.reasons)
+    call_columns = (t.created_at, t.model, t.policy_name, t.route, t.decision, t.primary_reason, t.reasons,
+                    t.session_id)
     for row in _stream(conn, select(*call_columns)):
         rollup.add_call(row)
     request_columns = (r.started_at, r.model, r.policy_name, r.route, r.attempts, r.concurrency, r.session_id,

@@ -24,7 +24,7 @@ from proxy.store.tables import error_runs, tool_calls
 
 __all__ = ["ERROR_DECISIONS", "error_runs", "find_runs", "rebuild", "update_sessions"]
 
-ERROR_DECISIONS = ("reject", "malformed")
+ERROR_DECISIONS = ("reject", "malformed", "repaired")  # repaired: the model still broke the rule
 _INSERT_CHUNK = 5_000
 _SESSIONS_PER_QUERY = 200  # three parameters each, under SQLite's old limit of 999
 

@@ -79,7 +79,7 @@ tool_calls = Table(
     Column("arguments_raw", Text, nullable=False),
     Column("arguments_json", Text),  # the parsed object; NULL when malformed
     Column("command", Text),  # the shell command of a bash call, for display and rechecks
-    Column("decision", String(16), nullable=False),  # allow | reject | malformed
+    Column("decision", String(16), nullable=False),  # allow | reject | malformed | repaired
     Column("primary_reason", String(32)),
     Column("reasons", Text, nullable=False, default=""),  # comma-separated, primary first
     Column("shape", String(256)),
@@ -87,6 +87,10 @@ tool_calls = Table(
     Column("policy_hash", String(64)),
     Column("mode", String(16)),
     Column("delivered", Boolean, nullable=False, default=True),  # reached the client
+    # Migration 0008: the command delivered instead of `command` (decision `repaired`), and the session's
+    # feedback variant when the policy runs an experiment.
+    Column("repaired_command", Text),
+    Column("feedback_variant", String(64)),
     Index("ix_tool_calls_model_created", "model", "created_at"),
     Index("ix_tool_calls_session_created", "session_id", "created_at", "call_index"),
     Index("ix_tool_calls_request", "request_id"),
@@ -193,6 +197,17 @@ stats_sessions = Table(
     Column("session_id", String(128), primary_key=True),
 )
 
+# Calls and errors per session and hour (migration 0008): the units of the session bootstrap and the
+# permutation test (proxy/confidence.py), summed over whole hours without reading the calls.
+stats_session_calls = Table(
+    "stats_session_calls",
+    metadata,
+    *_hour_key(),
+    Column("session_id", String(128), primary_key=True),
+    Column("calls", Integer, nullable=False),
+    Column("errors", Integer, nullable=False),
+)
+
 # Streamed requests that ended well, their TTFT and time per output token in logarithmic bins
 # (proxy/store/latency_sketch.py): percentiles over any hours within 1%, exact where the data are sparse.
 stats_latency = Table(
@@ -231,7 +246,8 @@ error_runs = Table(
     Index("ix_error_runs_model_start", "model", "start_at", "attempts", "next_decision", "exact"),
     Index("ix_error_runs_attempts", "attempts", "start_at"),
 )
-__all__ += ["error_runs", "stats_calls", "stats_latency", "stats_reasons", "stats_requests", "stats_sessions"]
+__all__ += ["error_runs", "stats_calls", "stats_latency", "stats_reasons", "stats_requests", "stats_session_calls",
+            "stats_sessions"]
 
 # -- audit before release (migration 0006) ------------------------------------------------------------------
 # A request whose calls were released before it ended: its request row as known at the release, committed with

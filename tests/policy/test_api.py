@@ -37,6 +37,7 @@ def test_signatures() -> None:
         "verdict",
         "tool",
         "arguments",
+        "variant",
     ]
     manager = policy_package.PolicyManager
     for method in ("current", "get", "reload", "start", "stop", "status"):

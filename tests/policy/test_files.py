@@ -24,10 +24,15 @@ def test_strict_is_design_policy() -> None:
     loaded = load_policy_file(ROOT / "policies" / "strict.yaml")
     assert (loaded.name, loaded.policy.mode) == ("strict-uv-scripts", "enforce")
     design = Policy.model_validate(DESIGN_POLICY)
-    # The same rules; the shipped feedback is per capability (a rejected read is not told about scripts).
+    # The same rules; the shipped feedback is per capability (a rejected read is not told about scripts) and
+    # the shipped file adds what the model reads (script descriptions and instead_of, {suggestion}).
     same = {"examples", "feedback"}
-    assert loaded.policy.model_dump(exclude=same) == design.model_dump(exclude=same)
+    shipped, expected = (p.model_dump(exclude=same) for p in (loaded.policy, design))
+    for script in shipped["bash"]["scripts"].values():
+        script.update(description=None, instead_of=[])
+    assert shipped == expected
     assert loaded.policy.feedback_template("shell").startswith("Rejected ({reasons}): ")
+    assert "{suggestion}" in loaded.policy.feedback_template("shell")
     assert "uv run" not in loaded.policy.feedback_template("paths") + loaded.policy.feedback_template("other")
 
 

@@ -93,12 +93,12 @@ def test_reload_bad_edit_keeps_last_good(policy_dir: Path) -> None:
     manager = PolicyManager(main)
     good = manager.current()
     failures = _failures(main)
-    main.write_text(main.read_text().replace('    search: {flags: ["--max-results"]}', "    search: {flags: x}"))
+    main.write_text(main.read_text().replace('      flags: ["--max-results"]', "      flags: x"))
     assert manager.reload() is False
     assert manager.current() is good
     (error,) = manager.status()["errors"]
     assert error["file"] == str(main) and error["key"] == "shell.scripts.search.flags"
-    line = 1 + next(i for i, t in enumerate(main.read_text().splitlines()) if t.startswith("    search: {flags: x}"))
+    line = 1 + next(i for i, t in enumerate(main.read_text().splitlines()) if t.startswith("      flags: x"))
     assert error["line"] == line and "expected a list of strings" in error["message"] and error["at"]
     assert _failures(main) == failures + 1
     assert _valid(main) == 0
@@ -114,7 +114,7 @@ def test_reload_refuses_misjudged_examples(policy_dir: Path) -> None:
     # Loosening the rules without fixing the examples: the self-test catches it.
     main.write_text(
         main.read_text().replace(
-            'search: {flags: ["--max-results"]}', 'search: {flags: ["--max-results", "--no-agent"]}'
+            'flags: ["--max-results"]', 'flags: ["--max-results", "--no-agent"]'
         )
     )
     assert manager.reload() is False

@@ -10,7 +10,8 @@ from .builder import ALLOWED, PIPE, START, Store
 from .seed_data import SEED, SEED_TABLE, build_seed
 
 MODEL_KEYS = {"model", "sessions", "requests", "tool_calls", "errors", "error_rate", "reasons",
-              "primary_reasons", "loops", "recovery_rate", "median_attempts", "throughput"}
+              "primary_reasons", "loops", "recovery_rate", "median_attempts", "throughput",
+              "error_rate_ci95", "error_rate_session_ci95", "recovery_rate_ci95", "recovery_rate_session_ci95"}
 
 
 async def test_seed_table_is_exact(engine, store: Store):

@@ -1,0 +1,46 @@
+"""repaired calls keep the command delivered instead; calls record their session's feedback variant;
+calls and errors per session and hour for the session intervals, filled from the rows already stored
+
+Revision ID: 0008
+Revises: 0007
+Create Date: 2026-12-03
+"""
+from alembic import op
+import sqlalchemy as sa
+
+from proxy.store import rollups
+
+
+revision = '0008'
+down_revision = '0007'
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    if op.get_bind().dialect.name == 'postgresql':
+        # 0005's rebuild reads tool_calls through server-side cursors that stay open in this transaction
+        # (asyncpg), and Postgres refuses to ALTER a table an open cursor reads.
+        op.execute('CLOSE ALL')
+    with op.batch_alter_table('tool_calls') as batch:
+        batch.add_column(sa.Column('repaired_command', sa.Text(), nullable=True))
+        batch.add_column(sa.Column('feedback_variant', sa.String(length=64), nullable=True))
+    op.create_table('stats_session_calls',
+    sa.Column('bucket', sa.Float(), nullable=False),
+    sa.Column('model', sa.String(length=256), nullable=False),
+    sa.Column('policy_name', sa.String(length=128), nullable=False),
+    sa.Column('route', sa.String(length=64), nullable=False),
+    sa.Column('session_id', sa.String(length=128), nullable=False),
+    sa.Column('calls', sa.Integer(), nullable=False),
+    sa.Column('errors', sa.Integer(), nullable=False),
+    sa.PrimaryKeyConstraint('bucket', 'model', 'policy_name', 'route', 'session_id')
+    )
+    # A store that already holds rows gets the new rollup now (and the others again, unchanged).
+    rollups.rebuild(op.get_bind())
+
+
+def downgrade() -> None:
+    op.drop_table('stats_session_calls')
+    with op.batch_alter_table('tool_calls') as batch:
+        batch.drop_column('feedback_variant')
+        batch.drop_column('repaired_command')

@@ -1,0 +1,191 @@
+"""How sure a rate is: intervals and tests for the stats, in plain Python (no scipy for a few formulas).
+
+- `wilson`: the Wilson score interval of k successes in n trials (Wilson 1927), which stays inside [0, 1]
+  and behaves at k = 0 or k = n, unlike the normal approximation.
+- `newcombe_difference`: the interval of p1 - p2 from the two Wilson intervals (Newcombe 1998, method 10).
+- `fisher_exact`: the two-sided exact test of a 2x2 table (hypergeometric; tables as likely as or less
+  likely than the observed one, with R's and scipy's relative tolerance of 1e-7).
+- `bootstrap_ratio`: a percentile interval of sum(errors)/sum(calls) resampling whole sessions, because the
+  calls of one session are not independent (a model that loops contributes many errors at once). Past
+  `BOOTSTRAP_MAX_SESSIONS` sessions it gives the cluster-robust normal interval of the same ratio instead
+  (what the bootstrap converges to at that size), so `/stats/models` stays fast on a big store.
+- `permutation_difference`: the two-sided permutation test of the difference of two such ratios, shuffling
+  which model each session belongs to; past `BOOTSTRAP_MAX_SESSIONS` sessions the z-test of the difference
+  with the same cluster-robust variances.
+
+The resampling is seeded and works on the sessions' counts sorted, so the same data always gives the same
+figures.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+
+__all__ = [
+    "Z95",
+    "bootstrap_median",
+    "bootstrap_ratio",
+    "cluster_normal_ratio",
+    "fisher_exact",
+    "median",
+    "newcombe_difference",
+    "permutation_difference",
+    "wilson",
+]
+
+Z95 = 1.959963984540054  # the 97.5th percentile of the standard normal distribution
+SEED = 20261203
+# Resampling work is bounded (draws x sessions): at most this per figure, with at least MIN_DRAWS draws.
+MAX_WORK = 100_000
+MIN_DRAWS = 250
+BOOTSTRAP_MAX_SESSIONS = MAX_WORK // MIN_DRAWS
+Interval = tuple[float, float]
+Cluster = tuple[int, int]  # (errors, calls) of one session
+
+
+def wilson(k: int, n: int, z: float = Z95) -> Interval | None:
+    """The Wilson score interval for k of n; None when n is 0."""
+    if n <= 0:
+        return None
+    p = k / n
+    z2 = z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z / (1 + z2 / n) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def newcombe_difference(k1: int, n1: int, k2: int, n2: int) -> Interval | None:
+    """The interval of k1/n1 - k2/n2 (Newcombe's hybrid score interval)."""
+    a, b = wilson(k1, n1), wilson(k2, n2)
+    if a is None or b is None:
+        return None
+    p1, p2 = k1 / n1, k2 / n2
+    d = p1 - p2
+    low = d - math.sqrt((p1 - a[0]) ** 2 + (b[1] - p2) ** 2)
+    high = d + math.sqrt((a[1] - p1) ** 2 + (p2 - b[0]) ** 2)
+    return low, high
+
+
+def _log_choose(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+
+def fisher_exact(a: int, b: int, c: int, d: int) -> float:
+    """Two-sided p-value of Fisher's exact test for the table [[a, b], [c, d]]."""
+    row1, col1, total = a + b, a + c, a + b + c + d
+    if total == 0 or row1 in (0, total) or col1 in (0, total):
+        return 1.0
+    low, high = max(0, col1 - (total - row1)), min(row1, col1)
+    denominator = _log_choose(total, col1)
+
+    def log_p(x: int) -> float:
+        return _log_choose(row1, x) + _log_choose(total - row1, col1 - x) - denominator
+
+    observed = log_p(a)
+    bound = observed + math.log1p(1e-7)
+    p = sum(math.exp(lp) for x in range(low, high + 1) if (lp := log_p(x)) <= bound)
+    return min(1.0, p)
+
+
+def _ratio(errors: int, calls: int) -> float:
+    return errors / calls if calls else 0.0
+
+
+def _draws(wanted: int, sessions: int) -> int:
+    return max(MIN_DRAWS, min(wanted, MAX_WORK // max(1, sessions)))
+
+
+def _ratio_variance(clusters: Sequence[Cluster]) -> tuple[float, float] | None:
+    """The ratio sum(errors)/sum(calls) and its cluster-robust (delta-method) variance over sessions."""
+    n = len(clusters)
+    calls = sum(c[1] for c in clusters)
+    if n < 2 or calls == 0:
+        return None
+    ratio = sum(c[0] for c in clusters) / calls
+    mean_calls = calls / n
+    return ratio, sum((e - ratio * m) ** 2 for e, m in clusters) / (n * (n - 1) * mean_calls**2)
+
+
+def cluster_normal_ratio(clusters: Sequence[Cluster], z: float = Z95) -> Interval | None:
+    """The ratio's 95 % interval from its cluster-robust variance (normal approximation)."""
+    found = _ratio_variance(clusters)
+    if found is None:
+        return None
+    ratio, variance = found
+    half = z * math.sqrt(variance)
+    return max(0.0, ratio - half), min(1.0, ratio + half)
+
+
+def bootstrap_ratio(clusters: Sequence[Cluster], *, draws: int = 2000, seed: int = SEED) -> Interval | None:
+    """95 % percentile interval of sum(errors) / sum(calls), resampling sessions with replacement."""
+    # Sorted, so the figure depends on the sessions' counts only, not the order the store returned them in.
+    clusters = sorted(c for c in clusters if c[1] > 0)
+    if not clusters:
+        return None
+    if len(clusters) > BOOTSTRAP_MAX_SESSIONS:
+        return cluster_normal_ratio(clusters)
+    rng = random.Random(seed)
+    errors = [c[0] for c in clusters]
+    calls = [c[1] for c in clusters]
+    n = len(clusters)
+    draws = _draws(draws, n)
+    population = range(n)
+    rates = []
+    for _ in range(draws):
+        picked = rng.choices(population, k=n)
+        rates.append(_ratio(sum(map(errors.__getitem__, picked)), sum(map(calls.__getitem__, picked))))
+    rates.sort()
+    return rates[int(0.025 * (draws - 1))], rates[math.ceil(0.975 * (draws - 1))]
+
+
+def permutation_difference(first: Sequence[Cluster], second: Sequence[Cluster], *, draws: int = 2000,
+                           seed: int = SEED) -> float | None:
+    """Two-sided p-value for the difference of pooled error rates, permuting sessions between the groups."""
+    first = sorted(c for c in first if c[1] > 0)
+    second = sorted(c for c in second if c[1] > 0)
+    if not first or not second:
+        return None
+    if len(first) + len(second) > BOOTSTRAP_MAX_SESSIONS:
+        a, b = _ratio_variance(first), _ratio_variance(second)
+        if a is None or b is None or a[1] + b[1] == 0:
+            return None if a is None or b is None else float(a[0] == b[0])
+        return math.erfc(abs(a[0] - b[0]) / math.sqrt(2 * (a[1] + b[1])))
+    pooled = first + second
+    total_errors = sum(c[0] for c in pooled)
+    total_calls = sum(c[1] for c in pooled)
+    m = len(first)
+
+    def difference(group: Sequence[Cluster]) -> float:
+        e = sum(c[0] for c in group)
+        n = sum(c[1] for c in group)
+        return _ratio(e, n) - _ratio(total_errors - e, total_calls - n)
+
+    observed = abs(difference(first))
+    rng = random.Random(seed)
+    draws = _draws(draws, len(pooled))
+    extreme = 0
+    for _ in range(draws):
+        if abs(difference(rng.sample(pooled, m))) >= observed - 1e-12:
+            extreme += 1
+    return (extreme + 1) / (draws + 1)
+
+
+def median(values: Sequence[float]) -> float | None:
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0:
+        return None
+    return float(ordered[n // 2]) if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+def bootstrap_median(values: Sequence[float], *, draws: int = 2000, seed: int = SEED) -> Interval | None:
+    """95 % percentile interval of the median, resampling the values with replacement."""
+    values = sorted(values)
+    if not values:
+        return None
+    rng = random.Random(seed)
+    draws = _draws(draws, len(values))
+    medians = sorted(median(rng.choices(values, k=len(values))) or 0.0 for _ in range(draws))
+    return medians[int(0.025 * (draws - 1))], medians[math.ceil(0.975 * (draws - 1))]
