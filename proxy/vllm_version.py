@@ -68,9 +68,10 @@ class UpstreamVllm:
             return
         url = version_url(self._upstream.base_url)
         try:
-            response = await self._upstream.client.get(url, timeout=5.0)
+            # Bounded as a whole: start-up waits for this, and an upstream that is down must not hold it.
+            response = await asyncio.wait_for(self._upstream.client.get(url, timeout=5.0), timeout=5.0)
             version = response.json().get("version") if response.status_code == 200 else None
-        except (httpx.HTTPError, ValueError, AttributeError):
+        except (httpx.HTTPError, ValueError, AttributeError, TimeoutError):
             version = None
         if not isinstance(version, str) or not version:
             if "unknown" not in self._noted:

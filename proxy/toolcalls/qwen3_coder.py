@@ -50,9 +50,6 @@ _NOT_IN_NAME = re.compile(r"[\s<]")  # \s: every Unicode space, as str.isspace()
 _ENGINE_PARAM = re.compile(
     r"<\s*parameter\s*=\s*([^>]*)>(.*?)(?:<\s*/\s*parameter\s*>|(?=<\s*parameter\s*=))", re.DOTALL
 )
-# Tags that end an engine's function name before its `>` (0.24: `</function>`; 0.34 also these).
-_NAME_ENDS_024 = (FUNCTION_END,)
-_NAME_ENDS_034 = (FUNCTION_END, TOOL_CALL_END, TOOL_CALL_START, FUNCTION_START)
 
 
 class Qwen3CoderFormat(ContentFormat):
@@ -175,9 +172,8 @@ def _parse_regex(inner: str, raw: str, schemas: Schemas, rules: XmlRules) -> Too
 
 def _parse_engine(inner: str, raw: str, schemas: Schemas, rules: XmlRules) -> ToolCall:
     """The 0.24+ state machine's reading of one function."""
-    name_ends = _NAME_ENDS_034 if rules.split_nested_function else _NAME_ENDS_024
     gt = inner.find(">")
-    cut = min((i for tag in name_ends if (i := inner.find(tag)) >= 0), default=-1)
+    cut = min((i for tag in rules.name_closers if (i := inner.find(tag)) >= 0), default=-1)
     if cut >= 0 and (gt < 0 or cut < gt):
         name, body = inner[:cut].strip(), ""  # the name's state ends at a closing tag: no arguments
     elif gt >= 0:

@@ -4,6 +4,7 @@ and the `tool_parser` setting. Real servers: a scripted vLLM of each family, the
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -136,3 +137,31 @@ def test_get_version_is_read_at_the_server_root() -> None:
     assert version_url("http://127.0.0.1:8000/v1") == "http://127.0.0.1:8000/version"
     assert version_url("http://h/v1/") == "http://h/version"
     assert version_url("http://h/api") == "http://h/api/version"
+
+
+def test_a_newer_upstream_is_read_as_the_newest_family_and_the_log_says_so_once(
+    family_upstream: Callable[..., ScriptedUpstream],
+) -> None:
+    from structlog.testing import capture_logs
+
+    from proxy.upstream import Upstream
+    from proxy.vllm_version import UpstreamVllm
+
+    upstream = family_upstream("0.34")
+    upstream.version = "0.41.0"
+
+    async def detect_twice() -> UpstreamVllm:
+        client = Upstream(Settings(upstream=upstream.url))
+        try:
+            vllm = UpstreamVllm(vllm_version="auto", tool_parser="qwen3_xml", upstream=client)
+            await vllm.detect()
+            await vllm.detect()
+            return vllm
+        finally:
+            await client.aclose()
+
+    with capture_logs() as logs:
+        vllm = asyncio.run(detect_twice())
+    assert vllm.rules == rules_for("0.34", "qwen3_xml") and vllm.version == "0.41.0"
+    notes = [e for e in logs if e["event"] == "vllm_version.newer"]
+    assert len(notes) == 1 and "0.41.0" in notes[0]["note"]
