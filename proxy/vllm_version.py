@@ -40,6 +40,7 @@ class UpstreamVllm:
         self.version: str | None = None
         self.source = "pinned" if vllm_version != "auto" else "default"
         self._noted: set[str] = set()
+        self.notes: list[str] = []  # what the log said about the version, once each
         self._failures_seen = 0
         self._refresh: asyncio.Task[None] | None = None
         if vllm_version != "auto":
@@ -76,6 +77,7 @@ class UpstreamVllm:
         if not isinstance(version, str) or not version:
             if "unknown" not in self._noted:
                 self._noted.add("unknown")
+                self.notes.append(f"{url} gave no vLLM version: reading XML as {self.rules.label}")
                 log.warning("vllm_version.unknown", url=url, using=self.rules.label,
                             hint="set vllm_version to the upstream's vLLM version")
             return
@@ -90,8 +92,9 @@ class UpstreamVllm:
         self.rules = FAMILIES[family][self.parser]
         if note and version not in self._noted:
             self._noted.add(version)
+            self.notes.append(note)
             log.warning("vllm_version.newer", version=version, note=note)
 
     def describe(self) -> dict[str, Any]:
         return {"setting": self.setting, "version": self.version, "source": self.source,
-                "family": self.rules.family, "tool_parser": self.parser}
+                "family": self.rules.family, "tool_parser": self.parser, "notes": list(self.notes)}
