@@ -139,7 +139,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         state = state_of(request)
         return {"status": "ok", "upstream": state.upstream.base_url,
                 "upstream_reachable": await state.upstream.reachable(),
-                "policy": state.policies.current().name, "store_queue": state.writer.depth}
+                "policy": state.policies.current().name, "store_queue": state.writer.depth,
+                "vllm": state.vllm.describe() if state.vllm else None}
 
     @app.get("/policies")
     async def _policies(request: Request) -> dict[str, object]:

@@ -75,7 +75,10 @@ def test_a_pinned_version_and_parser_win_over_get_version(
     upstream = family_upstream("0.34")
     proxy = start_proxy(upstream.url, vllm_version="0.24.0", tool_parser="qwen3_xml")
     assert proxy.state.vllm.rules == rules_for("0.24", "qwen3_xml")
-    assert proxy.state.vllm.describe()["source"] == "pinned"
+    with proxy.client() as client:
+        health = client.get("/health").json()["vllm"]
+    assert health == {"setting": "0.24.0", "version": "0.24.0", "source": "pinned", "family": "0.24",
+                      "tool_parser": "qwen3_xml", "notes": []}
     upstream.script(Reply(content=XML))
     assert written(proxy, stream=False)["content"] == CODE.strip()
 
