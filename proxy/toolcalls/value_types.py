@@ -75,6 +75,13 @@ def type_value(value: str, key: str, properties: dict[str, Any], rules: XmlRules
 
 def _strict(value: Any) -> Any:
     """What vLLM would serialise must be JSON a client can read."""
+    kind = type(value)
+    if kind is str or kind is bool or kind is int or value is None:  # the common case, always JSON
+        return value
+    if kind is float:
+        if math.isfinite(value):
+            return value
+        raise CallFails(f"vLLM would write {value!r}, which is not JSON")
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
