@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal
 
 __all__ = [
     "DEFAULT_FAMILY",
@@ -48,8 +49,8 @@ class XmlRules:
 
     family: str
     parser: str
-    engine: str
-    typing: str
+    engine: Literal["regex", "expat", "engine"]
+    typing: Literal["convert_param_value", "expat", "coerce"]
     strip_values: bool = False  # 0.24-0.25: `.strip()` every value (loses code indentation)
     split_nested_function: bool = False  # 0.33+: a `<function=` inside a call starts another call
     finite_guard: bool = False  # 0.24+: non-finite numbers stay strings (0.19/0.23 fail the call)
