@@ -163,7 +163,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         stop_sending = not reachable or ("store" in reasons and settings.on_store_failure == "refuse")
         body = {"status": "degraded" if reasons else "ok", "reasons": reasons, "upstream": state.upstream.base_url,
                 "upstream_reachable": reachable, "policy": state.policies.current().name,
-                "store_queue": state.writer.depth, "store_rows_lost": state.writer.rows_lost}
+                "store_queue": state.writer.depth, "store_rows_lost": state.writer.rows_lost,
+                "vllm": state.vllm.describe() if state.vllm else None}
         return JSONResponse(body, status_code=503 if stop_sending else 200)
 
     @app.get("/policies")

@@ -40,6 +40,7 @@ class UpstreamVllm:
         self.version: str | None = None
         self.source = "pinned" if vllm_version != "auto" else "default"
         self._noted: set[str] = set()
+        self.notes: list[str] = []  # what the log said about the version, once each
         self._failures_seen = 0
         self._refresh: asyncio.Task[None] | None = None
         if vllm_version != "auto":
@@ -68,13 +69,15 @@ class UpstreamVllm:
             return
         url = version_url(self._upstream.base_url)
         try:
-            response = await self._upstream.client.get(url, timeout=5.0)
+            # Bounded as a whole: start-up waits for this, and an upstream that is down must not hold it.
+            response = await asyncio.wait_for(self._upstream.client.get(url, timeout=5.0), timeout=5.0)
             version = response.json().get("version") if response.status_code == 200 else None
-        except (httpx.HTTPError, ValueError, AttributeError):
+        except (httpx.HTTPError, ValueError, AttributeError, TimeoutError):
             version = None
         if not isinstance(version, str) or not version:
             if "unknown" not in self._noted:
                 self._noted.add("unknown")
+                self.notes.append(f"{url} gave no vLLM version: reading XML as {self.rules.label}")
                 log.warning("vllm_version.unknown", url=url, using=self.rules.label,
                             hint="set vllm_version to the upstream's vLLM version")
             return
@@ -89,8 +92,9 @@ class UpstreamVllm:
         self.rules = FAMILIES[family][self.parser]
         if note and version not in self._noted:
             self._noted.add(version)
+            self.notes.append(note)
             log.warning("vllm_version.newer", version=version, note=note)
 
     def describe(self) -> dict[str, Any]:
         return {"setting": self.setting, "version": self.version, "source": self.source,
-                "family": self.rules.family, "tool_parser": self.parser}
+                "family": self.rules.family, "tool_parser": self.parser, "notes": list(self.notes)}

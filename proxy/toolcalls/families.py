@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal
 
 __all__ = [
     "DEFAULT_FAMILY",
@@ -48,17 +49,15 @@ class XmlRules:
 
     family: str
     parser: str
-    engine: str
-    typing: str
-    strip_values: bool = False  # 0.24.0: `.strip()` every value (loses code indentation)
-    drop_unclosed_parameter: bool = False  # 0.24+: a value with no end tag is dropped
-    split_nested_function: bool = False  # a `<function=` inside a call starts another call
-    nonfinite_fails: bool = True  # `inf` / `1e400` for a number fail the call (0.19/0.23)
-    finite_guard: bool = False  # 0.24+: non-finite numbers and JSON stay strings
-    number_int_first: bool = False  # 0.34: a number is read with int() first
+    engine: Literal["regex", "expat", "engine"]
+    typing: Literal["convert_param_value", "expat", "coerce"]
+    strip_values: bool = False  # 0.24-0.25: `.strip()` every value (loses code indentation)
+    split_nested_function: bool = False  # 0.33+: a `<function=` inside a call starts another call
+    finite_guard: bool = False  # 0.24+: non-finite numbers stay strings (0.19/0.23 fail the call)
+    number_int_first: bool = False  # 0.33+: a number is read with int() first
     strip_content_with_tools: bool = False  # 0.24+: whole responses' content is `.strip()`ped
     value_ends_at_tool_call: bool = False  # `qwen3_xml` 0.19/0.23: `<tool_call>` ends a value
-    name_ends_at_tags: bool = False  # 0.24+: a name ends at `</function>` (and 0.34 other tags)
+    name_closers: tuple[str, ...] = ()  # engine: tags that end a function name before its `>`
 
     @property
     def label(self) -> str:
@@ -69,23 +68,21 @@ def _both(family: str, **fields: object) -> dict[str, XmlRules]:
     return {parser: XmlRules(family=family, parser=parser, **fields) for parser in PARSERS}  # type: ignore[arg-type]
 
 
-_ENGINE_024 = dict(engine="engine", typing="coerce", strip_values=True, drop_unclosed_parameter=True,
-                   nonfinite_fails=False, finite_guard=True, strip_content_with_tools=True,
-                   name_ends_at_tags=True)
+_ENGINE_024 = dict(engine="engine", typing="coerce", strip_values=True, finite_guard=True,
+                   strip_content_with_tools=True, name_closers=("</function>",))
 _ENGINE_026 = dict(_ENGINE_024, strip_values=False)
-_ENGINE_033 = dict(_ENGINE_026, split_nested_function=True, number_int_first=True)
+_ENGINE_033 = dict(_ENGINE_026, split_nested_function=True, number_int_first=True,
+                   name_closers=("</function>", "</tool_call>", "<tool_call>", "<function="))
 
 # family -> parser name -> rules. A version belongs to the newest family not after it.
 FAMILIES: dict[str, dict[str, XmlRules]] = {
     "0.19": {
         "qwen3_coder": XmlRules("0.19", "qwen3_coder", engine="regex", typing="convert_param_value"),
-        "qwen3_xml": XmlRules("0.19", "qwen3_xml", engine="expat", typing="expat", value_ends_at_tool_call=True,
-                              nonfinite_fails=False),
+        "qwen3_xml": XmlRules("0.19", "qwen3_xml", engine="expat", typing="expat", value_ends_at_tool_call=True),
     },
     "0.23": {
         "qwen3_coder": XmlRules("0.23", "qwen3_coder", engine="regex", typing="coerce"),
-        "qwen3_xml": XmlRules("0.23", "qwen3_xml", engine="expat", typing="expat", value_ends_at_tool_call=True,
-                              nonfinite_fails=False),
+        "qwen3_xml": XmlRules("0.23", "qwen3_xml", engine="expat", typing="expat", value_ends_at_tool_call=True),
     },
     "0.24": _both("0.24", **_ENGINE_024),
     "0.26": _both("0.26", **_ENGINE_026),

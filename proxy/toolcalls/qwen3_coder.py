@@ -35,7 +35,7 @@ from typing import ClassVar
 from proxy.toolcalls.base import Schemas, ToolCall, dumps
 from proxy.toolcalls.families import DEFAULT_RULES, XmlRules
 from proxy.toolcalls.scanner import TOOL_CALL_END, TOOL_CALL_START, ContentFormat
-from proxy.toolcalls.value_types import CallFails, properties_for, type_value
+from proxy.toolcalls.value_types import CallFails, expat_keeps_raw, properties_for, type_value
 
 __all__ = ["Qwen3CoderFormat", "parse_function"]
 
@@ -50,9 +50,6 @@ _NOT_IN_NAME = re.compile(r"[\s<]")  # \s: every Unicode space, as str.isspace()
 _ENGINE_PARAM = re.compile(
     r"<\s*parameter\s*=\s*([^>]*)>(.*?)(?:<\s*/\s*parameter\s*>|(?=<\s*parameter\s*=))", re.DOTALL
 )
-# Tags that end an engine's function name before its `>` (0.24: `</function>`; 0.34 also these).
-_NAME_ENDS_024 = (FUNCTION_END,)
-_NAME_ENDS_034 = (FUNCTION_END, TOOL_CALL_END, TOOL_CALL_START, FUNCTION_START)
 
 
 class Qwen3CoderFormat(ContentFormat):
@@ -142,7 +139,8 @@ def _parse_regex(inner: str, raw: str, schemas: Schemas, rules: XmlRules) -> Too
     text = inner[gt + 1 :]
     # vLLM's parameter regex may end a value at `$`, which matches before a final newline.
     text_end = len(text) - 1 if text.endswith("\n") else len(text)
-    arguments: dict[str, object] = {}
+    properties = properties_for(schemas, name, rules) if rules.engine == "expat" else {}
+    arguments: dict[str, str] = {}
     pos = 0
     while (start := text.find(PARAMETER_START, pos)) >= 0:
         # The value runs to the first of `</parameter>`, the next `<parameter=`, or the end.
@@ -167,17 +165,22 @@ def _parse_regex(inner: str, raw: str, schemas: Schemas, rules: XmlRules) -> Too
         if not _is_name(key):
             return _malformed(name, raw, f"bad parameter name {key[:80]!r}")
         value = segment[gt + 1 :]
+        if rules.engine == "expat" and expat_keeps_raw(value, key, properties):
+            arguments[key] = value  # qwen3_xml defers these and reads the raw text, newlines and all
+            continue
         if rules.value_ends_at_tool_call and (cut := value.find(TOOL_CALL_START)) >= 0:
             value = value[:cut]  # qwen3_xml's pre-parser closes the value at a `<tool_call>`
-        arguments[key] = value
+        value = value.removeprefix("\n")
+        arguments[key] = value[:-1] if value.endswith("\n") else value
+    if rules.engine == "expat" and not raw.endswith(FUNCTION_END):
+        return _malformed(name, raw, "vLLM's qwen3_xml leaves the arguments of an unclosed function unterminated")
     return _typed_call(name, raw, arguments, schemas, rules)
 
 
 def _parse_engine(inner: str, raw: str, schemas: Schemas, rules: XmlRules) -> ToolCall:
     """The 0.24+ state machine's reading of one function."""
-    name_ends = _NAME_ENDS_034 if rules.split_nested_function else _NAME_ENDS_024
     gt = inner.find(">")
-    cut = min((i for tag in name_ends if (i := inner.find(tag)) >= 0), default=-1)
+    cut = min((i for tag in rules.name_closers if (i := inner.find(tag)) >= 0), default=-1)
     if cut >= 0 and (gt < 0 or cut < gt):
         name, body = inner[:cut].strip(), ""  # the name's state ends at a closing tag: no arguments
     elif gt >= 0:
@@ -188,7 +191,7 @@ def _parse_engine(inner: str, raw: str, schemas: Schemas, rules: XmlRules) -> To
         return _malformed("", raw, "function has no name (vLLM drops this call)")
     if not _is_name(name):
         return _malformed("", raw, f"bad function name {name[:80]!r}")
-    arguments: dict[str, object] = {}
+    arguments: dict[str, str] = {}
     for match in _ENGINE_PARAM.finditer(body):
         key, value = match.group(1), match.group(2)
         if rules.strip_values:
@@ -197,18 +200,14 @@ def _parse_engine(inner: str, raw: str, schemas: Schemas, rules: XmlRules) -> To
             value = value.removeprefix("\n")
             value = value[:-1] if value.endswith("\n") else value
         arguments[key] = value
-    return _typed_call(name, raw, arguments, schemas, rules, trim=False)
+    return _typed_call(name, raw, arguments, schemas, rules)
 
 
-def _typed_call(name: str, raw: str, values: dict[str, object], schemas: Schemas, rules: XmlRules,
-                *, trim: bool = True) -> ToolCall:
+def _typed_call(name: str, raw: str, values: dict[str, str], schemas: Schemas, rules: XmlRules) -> ToolCall:
+    """The call with its values (already cut and trimmed) typed as the family types them."""
     properties = properties_for(schemas, name, rules)
     arguments: dict[str, object] = {}
     for key, value in values.items():
-        assert isinstance(value, str)
-        if trim:
-            value = value.removeprefix("\n")
-            value = value[:-1] if value.endswith("\n") else value
         try:
             arguments[key] = type_value(value, key, properties, rules)
         except CallFails as exc:

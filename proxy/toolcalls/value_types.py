@@ -28,7 +28,7 @@ from typing import Any
 from proxy.toolcalls.base import Schemas, loads_strict
 from proxy.toolcalls.families import XmlRules
 
-__all__ = ["CallFails", "properties_for", "type_value"]
+__all__ = ["CallFails", "expat_keeps_raw", "properties_for", "type_value"]
 
 _STRING_TYPES = frozenset({"string", "str", "text", "varchar", "char", "enum"})
 _INT_PREFIXES = ("int", "uint", "long", "short", "unsigned")
@@ -75,6 +75,13 @@ def type_value(value: str, key: str, properties: dict[str, Any], rules: XmlRules
 
 def _strict(value: Any) -> Any:
     """What vLLM would serialise must be JSON a client can read."""
+    kind = type(value)
+    if kind is str or kind is bool or kind is int or value is None:  # the common case, always JSON
+        return value
+    if kind is float:
+        if math.isfinite(value):
+            return value
+        raise CallFails(f"vLLM would write {value!r}, which is not JSON")
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
@@ -274,16 +281,25 @@ def _expat_type(key: str, properties: dict[str, Any]) -> str:
     return kind.strip().lower() if known else "string"
 
 
+def expat_keeps_raw(value: str, key: str, properties: dict[str, Any]) -> bool:
+    """qwen3_xml defers arrays (and objects written with quotes and brackets): it reads their raw
+    text with literal_eval, and keeps that text, untrimmed, when literal_eval fails."""
+    kind = _expat_type(key, properties)
+    return kind in ("array", "arr", "sequence") or kind.startswith(("dict", "list")) or (
+        kind == "object" and "'" in value and any(c in value for c in "[{(")
+    )
+
+
 def _expat(value: str, key: str, properties: dict[str, Any]) -> Any:
     kind = _expat_type(key, properties)
-    if kind in ("array", "arr", "sequence") or kind.startswith(("dict", "list")) or (
-        kind == "object" and "'" in value and any(c in value for c in "[{(")
-    ):
+    if expat_keeps_raw(value, key, properties):
         # Deferred: literal_eval of the raw text, else the text as a string.
         try:
             return _strict(_literal_eval(value))
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError, CallFails):
             return value
+    if value == "" and kind not in _STRING_TYPES:
+        raise CallFails("vLLM's qwen3_xml writes no value for an empty non-string: the arguments are not JSON")
     if value.lower() == "null":
         if kind in _STRING_TYPES:
             return ""

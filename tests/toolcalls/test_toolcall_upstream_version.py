@@ -4,6 +4,7 @@ and the `tool_parser` setting. Real servers: a scripted vLLM of each family, the
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -74,7 +75,10 @@ def test_a_pinned_version_and_parser_win_over_get_version(
     upstream = family_upstream("0.34")
     proxy = start_proxy(upstream.url, vllm_version="0.24.0", tool_parser="qwen3_xml")
     assert proxy.state.vllm.rules == rules_for("0.24", "qwen3_xml")
-    assert proxy.state.vllm.describe()["source"] == "pinned"
+    with proxy.client() as client:
+        health = client.get("/health").json()["vllm"]
+    assert health == {"setting": "0.24.0", "version": "0.24.0", "source": "pinned", "family": "0.24",
+                      "tool_parser": "qwen3_xml", "notes": []}
     upstream.script(Reply(content=XML))
     assert written(proxy, stream=False)["content"] == CODE.strip()
 
@@ -105,6 +109,8 @@ def test_an_upstream_without_get_version_keeps_the_default_rules(
     proxy = start_proxy(upstream.url)
     assert proxy.state.vllm.version is None
     assert proxy.state.vllm.rules.family == "0.19"
+    [note] = proxy.state.vllm.describe()["notes"]
+    assert note.endswith("gave no vLLM version: reading XML as vLLM 0.19 qwen3_coder")
 
 
 def test_a_newer_vllm_is_read_as_the_newest_family_and_said_once() -> None:
@@ -136,3 +142,27 @@ def test_get_version_is_read_at_the_server_root() -> None:
     assert version_url("http://127.0.0.1:8000/v1") == "http://127.0.0.1:8000/version"
     assert version_url("http://h/v1/") == "http://h/version"
     assert version_url("http://h/api") == "http://h/api/version"
+
+
+def test_a_newer_upstream_is_read_as_the_newest_family_and_the_log_says_so_once(
+    family_upstream: Callable[..., ScriptedUpstream],
+) -> None:
+    from proxy.upstream import Upstream
+    from proxy.vllm_version import UpstreamVllm
+
+    upstream = family_upstream("0.34")
+    upstream.version = "0.41.0"
+
+    async def detect_twice() -> UpstreamVllm:
+        client = Upstream(Settings(upstream=upstream.url))
+        try:
+            vllm = UpstreamVllm(vllm_version="auto", tool_parser="qwen3_xml", upstream=client)
+            await vllm.detect()
+            await vllm.detect()
+            return vllm
+        finally:
+            await client.aclose()
+
+    vllm = asyncio.run(detect_twice())
+    assert vllm.rules == rules_for("0.34", "qwen3_xml") and vllm.version == "0.41.0"
+    assert vllm.describe()["notes"] == ["vLLM 0.41.0 is newer than the rules known here: reading XML as vLLM 0.33"]
