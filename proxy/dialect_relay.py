@@ -266,7 +266,7 @@ async def _complete(ex: DialectExchange) -> Response:
         record.usage.add(dialect.usage(obj.get("usage")))
         record.mark_first_token()
         judged = ex.judge(calls)
-        outcome = ex.settle(attempt, judged)
+        outcome = await ex.settle(attempt, judged)
         if outcome == DELIVER:
             ex.remember(dialect.reply(obj))
             if attempt == 1:
@@ -334,7 +334,7 @@ class _Relay:
                 if stream.upstream_error:
                     break
                 judged = ex.judge(stream.calls())
-                outcome = ex.settle(stream.attempt, judged)
+                outcome = await ex.settle(stream.attempt, judged)
                 if outcome == DELIVER:
                     if ex.enforce:
                         for piece in stream.release():

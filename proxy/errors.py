@@ -9,6 +9,7 @@
      ├── UpstreamUnavailable   502  upstream_error
      ├── UpstreamTimeout       504  upstream_timeout
      └── UpstreamProtocolError 502  upstream_error
+          └── UpstreamUnjudgeable  502  upstream_error, code `unjudgeable` (output refused in enforce mode)
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from starlette.responses import JSONResponse
 
 __all__ = [
     "BadRequest", "Forbidden", "ModelNotFound", "PayloadTooLarge", "ProxyError", "Unauthorized",
-    "UpstreamProtocolError", "UpstreamTimeout", "UpstreamUnavailable", "error_body", "error_response",
+    "UpstreamProtocolError", "UpstreamTimeout", "UpstreamUnavailable", "UpstreamUnjudgeable", "error_body",
+    "error_response",
 ]
 
 
@@ -84,6 +86,13 @@ class UpstreamProtocolError(ProxyError):
     status_code = 502
     error_type = "upstream_error"
     code = "upstream_protocol_error"
+
+
+class UpstreamUnjudgeable(UpstreamProtocolError):
+    """The upstream answered something the proxy will not relay: a body or event that does not parse, a
+    status other than 200 on success, a redirect."""
+
+    code = "unjudgeable"
 
 
 def error_response(exc: ProxyError) -> JSONResponse:
