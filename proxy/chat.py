@@ -348,7 +348,9 @@ class _StreamRelay:
         for index, choice in self.choices.items():
             if choice.finish_reason is None:
                 # The stream ended without finishing this choice: release what it held.
-                out = self._rebuild(None, [(index, choice, {"index": index}, choice.stream.finish())])
+                events = choice.stream.finish()
+                choice.pending.extend(e.call for e in events if isinstance(e, CompletedCall))
+                out = self._rebuild(None, [(index, choice, {"index": index}, events)])
                 if out:
                     yield out
 
