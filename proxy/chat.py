@@ -257,7 +257,6 @@ class _StreamRelay:
         self.messages = messages
         self.template: dict[str, Any] | None = None
         self.usage_chunk: dict[str, Any] | None = None
-        self.usage_raw: bytes | None = None
         self.choices: dict[int, _Choice] = {}
         self.frame: TextFrame | None = None
         self.attempt = 1
@@ -364,7 +363,8 @@ class _StreamRelay:
             return self._late(event, "data after [DONE]", event.data)
         if event.is_done:
             self.ended = True
-            return None  # one [DONE] at the very end
+            # Enforce mode: one [DONE] at the very end, after the held calls. Observe mode: where it came.
+            return None if enforce else event.raw
         frame = self.frame
         if frame is not None and event.plain and self.attempt == 1 and (text := frame.text(event.data)) is not None:
             choice = self.choices.get(frame.index)
@@ -397,7 +397,8 @@ class _StreamRelay:
                 return self._late(event, "`choices` that is not a list", obj)
             if usage:
                 self.usage_chunk = obj
-                self.usage_raw = event.raw if self.attempt == 1 and not enforce else None
+                if not enforce:  # where it came, when the client asked for it
+                    return event.raw if self.ex.client_wants_usage else None
                 return None
             return event.raw if not enforce else strict.encode_event(obj)
         if not isinstance(choices, list):
@@ -551,11 +552,13 @@ class _StreamRelay:
                 + self._encode([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}]))
 
     def _tail(self) -> list[bytes]:
+        if not self.ex.enforce:
+            # Observe mode relayed the upstream's usage and [DONE] where they came; after an error event the
+            # relay stopped reading, so the end is the proxy's.
+            return [DONE] if self.upstream_error else []
         out: list[bytes] = []
         if self.ex.client_wants_usage and self.usage_chunk is not None and not self.upstream_error:
-            if self.attempt == 1 and self.usage_raw is not None:
-                out.append(self.usage_raw)
-            elif self.attempt == 1:
+            if self.attempt == 1:
                 out.append(strict.encode_event(self.usage_chunk))
             else:
                 chunk = dict(self.usage_chunk)

@@ -130,11 +130,14 @@ class Case:
     # The proxy's reading holds no call at all, and its encoding keeps a client from reading one (a U+2028
     # escaped, one of two duplicate keys): only the request itself is recorded.
     neutral: bool = False
+    # Observe mode turns a call written in chat content into `tool_calls` (convert_content_tool_calls, on by
+    # default), its one documented change to the bytes.
+    converted: bool = False
 
 
 def case(name: str, route: str, stream: bool, *answers: RawAnswer, reason: str | None = None,
-         neutral: bool = False) -> Case:
-    return Case(name, route, stream, list(answers), reason, neutral)
+         neutral: bool = False, converted: bool = False) -> Case:
+    return Case(name, route, stream, list(answers), reason, neutral, converted)
 
 
 BIG = "1" + "0" * 5000
@@ -153,10 +156,10 @@ CASES = [
                                             ensure_ascii=False).encode()), FINISH, DONE), neutral=True),
     case("u2028-before-xml", "chat", True,
          chat_stream(START, data(json.dumps(chunk({"content": "a\u2028" + XML}), ensure_ascii=False).encode()),
-                     FINISH, DONE)),
+                     FINISH, DONE), converted=True),
     case("u0085-in-string", "chat", True,
          chat_stream(START, data(json.dumps(chunk({"content": "a\x85" + XML}), ensure_ascii=False).encode()),
-                     FINISH, DONE)),
+                     FINISH, DONE), converted=True),
     case("multi-line-data", "chat", True,
          chat_stream(START, b"data: " + dump(chunk(CALL_DELTA))[:20] + b"\ndata: " + dump(chunk(CALL_DELTA))[20:]
                      + b"\n\n", FINISH, DONE)),
@@ -187,7 +190,7 @@ CASES = [
          whole(dump(chat_whole({"content": "@BAD@" + XML})).replace(b"@BAD@", b"\xfe")),
          reason="unjudgeable"),
     case("whole-bom", "chat", False, whole(b"\xef\xbb\xbf" + dump(chat_whole({"content": XML}))),
-         reason="unjudgeable"),
+         reason="unjudgeable", converted=True),
     case("whole-sse-body", "chat", False, chat_stream(START, data(chunk(CALL_DELTA)), FINISH, DONE),
          reason="unjudgeable"),
     # -- status
@@ -225,9 +228,10 @@ CASES = [
                      FINISH, DONE)),
     case("error-with-choices", "chat", True,
          chat_stream(START, data({**chunk(CALL_DELTA), "error": {"message": "x"}}), FINISH, DONE)),
-    case("xml-in-content", "chat", True, chat_stream(START, data(chunk({"content": XML})), FINISH, DONE)),
+    case("xml-in-content", "chat", True, chat_stream(START, data(chunk({"content": XML})), FINISH, DONE),
+         converted=True),
     case("content-parts-whole", "chat", False, whole(chat_whole({"content": [{"type": "text", "text": XML}]})),
-         reason="unjudgeable"),
+         reason="unjudgeable", converted=True),
     case("whole-tool-calls", "chat", False, whole(chat_whole({"content": None, "tool_calls": [
         {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": ARGS}}]}))),
     # -- raw completions
@@ -455,9 +459,8 @@ def test_observe_mode_relays_the_bytes_and_records_them(c: Case, raw_upstream: R
     response = request(observing, c, session)
     answer = c.answers[0].body
     sent = answer if isinstance(answer, bytes) else b"".join(answer)
-    if c.route in ("chat", "completions") and c.stream:
-        pass  # the usage chunk the proxy asked for is the only difference, and these streams carry none
-    assert response.content == sent
+    if not c.converted:
+        assert response.content == sent
     requests, calls = records(observing, session)
     assert requests
     assert [r for r in calls if r["decision"] != "allow"] or requests[0]["outcome"] == "upstream_error" \
