@@ -354,6 +354,19 @@ class _StreamRelay:
                     yield out
 
     def _event(self, event: SSEEvent) -> bytes | None:
+        frame = self.frame
+        if frame is not None and event.plain and not self.ended and self.attempt == 1:
+            text = frame.text(event.data)  # type: ignore[arg-type]  # plain: data is a str
+            if text is not None:
+                choice = self.choices.get(frame.index)
+                if choice is not None and choice.finish_reason is None and choice.stream.releases_as_is(text):
+                    # The bulk of a stream: a chunk whose one choice carries only `delta.content`, in the
+                    # canonical encoding (the frame was learnt from a canonical chunk; `text` checks the
+                    # string), released as it came: what `_chunk` would do for it, the branches that cannot
+                    # apply left out.
+                    choice.content.append(text)
+                    self.ex.record.mark_first_token()
+                    return event.raw
         enforce = self.ex.enforce
         if event.invalid is not None:
             return self._unparseable(event, event.invalid)
@@ -365,16 +378,6 @@ class _StreamRelay:
             self.ended = True
             # Enforce mode: one [DONE] at the very end, after the held calls. Observe mode: where it came.
             return None if enforce else event.raw
-        frame = self.frame
-        if frame is not None and event.plain and self.attempt == 1 and (text := frame.text(event.data)) is not None:
-            choice = self.choices.get(frame.index)
-            if choice is not None and choice.finish_reason is None and choice.stream.releases_as_is(text):
-                # The bulk of a stream: a chunk whose one choice carries only `delta.content`, in the canonical
-                # encoding (the frame was learnt from a canonical chunk; `text` checks the string), released
-                # as it came: what `_chunk` would do for it, with the branches that cannot apply left out.
-                choice.content.append(text)
-                self.ex.record.mark_first_token()
-                return event.raw
         try:
             obj = strict.loads(event.data) if enforce else json.loads(event.data)
         except ValueError as exc:

@@ -53,7 +53,7 @@ class SSEDecoder:
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         if not self._buffer and not self._raw and _one_plain_event(chunk):
             self._start = False
-            return [_plain(bytes(chunk))]  # the usual read from vLLM: nothing to buffer or search
+            return [_plain(chunk)]  # the usual read from vLLM: nothing to buffer or search
         self._buffer += chunk
         return self._lines(final=False)
 
@@ -139,8 +139,9 @@ def _one_plain_event(chunk: bytes) -> bool:
 
 
 def _plain(raw: bytes) -> SSEEvent:
+    raw = bytes(raw)  # a bytearray or memoryview read becomes the immutable event
     try:
-        return SSEEvent(raw=raw, data=raw[6:-2].decode("utf-8"), plain=True)
+        return SSEEvent(raw, raw[6:-2].decode("utf-8"), None, None, True)
     except UnicodeDecodeError as exc:
         return SSEEvent(raw=raw, data=None, invalid=f"an event that is not UTF-8 (byte {exc.start - 6})")
 
