@@ -465,3 +465,55 @@ def test_observe_mode_relays_the_bytes_and_records_them(c: Case, raw_upstream: R
     assert requests
     assert [r for r in calls if r["decision"] != "allow"] or requests[0]["outcome"] == "upstream_error" \
         or c.neutral, (requests, calls)
+
+
+# ---------------------------------------------------------------- the Vercel AI SDK (OpenCode's client)
+
+CLIENT = Path(__file__).resolve().parent / "clients" / "ai_sdk_stream.cjs"
+
+
+def _ai_sdk() -> Path | None:
+    """node_modules holding `ai` and `@ai-sdk/openai-compatible`: $ALLOWLIST_PROXY_AI_SDK, else
+    ~/.cache/allowlist-proxy-ai-sdk (`npm i --prefix ~/.cache/allowlist-proxy-ai-sdk ai @ai-sdk/openai-compatible`)."""
+    import os
+    import shutil
+
+    if shutil.which("node") is None:
+        return None
+    cache = Path.home() / ".cache"
+    for candidate in (os.environ.get("ALLOWLIST_PROXY_AI_SDK"), cache / "allowlist-proxy-ai-sdk" / "node_modules"):
+        if candidate and (Path(candidate) / "ai").is_dir() and (Path(candidate) / "@ai-sdk/openai-compatible").is_dir():
+            return Path(candidate)
+    return None
+
+
+# One case of each class a chat client meets (each costs a node start, about a second).
+AI_SDK_CASES = ["lf-cr-ends", "lone-cr-in-line", "huge-int", "duplicate-choices-evil-first", "status-201",
+                "legacy-function-call-delta", "after-done", "xml-in-content"]
+
+
+def _sdk_calls(modules: Path, proxy: RunningProxy, c: Case, session: str) -> list[dict[str, Any]]:
+    import subprocess
+
+    done = subprocess.run(["node", str(CLIENT), str(modules), proxy.url + "/v1", MODEL, session],
+                          capture_output=True, text=True, timeout=60)
+    calls = json.loads(done.stdout or "{}").get("calls", [])
+    return [call for call in calls if call["name"] != "error" and MARKER in json.dumps(call)]
+
+
+def test_the_ai_sdk_runs_no_rejected_call(raw_upstream: RawUpstream, enforcing: RunningProxy,
+                                          observing: RunningProxy):
+    modules = _ai_sdk()
+    if modules is None:
+        pytest.skip("node with `ai` and `@ai-sdk/openai-compatible` not installed: set ALLOWLIST_PROXY_AI_SDK")
+    by_name = {c.name: c for c in CASES}
+    # The harness sees calls: in observe mode the SDK gets (and would run) the hostile one.
+    raw_upstream.script(*by_name["data-no-space"].answers)
+    assert _sdk_calls(modules, observing, by_name["data-no-space"], "ses_sdk_control")
+    leaks = []
+    for name in AI_SDK_CASES:
+        raw_upstream.script(*by_name[name].answers)
+        runs = _sdk_calls(modules, enforcing, by_name[name], f"ses_sdk_{name}")
+        if runs:
+            leaks.append((name, runs))
+    assert not leaks
