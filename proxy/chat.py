@@ -275,15 +275,25 @@ class _StreamRelay:
         current = response
         try:
             while True:
+                # One narration per turn: the first attempt streams live; a retry's text waits for its verdict
+                # and goes out only with a delivered turn.
+                held: list[bytes] = []
                 async for piece in self._relay_attempt(current):
-                    yield piece
+                    if self.attempt > 1 and ex.enforce:
+                        held.append(piece)
+                    else:
+                        yield piece
                 await current.aclose()
                 current = None
                 if self.upstream_error:
+                    for piece in held[-1:]:  # the error that ended the attempt, without its narration
+                        yield piece
                     break
                 judged = self._judge_attempt()
                 outcome = await ex.settle(self.attempt, judged)
                 if outcome == DELIVER:
+                    for piece in held:
+                        yield piece
                     if ex.enforce:
                         for piece in self._release():
                             yield piece

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from proxy.testing.raw_upstream import RawAnswer, RawUpstream
+from proxy.testing.scripted_upstream import Reply
 from proxy.testing.server import ServerThread
 from tests.conftest import MODEL, chat
 
@@ -147,3 +148,30 @@ def test_responses_action_items_are_judged_by_the_policy(raw_upstream, start_pro
         assert item not in output and not first["delivered"]
         if item["type"] == "computer_call":
             assert first["reasons"] == "unjudgeable"
+
+
+def test_one_narration_per_turn(upstream, proxy):
+    """The first attempt's text streams live; a rejected retry's text never reaches the client; the delivered
+    attempt's text does."""
+    piped = ALLOWED + " | head -5"
+    upstream.script(Reply(content="First try. ", tool_calls=[("bash", {"command": piped})]),
+                    Reply(content="Second try. ", tool_calls=[("bash", {"command": piped + " -n"})]),
+                    Reply(content="Third try. ", tool_calls=[("bash", {"command": ALLOWED})]))
+    with proxy.client() as client:
+        response = client.post("/v1/chat/completions", json=chat(stream=True, tools=TOOLS))
+    chunks = [json.loads(line[6:]) for line in response.text.split("\n\n") if line.startswith("data: {")]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
+    assert text == "First try. Third try. "
+    calls = [t for c in chunks if c.get("choices") for t in c["choices"][0]["delta"].get("tool_calls") or []]
+    assert [json.loads(t["function"]["arguments"]) for t in calls] == [{"command": ALLOWED}]
+
+
+def test_a_blocked_turn_ends_with_the_explanation_alone_after_the_first_attempt(upstream, proxy):
+    piped = ALLOWED + " | head -5"
+    upstream.script(*[Reply(content=f"Try {n}. ", tool_calls=[("bash", {"command": piped})]) for n in range(1, 5)])
+    with proxy.client() as client:
+        response = client.post("/v1/chat/completions", json=chat(stream=True, tools=TOOLS))
+    chunks = [json.loads(line[6:]) for line in response.text.split("\n\n") if line.startswith("data: {")]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
+    assert text.startswith("Try 1. allowlist-proxy blocked this turn")
+    assert "Try 2" not in text and "Try 4" not in text
