@@ -17,15 +17,18 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from proxy import strict
+from proxy.actions import unjudgeable_call
 from proxy.body import read_body, read_json_object
 from proxy.chunk_shape import TextFrame
 from proxy.enforce import blocked_message, retry_messages, tool_call_delta
-from proxy.errors import BadRequest, ProxyError, error_body
+from proxy.errors import BadRequest, ProxyError, UpstreamUnjudgeable, error_body
 from proxy.exchange import (
     BLOCKED,
     DELIVER,
     Exchange,
     finish_exchange,
+    normalize_stream,
     open_stream_attempt,
     pick_policy,
     request_attempt,
@@ -34,7 +37,8 @@ from proxy.exchange import (
 from proxy.judging import JudgedCall, apply_repairs
 from proxy.logs import get_logger
 from proxy.record import RequestRecord
-from proxy.sse import DONE, encode_json
+from proxy.shapes import choice_problem
+from proxy.sse import DONE, SSEEvent
 from proxy.state import ProxyState
 from proxy.toolcalls import ChoiceStream, CompletedCall, TextDelta, ToolCall, extract_from_response
 from proxy.upstream import response_headers
@@ -43,7 +47,16 @@ __all__ = ["chat_completions"]
 
 log = get_logger("proxy.chat")
 _TEXT_FIELDS = ("content", "reasoning", "reasoning_content")
-_COMPACT = (",", ":")
+# Fields of one chunk that a chunk the proxy writes does not copy: usage is summed, vLLM's prompt echo
+# belongs to the first chunk only.
+_PER_CHUNK = frozenset({"choices", "usage", "prompt_token_ids", "prompt_text", "prompt_logprobs"})
+_KEEP_ALIVE = b": keep-alive\n\n"
+
+
+def _carries(choice: dict[str, Any]) -> bool:
+    """Whether a choice of a chunk holds anything a client would show or run."""
+    delta = choice.get("delta")
+    return (bool(delta) and any(v for k, v in delta.items() if k != "role")) or bool(choice.get("finish_reason"))
 
 
 def _offered_tools(tools: Any) -> tuple[list[dict[str, Any]] | None, set[str]]:
@@ -75,9 +88,8 @@ async def chat_completions(request: Request, state: ProxyState) -> Response:
     upstream_model = await state.models.resolve(model, headers)
     policy = pick_policy(request, state)
     session = await state.sessions.aresolve(request.headers, messages)
-    stream = payload.get("stream") is True
+    stream, changed = normalize_stream(payload)
 
-    changed = False
     if upstream_model != model:
         payload["model"] = upstream_model
         changed = True
@@ -115,15 +127,20 @@ async def _complete(ex: Exchange, messages: list[Any]) -> Response:
             return response
         headers = response_headers(response.headers)
         try:
-            obj = json.loads(response.content)
+            obj = strict.loads(response.content) if ex.enforce else json.loads(response.content)
+            if not isinstance(obj, dict):
+                raise TypeError(f"a JSON {type(obj).__name__}")
             results = extract_from_response(obj, ex.tools, rules=ex.rules)
         except (ValueError, TypeError, AttributeError) as exc:
-            record.fail("upstream_error", f"upstream answered 200 with a body that is not a completion: {exc}")
+            detail = f"upstream answered 200 with a body that is not a completion: {exc}"
+            if ex.enforce:
+                return ex.refuse(UpstreamUnjudgeable(f"unjudgeable: {detail}"))
+            record.fail("upstream_error", detail)
             return Response(response.content, status_code=200, headers=headers)
         record.usage.add(obj.get("usage"))
         record.mark_first_token()
         calls = [c for r in results for c in (r.tool_calls + r.malformed) if ex.scan_content or c.source == "openai"]
-        judged = ex.judge(calls)
+        judged = ex.judge(calls + _unjudgeable_choices(obj))
         outcome = await ex.settle(attempt, judged)
         if outcome == DELIVER:
             changed = _convert_content_calls(ex, obj, results) or attempt > 1
@@ -132,8 +149,10 @@ async def _complete(ex: Exchange, messages: list[Any]) -> Response:
                 for choice in obj.get("choices") or []:
                     changed = apply_repairs(choice.get("message") or {}, judged) or changed
             if attempt > 1 and isinstance(obj.get("usage"), dict):
-                obj["usage"].update(record.usage.as_openai())
+                _sum_usage(obj["usage"], record.usage)
             _remember(ex, messages, obj)
+            if ex.enforce:  # what the client gets is the proxy's encoding of what it judged
+                return Response(strict.dumps(obj).encode(), status_code=200, media_type="application/json")
             if not changed:
                 return Response(response.content, status_code=200, headers=headers)
             return Response(json.dumps(obj, ensure_ascii=False).encode(), status_code=200,
@@ -146,8 +165,32 @@ async def _complete(ex: Exchange, messages: list[Any]) -> Response:
     obj["choices"] = [{"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
                        "logprobs": None, "finish_reason": "stop"}]
     if isinstance(obj.get("usage"), dict):
-        obj["usage"].update(record.usage.as_openai())
-    return Response(json.dumps(obj, ensure_ascii=False).encode(), status_code=200, media_type="application/json")
+        _sum_usage(obj["usage"], record.usage)
+    return Response(strict.dumps(obj).encode(), status_code=200, media_type="application/json")
+
+
+def _unjudgeable_choices(obj: dict[str, Any]) -> list[ToolCall]:
+    """Stand-ins for what a whole response holds beyond what the extractors judge (every `tool_calls`
+    entry becomes a call, a malformed one if need be; a legacy `function_call` or an unknown field does not)."""
+    choices = obj.get("choices")
+    if choices is None:
+        return []
+    if not isinstance(choices, list):
+        return [unjudgeable_call("choices", "`choices` is not a list", choices)]
+    for choice in choices:
+        problem = choice_problem(choice, "message")
+        if problem is not None:
+            return [unjudgeable_call("message", problem, choice)]
+    return []
+
+
+def _sum_usage(usage: dict[str, Any], total: Any) -> None:
+    """The usage of every attempt, written over the upstream's figures; a field it did not send stays out."""
+    usage.update(prompt_tokens=total.prompt_tokens, completion_tokens=total.completion_tokens,
+                 total_tokens=total.prompt_tokens + total.completion_tokens)
+    if total.cached_tokens or isinstance(usage.get("prompt_tokens_details"), dict):
+        usage["prompt_tokens_details"] = {**(usage.get("prompt_tokens_details") or {}),
+                                          "cached_tokens": total.cached_tokens}
 
 
 def _convert_content_calls(ex: Exchange, obj: dict[str, Any], results: list[Any]) -> bool:
@@ -190,7 +233,8 @@ class _Choice:
     pending: list[ToolCall] = field(default_factory=list)
     emitted_tools: int = 0
     finish_reason: str | None = None
-    finish_raw: bytes | None = None  # the upstream's own finish chunk, sent as is when nothing was held
+    finish_fields: dict[str, Any] | None = None  # the finishing choice's fields (stop_reason, token_ids ...)
+    finish_top: dict[str, Any] | None = None  # and its chunk's
     converted: bool = False
 
 
@@ -218,7 +262,6 @@ class _StreamRelay:
         self.messages = messages
         self.template: dict[str, Any] | None = None
         self.usage_chunk: dict[str, Any] | None = None
-        self.usage_raw: bytes | None = None
         self.choices: dict[int, _Choice] = {}
         self.frame: TextFrame | None = None
         self.attempt = 1
@@ -226,6 +269,8 @@ class _StreamRelay:
         self.upstream_error = False
         self.reply_content = ""
         self.reply_calls: list[dict[str, Any]] = []
+        self.late_calls: list[ToolCall] = []  # the attempt's output the proxy could not judge
+        self.ended = False  # [DONE] seen in this attempt
         self.done = False
 
     # -- the generator handed to the client
@@ -235,15 +280,25 @@ class _StreamRelay:
         current = response
         try:
             while True:
+                # One narration per turn: the first attempt streams live; a retry's text waits for its verdict
+                # and goes out only with a delivered turn.
+                held: list[bytes] = []
                 async for piece in self._relay_attempt(current):
-                    yield piece
+                    if self.attempt > 1 and ex.enforce:
+                        held.append(piece)
+                    else:
+                        yield piece
                 await current.aclose()
                 current = None
                 if self.upstream_error:
+                    for piece in held[-1:]:  # the error that ended the attempt, without its narration
+                        yield piece
                     break
                 judged = self._judge_attempt()
                 outcome = await ex.settle(self.attempt, judged)
                 if outcome == DELIVER:
+                    for piece in held:
+                        yield piece
                     if ex.enforce:
                         for piece in self._release():
                             yield piece
@@ -255,6 +310,8 @@ class _StreamRelay:
                 self.attempt += 1
                 record.attempts = self.attempt
                 self.choices = {}
+                self.late_calls = []
+                self.ended = False
                 try:
                     current = await ex.state.upstream.open_stream("POST", "/chat/completions",
                                                                   headers=ex.headers, content=ex.body())
@@ -305,63 +362,97 @@ class _StreamRelay:
         for index, choice in self.choices.items():
             if choice.finish_reason is None:
                 # The stream ended without finishing this choice: release what it held.
-                out = self._rebuild([(index, choice, {}, choice.stream.finish(), None)])
+                events = choice.stream.finish()
+                choice.pending.extend(e.call for e in events if isinstance(e, CompletedCall))
+                out = self._rebuild(None, [(index, choice, {"index": index}, events)])
                 if out:
                     yield out
 
-    def _event(self, event: Any) -> bytes | None:
-        if event.data is None:
-            return event.raw  # comments and keep-alives
+    def _event(self, event: SSEEvent) -> bytes | None:
+        frame = self.frame
+        if frame is not None and event.plain and not self.ended and self.attempt == 1:
+            text = frame.text(event.data)  # type: ignore[arg-type]  # plain: data is a str
+            if text is not None:
+                choice = self.choices.get(frame.index)
+                if choice is not None and choice.finish_reason is None and choice.stream.releases_as_is(text):
+                    # The bulk of a stream: a chunk whose one choice carries only `delta.content`, in the
+                    # canonical encoding (the frame was learnt from a canonical chunk; `text` checks the
+                    # string), released as it came: what `_chunk` would do for it, the branches that cannot
+                    # apply left out.
+                    choice.content.append(text)
+                    self.ex.record.mark_first_token()
+                    return event.raw
+        enforce = self.ex.enforce
+        if event.invalid is not None:
+            return self._unparseable(event, event.invalid)
+        if event.data is None:  # comments and keep-alives
+            return event.raw if not enforce else (_KEEP_ALIVE if event.comment else None)
+        if self.ended:
+            return self._late(event, "data after [DONE]", event.data)
         if event.is_done:
-            return None  # one [DONE] at the very end
-        if self.frame is not None and (text := self.frame.text(event.data)) is not None:
-            return self._text_chunk(event.raw, self.frame.index, text)
+            self.ended = True
+            # Enforce mode: one [DONE] at the very end, after the held calls. Observe mode: where it came.
+            return None if enforce else event.raw
         try:
-            obj = json.loads(event.data)
-        except ValueError:
-            return event.raw
+            obj = strict.loads(event.data) if enforce else json.loads(event.data)
+        except ValueError as exc:
+            return self._unparseable(event, f"an event that does not parse: {exc}")
         if not isinstance(obj, dict):
-            return event.raw
+            return self._unparseable(event, f"an event that is a JSON {type(obj).__name__}")
         if "error" in obj and not obj.get("choices"):
             self.upstream_error = True
             error = obj.get("error")
             self.ex.record.fail("upstream_error", json.dumps(error)[:1000] if error else "error event")
-            return event.raw
+            return event.raw if not enforce else strict.encode_event({"error": error})
         usage = obj.get("usage")
         if usage:
             self.attempt_usage = usage  # cumulative when continuous: the last one counts
         choices = obj.get("choices")
         if self.template is None:
-            self.template = {k: v for k, v in obj.items() if k not in ("choices", "usage")}
+            self.template = {k: v for k, v in obj.items() if k not in _PER_CHUNK}
         if not choices:
+            if choices is not None and not isinstance(choices, list):
+                return self._late(event, "`choices` that is not a list", obj)
             if usage:
                 self.usage_chunk = obj
-                self.usage_raw = event.raw if self.attempt == 1 else None
+                if not enforce:  # where it came, when the client asked for it
+                    return event.raw if self.ex.client_wants_usage else None
                 return None
-            return event.raw
-        self.frame = TextFrame.learn(event.data, obj) or self.frame
-        return self._chunk(event.raw, bool(usage), choices)
+            return event.raw if not enforce else strict.encode_event(obj)
+        if not isinstance(choices, list):
+            return self._late(event, "`choices` that is not a list", obj)
+        for raw_choice in choices:
+            problem = choice_problem(raw_choice, "delta")
+            if problem is None:
+                known = self.choices.get(raw_choice.get("index", 0))
+                if known is not None and known.finish_reason is not None and _carries(raw_choice):
+                    problem = "a delta after the choice's finish_reason"
+            if problem is not None:
+                return self._late(event, problem, raw_choice)
+        learnt = TextFrame.learn(event.data, obj)
+        if learnt is not None and enforce and not (event.plain and strict.dumps(obj) == event.data):
+            learnt = None  # raw bytes go out only when they are the canonical encoding of the judged chunk
+        self.frame = learnt or self.frame
+        return self._chunk(event, obj, bool(usage), choices)
 
-    def _text_chunk(self, raw: bytes, index: Any, text: str) -> bytes | None:
-        """The bulk of a stream: a chunk whose one choice carries only `delta.content` (no finish, no
-        usage), read through the stream's TextFrame. When the text is released as it came, this is what
-        `_chunk` does for such a chunk, with the branches that cannot apply left out."""
-        choice = self.choices.get(index)
-        if choice is None or not choice.stream.releases_as_is(text):
-            return self._chunk(raw, False, [{"index": index, "delta": {"content": text}, "finish_reason": None}])
-        choice.content.append(text)
-        self.ex.record.mark_first_token()
-        if self.attempt == 1:
-            return raw
-        return self._rebuild([(index, choice, {"content": text}, [TextDelta("content", text)], None)])
+    def _unparseable(self, event: SSEEvent, detail: str) -> bytes | None:
+        """Enforce mode refuses the stream; observe mode relays the bytes and records that it could not judge."""
+        if self.ex.enforce:
+            raise UpstreamUnjudgeable(f"unjudgeable: the upstream sent {detail}")
+        self.late_calls.append(unjudgeable_call("event", detail, event.raw.decode("utf-8", "replace")))
+        return event.raw
 
-    def _chunk(self, raw: bytes, has_usage: bool, choices: list[Any]) -> bytes | None:
+    def _late(self, event: SSEEvent, detail: str, content: Any) -> bytes | None:
+        """Output the proxy does not judge (after the end, or of an unknown shape): dropped in enforce mode,
+        relayed in observe mode; recorded as an `unjudgeable` call of the attempt in both."""
+        self.late_calls.append(unjudgeable_call("chunk", detail, content))
+        return event.raw if not self.ex.enforce else None
+
+    def _chunk(self, event: SSEEvent, obj: dict[str, Any], has_usage: bool, choices: list[Any]) -> bytes | None:
         ex = self.ex
         items = []
         passthrough = self.attempt == 1 and (ex.client_wants_usage or not has_usage)
         for raw_choice in choices:
-            if not isinstance(raw_choice, dict):
-                continue
             index = raw_choice.get("index", 0)
             choice = self.choices.get(index)
             if choice is None:
@@ -391,21 +482,28 @@ class _StreamRelay:
                 passthrough = False
             if any(delta.get(f) for f in _TEXT_FIELDS) or delta.get("tool_calls"):
                 ex.record.mark_first_token()
-            elif finish and ex.enforce and self.attempt == 1 and len(choices) == 1 and not released:
-                choice.finish_raw = raw
-            items.append((index, choice, delta, events, finish))
+            if finish and ex.enforce:
+                # The finish goes out after the judgement, with the fields the upstream put beside it.
+                choice.finish_fields = {k: v for k, v in raw_choice.items() if k not in ("index", "delta")}
+                choice.finish_top = {k: v for k, v in obj.items() if k not in _PER_CHUNK}
+            items.append((index, choice, raw_choice, events))
         if passthrough:
             if not ex.enforce:
-                for _, choice, delta, _, _ in items:
-                    choice.emitted_tools = _tool_count(choice.emitted_tools, delta)
-            return raw
-        return self._rebuild(items)
+                for _, choice, raw_choice, _ in items:
+                    choice.emitted_tools = _tool_count(choice.emitted_tools, raw_choice.get("delta") or {})
+                return event.raw
+            text = strict.dumps(obj)
+            return event.raw if event.plain and text == event.data else b"data: " + text.encode() + b"\n\n"
+        return self._rebuild(obj, items)
 
-    def _rebuild(self, items: list[tuple[int, _Choice, dict[str, Any], list[Any], str | None]]) -> bytes | None:
-        """Chunks carrying what may be released now: text, and in observe mode the tool deltas."""
+    def _rebuild(self, obj: dict[str, Any] | None,
+                 items: list[tuple[int, _Choice, dict[str, Any], list[Any]]]) -> bytes | None:
+        """The chunk again with what may be released now: text, and in observe mode the tool deltas.
+        Every other field stays where the upstream put it, once; a finish is held in enforce mode."""
         ex = self.ex
-        out: list[bytes] = []
-        for index, choice, delta, events, finish in items:
+        rebuilt: list[dict[str, Any]] = []
+        for index, choice, raw_choice, events in items:
+            delta = raw_choice.get("delta") or {}
             new_delta = {k: v for k, v in delta.items() if k not in _TEXT_FIELDS and k != "tool_calls"}
             if self.attempt > 1:
                 new_delta.pop("role", None)
@@ -424,20 +522,29 @@ class _StreamRelay:
                             choice.converted = True
             if tool_deltas:
                 new_delta["tool_calls"] = tool_deltas
+            finish = raw_choice.get("finish_reason")
             emit_finish = finish if not ex.enforce else None
             if emit_finish and choice.converted:
                 emit_finish = "tool_calls"
             if not new_delta and not emit_finish:
                 continue
-            out.append(self._encode([{"index": index, "delta": new_delta, "logprobs": None,
-                                      "finish_reason": emit_finish}]))
-        return b"".join(out) or None
+            out_choice = {**raw_choice, "index": index, "delta": new_delta, "finish_reason": emit_finish}
+            if ex.enforce and finish:
+                out_choice.pop("stop_reason", None)  # it goes out with the held finish
+            rebuilt.append(out_choice)
+        if not rebuilt:
+            return None
+        if obj is None:
+            return self._encode(rebuilt)
+        chunk = {k: v for k, v in obj.items() if k != "usage" or (ex.client_wants_usage and self.attempt == 1)}
+        chunk["choices"] = rebuilt
+        return b"data: " + strict.dumps(chunk).encode() + b"\n\n"
 
     # -- decisions at the end of an attempt
 
     def _judge_attempt(self) -> list[JudgedCall]:
         calls = [c for _, ch in sorted(self.choices.items()) for c in ch.pending]
-        return self.ex.judge(calls)
+        return self.ex.judge(calls + self.late_calls)
 
     def _content(self) -> str:
         return "".join(part for ch in self.choices.values() for part in ch.content)
@@ -451,11 +558,9 @@ class _StreamRelay:
                 self.reply_calls.append({k: v for k, v in delta.items() if k != "index"})
                 out.append(self._encode([{"index": index, "delta": {"tool_calls": [delta]}, "logprobs": None,
                                           "finish_reason": None}]))
-            if not choice.pending and choice.finish_raw is not None:
-                out.append(choice.finish_raw)
-                continue
             finish = "tool_calls" if choice.pending else (choice.finish_reason or "stop")
-            out.append(self._encode([{"index": index, "delta": {}, "logprobs": None, "finish_reason": finish}]))
+            fields = {"logprobs": None, **(choice.finish_fields or {}), "finish_reason": finish}
+            out.append(self._encode([{"index": index, "delta": {}, **fields}], choice.finish_top))
         self.ex.record.mark_first_token()
         return out
 
@@ -466,16 +571,22 @@ class _StreamRelay:
                 + self._encode([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}]))
 
     def _tail(self) -> list[bytes]:
+        if not self.ex.enforce:
+            # Observe mode relayed the upstream's usage and [DONE] where they came; after an error event the
+            # relay stopped reading, so the end is the proxy's.
+            return [DONE] if self.upstream_error else []
         out: list[bytes] = []
         if self.ex.client_wants_usage and self.usage_chunk is not None and not self.upstream_error:
-            if self.attempt == 1 and self.usage_raw is not None:
-                out.append(self.usage_raw)
+            if self.attempt == 1:
+                out.append(strict.encode_event(self.usage_chunk))
             else:
                 chunk = dict(self.usage_chunk)
-                chunk["usage"] = {**(chunk.get("usage") or {}), **self.ex.record.usage.as_openai()}
+                usage = dict(chunk.get("usage") or {})
+                _sum_usage(usage, self.ex.record.usage)
+                chunk["usage"] = usage
                 if self.template:
                     chunk["id"] = self.template.get("id", chunk.get("id"))
-                out.append(encode_json(chunk))
+                out.append(strict.encode_event(chunk))
         out.append(DONE)
         return out
 
@@ -483,11 +594,12 @@ class _StreamRelay:
         content = self._content() if not self.reply_content else self.reply_content
         return {"role": "assistant", "content": content, "tool_calls": self.reply_calls}
 
-    def _encode(self, choices: list[dict[str, Any]]) -> bytes:
-        chunk = dict(self.template or {"object": "chat.completion.chunk", "model": self.ex.record.model})
+    def _encode(self, choices: list[dict[str, Any]], top: dict[str, Any] | None = None) -> bytes:
+        """A chunk the proxy writes: the stream's own fields (not those only one chunk carries), these choices."""
+        chunk = dict(top or self.template or {"object": "chat.completion.chunk", "model": self.ex.record.model})
         chunk["choices"] = choices
-        return b"data: " + json.dumps(chunk, ensure_ascii=False, separators=_COMPACT).encode() + b"\n\n"
+        return strict.encode_event(chunk)
 
     def _error(self, message: str, type_: str, code: Any) -> bytes:
         self.upstream_error = True
-        return encode_json(error_body(message, type_, code=code))
+        return strict.encode_event(error_body(message, type_, code=code))

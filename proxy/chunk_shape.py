@@ -4,7 +4,9 @@ Within one upstream stream, vLLM's plain text chunks differ only in the text: th
 creation time, index and the nulls around the delta repeat byte for byte. Once one such chunk is
 parsed, its bytes before and after the text are the frame; a later chunk with the same frame holds
 exactly one JSON string in between, and decoding that string alone gives what parsing the whole
-chunk would have given. Anything else (another field, a finish reason, usage, escapes that do not
+chunk would have given. Only the canonical spelling of that string is read this way (proxy/strict.py), so
+a chunk read through the frame of a canonical chunk is itself canonical.
+Anything else (another field, a finish reason, usage, escapes that do not
 decode to one string) does not match and is parsed in full.
 """
 
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 import json
 from typing import Any
+
+from proxy.strict import dumps
 
 __all__ = ["TextFrame"]
 
@@ -63,4 +67,6 @@ class TextFrame:
             value = json.loads(literal)
         except ValueError:
             return None
-        return value if isinstance(value, str) else None
+        # Only the canonical spelling of the string: then the chunk's bytes are the proxy's own encoding of
+        # what it read, which enforce mode may forward as they are.
+        return value if isinstance(value, str) and dumps(value) == literal else None

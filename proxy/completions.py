@@ -22,25 +22,29 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from proxy import strict
+from proxy.actions import judge_output, unjudgeable_call
 from proxy.body import read_body, read_json_object
 from proxy.enforce import blocked_message, turn_allowed
-from proxy.errors import BadRequest, ProxyError, error_body
+from proxy.errors import BadRequest, ProxyError, UpstreamUnjudgeable, error_body
 from proxy.exchange import (
     Exchange,
     finish_exchange,
+    normalize_stream,
     open_stream_attempt,
     pick_policy,
     request_attempt,
     upstream_events,
 )
-from proxy.judging import JudgedCall, judge_calls
+from proxy.judging import JudgedCall
 from proxy.record import RequestRecord
-from proxy.sse import DONE, SSEEvent, encode_json
+from proxy.shapes import choice_problem
+from proxy.sse import DONE, SSEEvent
 from proxy.state import ProxyState
-from proxy.toolcalls import CompletedCall, ToolCall, extract_from_response
+from proxy.toolcalls import CompletedCall, ToolCall
 from proxy.toolcalls.families import XmlRules
 from proxy.toolcalls.registry import CONTENT_FORMATS, content_formats
-from proxy.toolcalls.scanner import ContentScanner
+from proxy.toolcalls.scanner import ContentScanner, scan_text
 from proxy.upstream import response_headers
 
 __all__ = ["REJECTED_CODE", "completions"]
@@ -59,9 +63,9 @@ async def completions(request: Request, state: ProxyState) -> Response:
     upstream_model = await state.models.resolve(model, headers)
     policy = pick_policy(request, state)
     session = await state.sessions.aresolve(request.headers, None)  # a raw prompt has no turns to follow
-    stream = payload.get("stream") is True
-    changed = upstream_model != model
-    if changed:
+    stream, normalized = normalize_stream(payload)
+    changed = upstream_model != model or normalized
+    if upstream_model != model:
         payload["model"] = upstream_model
     options = payload.get("stream_options")
     client_wants_usage = isinstance(options, dict) and options.get("include_usage") is True
@@ -85,7 +89,26 @@ async def completions(request: Request, state: ProxyState) -> Response:
 
 
 def _judge(ex: Exchange, calls: list[ToolCall]) -> list[JudgedCall]:
-    return judge_calls(ex.policy, calls, None)
+    return judge_output(ex.policy, calls, None, tools=ex.toolset, session_id=ex.record.session.id, repair=False)
+
+
+def _text_calls(obj: dict[str, Any], rules: XmlRules | None = None) -> list[ToolCall]:
+    """The calls written in every choice's text, `<think>` included (a raw-text client does not skip it),
+    and stand-ins for what the proxy cannot judge."""
+    choices = obj.get("choices")
+    if choices is None:
+        return []
+    if not isinstance(choices, list):
+        return [unjudgeable_call("choices", "`choices` is not a list", choices)]
+    calls: list[ToolCall] = []
+    for choice in choices:
+        problem = choice_problem(choice, "text")
+        if problem is not None:
+            return [*calls, unjudgeable_call("choice", problem, choice)]
+        result = scan_text(choice.get("text") or "", content_formats(rules) if rules else CONTENT_FORMATS, {},
+                           read_think=True)
+        calls += result.tool_calls + result.malformed
+    return calls
 
 
 def _refusal_text(ex: Exchange, judged: list[JudgedCall]) -> str:
@@ -107,16 +130,22 @@ async def _complete(ex: Exchange) -> Response:
         return response
     headers = response_headers(response.headers)
     try:
-        obj = json.loads(response.content)
-        results = extract_from_response(obj, None, rules=ex.rules)
-    except (ValueError, TypeError, AttributeError) as exc:
-        record.fail("upstream_error", f"upstream answered 200 with a body that is not a completion: {exc}")
+        obj = strict.loads(response.content) if ex.enforce else json.loads(response.content)
+        if not isinstance(obj, dict):
+            raise TypeError(f"a JSON {type(obj).__name__}")
+    except (ValueError, TypeError) as exc:
+        detail = f"upstream answered 200 with a body that is not a completion: {exc}"
+        if ex.enforce:
+            return ex.refuse(UpstreamUnjudgeable(f"unjudgeable: {detail}"))
+        record.fail("upstream_error", detail)
         return Response(response.content, status_code=200, headers=headers)
     record.usage.add(obj.get("usage"))
     record.mark_first_token()
-    judged = _judge(ex, [c for r in results for c in r.tool_calls + r.malformed])
+    judged = _judge(ex, _text_calls(obj, ex.rules))
     if not ex.enforce or turn_allowed(judged):
         ex.keep(1, judged, delivered=True)
+        if ex.enforce:
+            return Response(strict.dumps(obj).encode(), status_code=200, media_type="application/json")
         return Response(response.content, status_code=200, headers=headers)
     ex.keep(1, judged, delivered=False)
     record.status = 403
@@ -138,7 +167,7 @@ class _Choice:
     """One choice's text: scanned for calls; in enforce mode, the text not yet known to be free of them."""
 
     def __init__(self, rules: XmlRules | None = None) -> None:
-        self.scanner = ContentScanner(content_formats(rules) if rules else CONTENT_FORMATS, {})
+        self.scanner = ContentScanner(content_formats(rules) if rules else CONTENT_FORMATS, {}, read_think=True)
         self.pending = ""
         self.finished = False
 
@@ -151,6 +180,7 @@ class _Relay:
         self.rejected = False
         self.upstream_error = False
         self.usage: Any = None
+        self.ended = False  # [DONE] seen
         self.done = False
 
     async def run(self, response: Any) -> AsyncIterator[bytes]:
@@ -167,7 +197,7 @@ class _Relay:
             except ProxyError as exc:
                 self.upstream_error = True
                 record.fail("upstream_error", exc.message)
-                yield encode_json(error_body(exc.message, exc.error_type, code=exc.code))
+                yield strict.encode_event(error_body(exc.message, exc.error_type, code=exc.code))
                 yield DONE
             if not self.rejected and not self.upstream_error:
                 # The stream ended without finishing a choice: decide what it still held.
@@ -196,32 +226,49 @@ class _Relay:
         return [(self.judged[:first_bad], True), (self.judged[first_bad:], False)]
 
     def _event(self, event: SSEEvent) -> bytes | None:
-        if event.data is None or event.is_done:
-            if event.is_done:
-                out = self._finish_all()
-                return (out or b"") + event.raw if not self.rejected else out
-            return event.raw
+        enforce = self.ex.enforce
+        if event.invalid is not None:
+            return self._unjudgeable(event, event.invalid, parse=True)
+        if event.data is None:
+            return event.raw if not enforce else (b": keep-alive\n\n" if event.comment else None)
+        if self.ended:
+            return self._unjudgeable(event, "data after [DONE]", parse=False)
+        if event.is_done:
+            self.ended = True
+            out = self._finish_all()
+            if self.rejected:
+                return out
+            return (out or b"") + (event.raw if not enforce else DONE)
         try:
-            obj = json.loads(event.data)
-        except ValueError:
-            return event.raw
+            obj = strict.loads(event.data) if enforce else json.loads(event.data)
+        except ValueError as exc:
+            return self._unjudgeable(event, f"an event that does not parse: {exc}", parse=True)
         if not isinstance(obj, dict):
-            return event.raw
+            return self._unjudgeable(event, f"an event that is a JSON {type(obj).__name__}", parse=True)
         if "error" in obj and not obj.get("choices"):
             self.upstream_error = True
             self.ex.record.fail("upstream_error", json.dumps(obj.get("error"))[:1000])
-            return event.raw
+            return event.raw if not enforce else strict.encode_event({"error": obj.get("error")})
         if obj.get("usage"):
             self.usage = obj["usage"]  # cumulative when continuous: the last one counts
         choices = obj.get("choices")
         if not choices:
+            if choices is not None and not isinstance(choices, list):
+                return self._unjudgeable(event, "`choices` that is not a list", parse=False)
             if obj.get("usage") and not self.ex.client_wants_usage:
                 return None  # the usage chunk the proxy asked for
-            return event.raw
+            return event.raw if not enforce else strict.encode_event(obj)
+        if not isinstance(choices, list):
+            return self._unjudgeable(event, "`choices` that is not a list", parse=False)
+        for choice in choices:
+            problem = choice_problem(choice, "text")
+            known = self.choices.get(choice.get("index", 0)) if problem is None else None
+            if known is not None and known.finished and (choice.get("text") or choice.get("finish_reason")):
+                problem = "text after the choice's finish_reason"
+            if problem is not None:
+                return self._unjudgeable(event, problem, parse=False)
         texts: dict[int, str] = {}
         for choice in choices:
-            if not isinstance(choice, dict):
-                continue
             index = choice.get("index", 0)
             text = choice.get("text") if isinstance(choice.get("text"), str) else ""
             if text:
@@ -229,16 +276,27 @@ class _Relay:
             texts[index] = self._text(index, text, finished=bool(choice.get("finish_reason")))
             if self.rejected:
                 return self._refuse()
-        if not self.ex.enforce:
+        if not enforce:
             return event.raw
-        if all(texts.get(c.get("index", 0)) == c.get("text") for c in choices if isinstance(c, dict)):
-            return event.raw
-        rebuilt = [{**c, "text": texts.get(c.get("index", 0), "")} for c in choices if isinstance(c, dict)]
+        if all(texts.get(c.get("index", 0)) == (c.get("text") or "") for c in choices):
+            encoded = strict.dumps(obj)
+            return event.raw if event.plain and encoded == event.data else b"data: " + encoded.encode() + b"\n\n"
+        rebuilt = [{**c, "text": texts.get(c.get("index", 0), "")} for c in choices]
         rebuilt = [c for c in rebuilt if c["text"] or c.get("finish_reason")]
         if not rebuilt:
             return None
-        return b"data: " + json.dumps({**obj, "choices": rebuilt}, ensure_ascii=False,
-                                      separators=_COMPACT).encode() + b"\n\n"
+        return strict.encode_event({**obj, "choices": rebuilt})
+
+    def _unjudgeable(self, event: SSEEvent, detail: str, *, parse: bool) -> bytes | None:
+        """Output the proxy cannot judge. Enforce mode: an event that does not parse refuses the stream as an
+        upstream error; one of an unknown shape or after the end is a call that cannot be allowed, which
+        refuses the completion as a rejected call does. Observe mode: relayed and recorded."""
+        if self.ex.enforce and parse:
+            raise UpstreamUnjudgeable(f"unjudgeable: the upstream sent {detail}")
+        self._decide([unjudgeable_call("completion", detail, event.raw.decode("utf-8", "replace"))])
+        if self.rejected:
+            return self._refuse()
+        return event.raw if not self.ex.enforce else None
 
     def _text(self, index: int, text: str, *, finished: bool) -> str:
         """Scan one piece of a choice's text; return what the client may get now (enforce mode)."""
@@ -278,13 +336,12 @@ class _Relay:
         texts = {k: v for k, v in texts.items() if v}
         if not texts or not self.ex.enforce:
             return None
-        return b"".join(b"data: " + json.dumps({"object": "text_completion", "model": self.ex.record.model,
-                                                "choices": [{"index": k, "text": v, "logprobs": None,
-                                                             "finish_reason": None}]},
-                                               ensure_ascii=False, separators=_COMPACT).encode() + b"\n\n"
+        return b"".join(strict.encode_event({"object": "text_completion", "model": self.ex.record.model,
+                                             "choices": [{"index": k, "text": v, "logprobs": None,
+                                                          "finish_reason": None}]})
                         for k, v in texts.items())
 
     def _refuse(self) -> bytes:
         self.ex.record.budget_exhausted = True
         body = _block(self.ex, self.judged)
-        return encode_json(body) + DONE
+        return strict.encode_event(body) + DONE

@@ -25,15 +25,19 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from proxy import strict
+from proxy.actions import unjudgeable_call
 from proxy.body import read_body, read_json_object
 from proxy.enforce import blocked_message, retry_messages
-from proxy.errors import BadRequest, ProxyError, UpstreamProtocolError, error_response
+from proxy.errors import BadRequest, ProxyError, UpstreamProtocolError, UpstreamUnjudgeable, error_response
 from proxy.exchange import (
     BLOCKED,
     DELIVER,
     Exchange,
     finish_exchange,
+    normalize_stream,
     pick_policy,
+    refused_status,
     request_attempt,
     upstream_events,
 )
@@ -126,6 +130,9 @@ class DialectExchange(Exchange):
             payload[self.spec.history_key] = self.spec.history(self.payload) + self.extra_messages
         return json.dumps(payload, ensure_ascii=False).encode()
 
+    def error_response(self, exc: ProxyError) -> Response:
+        return self.spec.error_response(exc)
+
     def remember(self, reply: list[dict[str, Any]]) -> None:
         """Let the client's next request (this conversation plus what it got) continue this session."""
         if not reply:
@@ -162,6 +169,7 @@ class DialectStream(ABC):
         self.attempt = 1
         self.upstream_error = False
         self.attempt_usage: dict[str, Any] | None = None  # chat-shaped, the latest seen this attempt
+        self.unjudged: list[ToolCall] = []  # the attempt's output the proxy cannot judge
 
     @property
     def enforce(self) -> bool:
@@ -170,6 +178,31 @@ class DialectStream(ABC):
     def begin_attempt(self) -> None:
         self.attempt += 1
         self.attempt_usage = None
+        self.unjudged = []
+
+    def unjudgeable(self, what: str, detail: str, content: Any) -> None:
+        """Output of this attempt the proxy cannot judge: a call that is never allowed (enforce mode drops the
+        output itself; observe mode relays it), recorded with the attempt's calls."""
+        self.unjudged.append(unjudgeable_call(what, detail, content))
+
+    def read(self, event: SSEEvent) -> dict[str, Any] | None:
+        """The event's JSON object. Enforce mode refuses anything else (UpstreamUnjudgeable); observe mode
+        records it and gets None (the caller relays the bytes)."""
+        detail = event.invalid
+        if detail is None and event.data is not None:
+            try:
+                obj = strict.loads(event.data) if self.enforce else json.loads(event.data)
+            except ValueError as exc:
+                detail = f"an event that does not parse: {exc}"
+            else:
+                if isinstance(obj, dict):
+                    return obj
+                detail = f"an event that is a JSON {type(obj).__name__}"
+        detail = detail or "an event without data"
+        if self.enforce:
+            raise UpstreamUnjudgeable(f"unjudgeable: the upstream sent {detail}")
+        self.unjudgeable("event", detail, event.raw.decode("utf-8", "replace"))
+        return None
 
     def fail(self, detail: str) -> None:
         self.upstream_error = True
@@ -209,7 +242,7 @@ class DialectStream(ABC):
 
 async def handle(request: Request, state: ProxyState, dialect: Dialect) -> Response:
     ex = await _exchange(request, state, dialect)
-    if ex.payload.get("stream") is True:
+    if ex.record.stream:
         return await _stream(ex)
     try:
         return await _complete(ex)
@@ -229,11 +262,12 @@ async def _exchange(request: Request, state: ProxyState, dialect: Dialect) -> Di
     policy = pick_policy(request, state)
     conversation = dialect.conversation(payload)
     session = await state.sessions.aresolve(request.headers, conversation)  # replicas share the lineage
-    changed = upstream_model != model
-    if changed:
+    stream, normalized = normalize_stream(payload)
+    changed = upstream_model != model or normalized
+    if upstream_model != model:
         payload["model"] = upstream_model
     record = RequestRecord(session=session, model=upstream_model, route=dialect.route,
-                           upstream=state.upstream.base_url, stream=payload.get("stream") is True,
+                           upstream=state.upstream.base_url, stream=stream,
                            concurrency=state.enter(upstream_model))
     record.policy_name, record.policy_hash, record.mode = policy.name, policy.hash, policy.policy.mode
     return DialectExchange(state=state, record=record, payload=payload, original_body=body, body_changed=changed,
@@ -255,13 +289,15 @@ async def _complete(ex: DialectExchange) -> Response:
             return response
         headers = response_headers(response.headers)
         try:
-            obj = json.loads(response.content)
+            obj = strict.loads(response.content) if ex.enforce else json.loads(response.content)
             if not isinstance(obj, dict):
                 raise TypeError(f"a JSON {type(obj).__name__}")
             calls = dialect.calls(obj)
         except (ValueError, TypeError, AttributeError) as exc:
-            record.fail("upstream_error", f"upstream answered 200 with a body that is not a {dialect.route} "
-                                          f"response: {exc}")
+            detail = f"upstream answered 200 with a body that is not a {dialect.route} response: {exc}"
+            if ex.enforce:
+                return ex.refuse(UpstreamUnjudgeable(f"unjudgeable: {detail}"))
+            record.fail("upstream_error", detail)
             return Response(response.content, status_code=200, headers=headers)
         record.usage.add(dialect.usage(obj.get("usage")))
         record.mark_first_token()
@@ -269,7 +305,7 @@ async def _complete(ex: DialectExchange) -> Response:
         outcome = await ex.settle(attempt, judged)
         if outcome == DELIVER:
             ex.remember(dialect.reply(obj))
-            if attempt == 1:
+            if attempt == 1 and not ex.enforce:
                 return Response(response.content, status_code=200, headers=headers)
             dialect.set_usage(obj, record.usage)
             return _json(obj)
@@ -283,8 +319,7 @@ async def _complete(ex: DialectExchange) -> Response:
 
 
 def _json(obj: dict[str, Any]) -> Response:
-    return Response(json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode(), status_code=200,
-                    media_type="application/json")
+    return Response(strict.dumps(obj).encode(), status_code=200, media_type="application/json")
 
 
 # ---------------------------------------------------------------- streaming
@@ -299,6 +334,12 @@ async def _stream(ex: DialectExchange) -> Response:
         finish_exchange(ex)
         raise
     record.status = response.status_code
+    refused = refused_status(response.status_code) if ex.enforce else None
+    if refused is not None:
+        await response.aclose()
+        answer = ex.refuse(refused)
+        finish_exchange(ex)
+        return answer
     if response.status_code != 200:
         try:
             content = await response.aread()

@@ -52,6 +52,8 @@ def retry_messages(policy: LoadedPolicy, content: str | None, judged: list[Judge
 def _describe(item: JudgedCall, policy: LoadedPolicy) -> str:
     call = item.call
     command_arg = policy.policy.bash.command_argument
+    if call.source == "unjudgeable":  # its content never reaches the client, not even quoted
+        return f"{call.name}: {call.error} (unjudgeable)"
     if isinstance(call.arguments, dict) and isinstance(call.arguments.get(command_arg), str):
         shown = call.arguments[command_arg]
     else:
@@ -69,8 +71,10 @@ def blocked_message(policy: LoadedPolicy, judged: list[JudgedCall], attempts: in
     ]
     lines += [f"- {_describe(item, policy)}" for item in blocked]
     if blocked:
-        lines.append(_feedback(policy, blocked[0]))
-    return "\n".join(lines)
+        lines.append(_feedback(policy, blocked[0]) if blocked[0].call.source != "unjudgeable" else
+                     "The upstream's output could not be judged, so none of it was relayed.")
+    # Quoted in text, a blocked call must not read as a call: no tag a client's text parser would open.
+    return "\n".join(lines).replace("<", "\u2039")
 
 
 def tool_call_delta(index: int, call: ToolCall) -> dict[str, Any]:

@@ -9,6 +9,7 @@
      ├── UpstreamUnavailable   502  upstream_error
      ├── UpstreamTimeout       504  upstream_timeout
      ├── UpstreamProtocolError 502  upstream_error
+     │    └── UpstreamUnjudgeable  502  upstream_error, code `unjudgeable` (output refused in enforce mode)
      ├── StoreUnavailable      503  store_unavailable (enforce mode: nothing is released unrecorded)
      └── ClientGone            499  client_disconnected (the client left; nobody reads the answer)
 """
@@ -31,6 +32,7 @@ __all__ = [
     "UpstreamProtocolError",
     "UpstreamTimeout",
     "UpstreamUnavailable",
+    "UpstreamUnjudgeable",
     "error_body",
     "error_response",
 ]
@@ -109,6 +111,13 @@ class ClientGone(ProxyError):
     status_code = 499
     error_type = "client_disconnected"
     code = "client_disconnected"
+
+
+class UpstreamUnjudgeable(UpstreamProtocolError):
+    """The upstream answered something the proxy will not relay: a body or event that does not parse, a
+    status other than 200 on success, a redirect."""
+
+    code = "unjudgeable"
 
 
 def error_response(exc: ProxyError) -> JSONResponse:

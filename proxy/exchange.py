@@ -15,9 +15,17 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy.actions import judge_output
 from proxy.enforce import turn_allowed
-from proxy.errors import BadRequest, ClientGone, ProxyError, StoreUnavailable, error_body
-from proxy.judging import JudgedCall, judge_calls, request_tools
+from proxy.errors import (
+    BadRequest,
+    ClientGone,
+    ProxyError,
+    StoreUnavailable,
+    UpstreamUnjudgeable,
+    error_response,
+)
+from proxy.judging import JudgedCall, request_tools
 from proxy.logs import get_logger
 from proxy.metrics import BUDGET_EXHAUSTED, REQUESTS, RETRIES, TOOL_CALLS, UPSTREAM_LATENCY
 from proxy.metrics_feed import LOOP_TRACKER
@@ -31,8 +39,8 @@ from proxy.toolcalls import ToolCall
 from proxy.toolcalls.families import XmlRules
 from proxy.upstream import response_headers
 
-__all__ = ["BLOCKED", "DELIVER", "RETRY", "Exchange", "finish_exchange", "open_stream_attempt", "pick_policy",
-           "request_attempt", "upstream_events"]
+__all__ = ["BLOCKED", "DELIVER", "RETRY", "Exchange", "finish_exchange", "normalize_stream", "open_stream_attempt",
+           "pick_policy", "refused_status", "request_attempt", "upstream_events"]
 
 T = TypeVar("T")
 
@@ -97,8 +105,17 @@ class Exchange:
     def judge(self, calls: list[ToolCall]) -> list[JudgedCall]:
         # Repairs (the policy's opt-in `repair:`) only where the relay delivers the judged call objects
         # re-encoded: the chat relay. The Responses and Messages relays pass repair=False until they do.
-        return judge_calls(self.policy, calls, self.offered, tools=self.toolset,
-                           session_id=self.record.session.id, repair=self.record.route == "chat")
+        return judge_output(self.policy, calls, self.offered, tools=self.toolset,
+                            session_id=self.record.session.id, repair=self.record.route == "chat")
+
+    def error_response(self, exc: ProxyError) -> Response:
+        """An error answer for the client in this route's shape (OpenAI's; the Messages API has its own)."""
+        return error_response(exc)
+
+    def refuse(self, exc: ProxyError) -> Response:
+        """The upstream's answer is not relayed: the client gets an error, the request is an upstream error."""
+        self.record.fail("upstream_error", exc.message[:1000], exc.status_code)
+        return self.error_response(exc)
 
     def keep(self, attempt: int, judged: list[JudgedCall], *, delivered: bool) -> None:
         """Queue an attempt's calls for the store without waiting (held back, or recorded after the fact)."""
@@ -180,6 +197,36 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
+# pydantic's lax booleans, which vLLM applies to `stream`: the proxy must read the value as vLLM will.
+_TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
+_FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
+
+
+def normalize_stream(payload: dict[str, Any]) -> tuple[bool, bool]:
+    """Whether the request streams, and whether `payload["stream"]` had to be rewritten to say so as a bool.
+
+    The proxy decides streamed or whole itself and sends the upstream that decision, so a `"true"` or `1`
+    can never make the proxy read a whole body while the upstream streams."""
+    value = payload.get("stream")
+    if value is None or isinstance(value, bool):
+        return value is True, False
+    text = str(value).strip().lower() if isinstance(value, str | int | float) else None
+    if isinstance(value, float) and value in (0.0, 1.0):
+        text = str(int(value))
+    if text in _TRUE or text in _FALSE:
+        payload["stream"] = text in _TRUE
+        return payload["stream"], True
+    raise BadRequest(f"`stream` must be a boolean (got {json.dumps(value)[:50]})", param="stream")
+
+
+def refused_status(status: int) -> UpstreamUnjudgeable | None:
+    """A success that is not a plain 200 (201, 203, 206 ...) or a redirect is not relayed: its body is not the
+    answer the proxy knows how to judge, and a client may follow a redirect to output nobody judged."""
+    if status == 200 or status >= 400:
+        return None
+    return UpstreamUnjudgeable(f"unjudgeable: upstream answered HTTP {status}; the proxy relays only 200 or errors")
+
+
 def pick_policy(request: Request, state: ProxyState) -> LoadedPolicy:
     manager = state.policies
     wanted = request.headers.get("x-allowlist-policy")
@@ -232,6 +279,9 @@ async def request_attempt(ex: Exchange, path: str) -> httpx.Response | Response:
         raise
     record.mark_first_byte()
     record.status = response.status_code
+    refused = refused_status(response.status_code) if ex.enforce else None
+    if refused is not None:
+        return ex.refuse(refused)
     if response.status_code != 200:
         record.fail("upstream_error", response.text[:1000])
         return Response(response.content, status_code=response.status_code,
@@ -256,10 +306,17 @@ async def open_stream_attempt(ex: Exchange, path: str) -> httpx.Response | Respo
     record.status = response.status_code
     if response.status_code == 200:
         return response
+    refused = refused_status(response.status_code) if ex.enforce else None
+    if refused is not None:
+        await response.aclose()
+        answer = ex.refuse(refused)
+        finish_exchange(ex)
+        return answer
     try:
         content = await response.aread()
     except Exception as exc:  # the error body itself broke off
-        content = json.dumps(error_body(f"upstream failed: {exc}", "upstream_error")).encode()
+        content = json.dumps({"error": {"message": f"upstream failed: {exc}", "type": "upstream_error",
+                                        "param": None, "code": None}}).encode()
     finally:
         await response.aclose()
     record.fail("upstream_error", content.decode("utf-8", "replace")[:1000])

@@ -22,6 +22,8 @@ from typing import Any, ClassVar
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from proxy import strict
+from proxy.actions import unjudgeable_call
 from proxy.dialect_relay import Dialect, DialectExchange, DialectStream, IndexMap, handle
 from proxy.errors import BadRequest, ProxyError
 from proxy.record import Usage
@@ -32,7 +34,9 @@ from proxy.toolcalls.openai import structured_call
 
 __all__ = ["MessagesDialect", "anthropic_error", "anthropic_error_type", "create_message"]
 
-_COMPACT = (",", ":")
+_TEXT_BLOCKS = frozenset({"text", "thinking", "redacted_thinking"})
+_BLOCK_EVENTS = frozenset({"content_block_start", "content_block_delta", "content_block_stop"})
+_DELTAS = frozenset({"text_delta", "thinking_delta", "signature_delta", "input_json_delta", "citations_delta"})
 # Anthropic's error types by HTTP status (https://docs.anthropic.com/en/api/errors).
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 504: "timeout_error"}
@@ -56,9 +60,7 @@ async def create_message(request: Request, state: ProxyState) -> Response:
 
 
 def _sse(obj: dict[str, Any]) -> bytes:
-    kind = str(obj.get("type") or "message")
-    return b"event: " + kind.encode() + b"\ndata: " + json.dumps(obj, ensure_ascii=False,
-                                                                  separators=_COMPACT).encode() + b"\n\n"
+    return strict.encode_event(obj, str(obj.get("type") or "message"))
 
 
 def _usage(usage: Any) -> dict[str, Any] | None:
@@ -125,10 +127,20 @@ class MessagesDialect(Dialect):
 
     def calls(self, obj: dict[str, Any]) -> list[ToolCall]:
         content = obj.get("content")
-        blocks = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use"] \
-            if isinstance(content, list) else []
-        return [structured_call(name=b.get("name"), arguments=b.get("input"), call_id=b.get("id"), index=k)
-                for k, b in enumerate(blocks)]
+        if content is None or isinstance(content, str):
+            return []
+        if not isinstance(content, list):
+            return [unjudgeable_call("content", "`content` that is not a list", content)]
+        calls: list[ToolCall] = []
+        for k, block in enumerate(content):
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind == "tool_use":
+                calls.append(structured_call(name=block.get("name"), arguments=block.get("input"),
+                                             call_id=block.get("id"), index=k))
+            elif kind not in _TEXT_BLOCKS:
+                calls.append(unjudgeable_call(str(kind)[:80] if kind else "block",
+                                              "a content block the proxy does not know", block))
+        return calls
 
     def text(self, obj: dict[str, Any]) -> str:
         return _block_text(obj.get("content"))
@@ -192,6 +204,8 @@ class _MessagesStream(DialectStream):
         self.closing: tuple[dict[str, Any], bytes] | None = None  # message_delta
         self.stop: bytes | None = None  # message_stop
         self.attempt_text = ""
+        self.started: dict[int, str] = {}  # this attempt's block indexes -> their types
+        self.refused: set[int] = set()  # blocks the proxy cannot judge
         self.text_sent = ""  # every text the client received, for the lineage
         self.calls_sent: list[dict[str, Any]] = []
 
@@ -202,48 +216,81 @@ class _MessagesStream(DialectStream):
         self.closing = None
         self.stop = None
         self.attempt_text = ""
+        self.started = {}
+        self.refused = set()
 
     # -- upstream events
 
     def event(self, event: SSEEvent) -> bytes | None:
-        if event.data is None:
-            return event.raw
-        try:
-            obj = json.loads(event.data)
-        except ValueError:
-            return event.raw
-        if not isinstance(obj, dict):
+        observe = not self.enforce
+        if event.data is None and event.invalid is None:
+            return event.raw if observe else (b": keep-alive\n\n" if event.comment else None)
+        obj = self.read(event)
+        if obj is None:
             return event.raw
         kind = obj.get("type") or event.event or ""
-        observe = not self.enforce
+        if self.stop is not None:
+            return self._drop(event, f"`{str(kind)[:60]}` after message_stop", obj)
         if kind == "error":
             self.fail(json.dumps(obj)[:1000])
-            return event.raw
+            return event.raw if observe else _sse(obj)
+        if kind == "ping":
+            return event.raw if observe else _sse({"type": "ping"})
         if kind == "message_start":
+            message = obj.get("message")
+            if not isinstance(message, dict) or message.get("content"):
+                return self._drop(event, "a message_start whose message already holds content", obj)
             if self.attempt == 1:
-                usage = obj.get("message", {}).get("usage") if isinstance(obj.get("message"), dict) else None
-                self.attempt_usage = _usage(usage)
-                return event.raw
+                self.attempt_usage = _usage(message.get("usage"))
+                return event.raw if observe else _sse(obj)
             return None  # the client's message began with the first attempt
         if kind == "message_delta":
+            delta = obj.get("delta")
+            if delta is not None and not isinstance(delta, dict):
+                return self._drop(event, "a message_delta whose delta is not an object", obj)
             self.attempt_usage = _usage(obj.get("usage")) or self.attempt_usage
             self.closing = (obj, event.raw)
             return event.raw if observe else None
         if kind == "message_stop":
-            self.stop = event.raw
+            self.stop = event.raw if observe else _sse(obj)
             return event.raw if observe else None
+        if kind not in _BLOCK_EVENTS:
+            return self._drop(event, f"an event of a type the proxy does not know (`{str(kind)[:60]}`)", obj)
         index = obj.get("index")
-        if not isinstance(index, int):
-            return event.raw  # ping and anything new
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            return self._drop(event, "a block index that is not a whole number", obj)
         block = obj.get("content_block")
-        if kind == "content_block_start" and isinstance(block, dict) and block.get("type") == "tool_use":
-            self.held[index] = _HeldBlock(block)
-        delta = obj.get("delta") if isinstance(obj.get("delta"), dict) else {}
+        if kind == "content_block_start":
+            if not isinstance(block, dict):
+                return self._drop(event, "a content_block_start without a block", obj)
+            if index in self.started:
+                return self._drop(event, "a second content_block_start for one index", obj)
+            self.started[index] = str(block.get("type"))
+            if block.get("type") == "tool_use":
+                self.held[index] = _HeldBlock(block)
+            elif block.get("type") not in _TEXT_BLOCKS:
+                self.refused.add(index)
+                return self._drop(event, f"a content block the proxy does not know (`{str(block.get('type'))[:60]}`)",
+                                  block, name=str(block.get("type"))[:80])
+        elif index not in self.started:
+            return self._drop(event, "an event of a block that never started", obj)
+        elif index in self.refused:
+            return self._drop(event, "an event of a block the proxy cannot judge", obj)
+        delta = obj.get("delta")
+        if kind == "content_block_delta":
+            if not isinstance(delta, dict) or delta.get("type") not in _DELTAS:
+                return self._drop(event, "a content_block_delta of a type the proxy does not know", obj)
+            if (delta.get("type") == "input_json_delta") != (index in self.held):
+                return self._drop(event, "a delta that does not fit its block", obj)
+            if delta.get("type") == "input_json_delta" and not isinstance(delta.get("partial_json"), str):
+                return self._drop(event, "an input_json_delta whose partial_json is not a string", obj)
+        else:
+            delta = {}
         held = self.held.get(index)
         if held is not None:
             self.ex.record.mark_first_token()
             held.events.append((obj, event.raw))
-            if delta.get("type") == "input_json_delta" and isinstance(delta.get("partial_json"), str):
+            if delta.get("type") == "input_json_delta":
                 held.parts.append(delta["partial_json"])
             if observe and kind == "content_block_stop":
                 self._sent_call(held)
@@ -253,7 +300,12 @@ class _MessagesStream(DialectStream):
         if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
             self.attempt_text += delta["text"]
             self.text_sent += delta["text"]
-        return event.raw if observe else self._send(obj, event.raw)
+        return event.raw if observe else self._send(obj, None)
+
+    def _drop(self, event: SSEEvent, detail: str, content: Any, *, name: str = "event") -> bytes | None:
+        """Output the proxy cannot judge: recorded; dropped in enforce mode, relayed in observe mode."""
+        self.unjudgeable(name, detail, content)
+        return event.raw if not self.enforce else None
 
     def _send(self, obj: dict[str, Any], raw: bytes | None, *, placed: bool = False) -> bytes:
         """A block event at the client's index for its block; re-encoded only when that index differs."""
@@ -262,8 +314,7 @@ class _MessagesStream(DialectStream):
             mine = index if placed else self.positions.client(index)
             if mine != index:
                 obj = {**obj, "index": mine}
-                raw = None
-        return raw if raw is not None else _sse(obj)
+        return _sse(obj)  # enforce mode: always the proxy's own encoding
 
     def _sent_call(self, held: _HeldBlock) -> None:
         call = held.call(0)
@@ -272,7 +323,7 @@ class _MessagesStream(DialectStream):
     # -- the end of an attempt
 
     def calls(self) -> list[ToolCall]:
-        return [held.call(k) for k, held in enumerate(self.held.values())]
+        return [held.call(k) for k, held in enumerate(self.held.values())] + self.unjudged
 
     def text(self) -> str:
         return self.attempt_text
@@ -280,7 +331,7 @@ class _MessagesStream(DialectStream):
     def release(self) -> list[bytes]:
         out: list[bytes] = []
         for held in self.held.values():
-            out += [self._send(obj, raw) for obj, raw in held.events]
+            out += [self._send(obj, None) for obj, _ in held.events]
             self._sent_call(held)
         stop_reason = "tool_use" if self.held else "end_turn"
         out.append(self._closing(stop_reason))
@@ -290,7 +341,7 @@ class _MessagesStream(DialectStream):
     def _closing(self, stop_reason: str, *, replace: bool = False) -> bytes:
         """message_delta: the upstream's as it is on a first attempt, else with the usage of every attempt."""
         if self.closing is not None and self.attempt == 1 and not replace:
-            return self.closing[1]
+            return _sse(self.closing[0])
         obj = dict(self.closing[0]) if self.closing is not None else {"type": "message_delta", "delta": {}}
         delta = dict(obj.get("delta") or {})
         if replace or not delta.get("stop_reason"):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -25,6 +26,8 @@ from typing import Any, ClassVar
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy import strict
+from proxy.actions import ACTION_ITEMS, UNJUDGEABLE, action_call, unjudgeable_call
 from proxy.dialect_relay import Dialect, DialectExchange, DialectStream, IndexMap, handle
 from proxy.errors import BadRequest
 from proxy.record import Usage
@@ -38,6 +41,25 @@ __all__ = ["ResponsesDialect", "create_response"]
 _COMPACT = (",", ":")
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _TEXT_DELTAS = frozenset({"response.output_text.delta", "response.reasoning_text.delta"})
+# Output items that carry only text, and those that carry a call the proxy judges; any other type is
+# `unjudgeable` (computer_call, mcp_call, code_interpreter_call ... and whatever comes next).
+_TEXT_ITEMS = frozenset({"message", "reasoning"})
+_CALL_ITEMS = frozenset({"function_call", *ACTION_ITEMS})
+# Every event type the proxy reads; an unknown one could carry anything, and is `unjudgeable`.
+_ITEM_EVENTS = frozenset({
+    "response.output_item.added", "response.output_item.done",
+    "response.content_part.added", "response.content_part.done",
+    "response.output_text.delta", "response.output_text.done", "response.output_text.annotation.added",
+    "response.refusal.delta", "response.refusal.done",
+    "response.reasoning_text.delta", "response.reasoning_text.done",
+    "response.reasoning_part.added", "response.reasoning_part.done",
+    "response.reasoning_summary_part.added", "response.reasoning_summary_part.done",
+    "response.reasoning_summary_text.delta", "response.reasoning_summary_text.done",
+    "response.function_call_arguments.delta", "response.function_call_arguments.done",
+    "response.custom_tool_call_input.delta", "response.custom_tool_call_input.done",
+})
+_CALL_DELTAS = frozenset({"response.function_call_arguments.delta", "response.function_call_arguments.done",
+                          "response.custom_tool_call_input.delta", "response.custom_tool_call_input.done"})
 
 
 async def create_response(request: Request, state: ProxyState) -> Response:
@@ -65,6 +87,18 @@ def item_message(item: Any) -> dict[str, Any] | None:
     if kind in (None, "message") and isinstance(item.get("role"), str):
         return {"role": item["role"], "content": _text(item.get("content"))}
     return None
+
+
+def _item_call(item: Any, index: int) -> ToolCall:
+    """The call an output item carries: judged when the proxy knows its type, `unjudgeable` otherwise."""
+    kind = item.get("type") if isinstance(item, dict) else None
+    if kind == "function_call":
+        return structured_call(name=item.get("name"), arguments=item.get("arguments"), call_id=item.get("call_id"),
+                               index=index)
+    if kind in ACTION_ITEMS:
+        return action_call(item, index)
+    return unjudgeable_call(str(kind)[:80] if kind is not None else "item",
+                            "an output item the proxy does not know", item)
 
 
 def _usage(usage: Any) -> dict[str, Any] | None:
@@ -121,10 +155,12 @@ class ResponsesDialect(Dialect):
 
     def calls(self, obj: dict[str, Any]) -> list[ToolCall]:
         output = obj.get("output")
-        items = [i for i in output if isinstance(i, dict) and i.get("type") == "function_call"] \
-            if isinstance(output, list) else []
-        return [structured_call(name=i.get("name"), arguments=i.get("arguments"), call_id=i.get("call_id"), index=k)
-                for k, i in enumerate(items)]
+        if output is None:
+            return []
+        if not isinstance(output, list):
+            return [unjudgeable_call("output", "`output` that is not a list", output)]
+        return [_item_call(item, k) for k, item in enumerate(output)
+                if not (isinstance(item, dict) and item.get("type") in _TEXT_ITEMS)]
 
     def text(self, obj: dict[str, Any]) -> str:
         output = obj.get("output")
@@ -164,16 +200,21 @@ class ResponsesDialect(Dialect):
 
 @dataclass
 class _HeldCall:
-    """The events of one function_call item of the current attempt, kept until the attempt is judged."""
+    """The events of one call item of the current attempt, kept until the attempt is judged."""
 
     item: dict[str, Any]
     events: list[tuple[dict[str, Any], bytes]] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)
-    arguments: str | None = None  # from response.function_call_arguments.done
+    arguments: str | None = None  # from response.function_call_arguments.done / custom_tool_call_input.done
     done: dict[str, Any] | None = None  # the item of response.output_item.done
 
     def call(self, index: int) -> ToolCall:
         item = self.done or self.item
+        if item.get("type") in ACTION_ITEMS:
+            if self.done is None and item.get("type") == "custom_tool_call":
+                text = self.arguments if self.arguments is not None else "".join(self.parts)
+                item = {**item, "input": text if text else item.get("input")}
+            return action_call(item, index)
         arguments = item.get("arguments") if self.done is not None else self.arguments
         if not isinstance(arguments, str):
             arguments = "".join(self.parts)
@@ -185,12 +226,15 @@ class _ResponsesStream(DialectStream):
         super().__init__(ex)
         self.sequence = 0  # the next sequence_number the client sees
         self.positions = IndexMap()
-        self.identical = True  # every event so far went out with its own numbers, so its bytes are vLLM's
         self.created: dict[str, Any] | None = None  # the response of the first response.created
         self.items: dict[int, dict[str, Any]] = {}  # client output_index -> the item as the client has it
         self.held: dict[Hashable, _HeldCall] = {}
         self.held_ids: dict[str, _HeldCall] = {}
+        self.refused: set[Hashable] = set()  # positions of this attempt's items the proxy cannot judge
+        self.finished: set[Hashable] = set()  # positions whose output_item.done came
         self.completed: tuple[dict[str, Any], bytes] | None = None
+        self.completed_fits = False  # the closing response lists exactly the items streamed, all judged
+        self.attempt_items: set[Hashable] = set()  # positions of this attempt's items
         self.attempt_text = ""
 
     def begin_attempt(self) -> None:
@@ -198,106 +242,158 @@ class _ResponsesStream(DialectStream):
         self.positions.new_attempt()
         self.held = {}
         self.held_ids = {}
+        self.refused = set()
+        self.finished = set()
+        self.attempt_items = set()
         self.completed = None
+        self.completed_fits = False
         self.attempt_text = ""
 
     # -- upstream events
 
     def event(self, event: SSEEvent) -> bytes | None:
-        if event.data is None:
-            return event.raw  # comments and keep-alives
-        try:
-            obj = json.loads(event.data)
-        except ValueError:
-            return event.raw
-        if not isinstance(obj, dict):
+        observe = not self.enforce
+        if event.data is None and event.invalid is None:
+            return event.raw if observe else (b": keep-alive\n\n" if event.comment else None)
+        obj = self.read(event)
+        if obj is None:
             return event.raw
         kind = obj.get("type") or event.event or ""
+        if self.completed is not None:
+            return self._drop(event, f"`{str(kind)[:60]}` after the response ended", obj)
         if kind == "error":
             self.fail(json.dumps(obj)[:1000])
-            return event.raw if not self.enforce else self._send(obj, event.raw)
+            return event.raw if observe else self._send(obj)
         if kind in _TERMINAL:
             response = obj.get("response")
             self.attempt_usage = _usage(response.get("usage")) if isinstance(response, dict) else None
             self.completed = (obj, event.raw)
-            return event.raw if not self.enforce else None
+            self._check_completed(response)
+            return event.raw if observe else None
         if kind in ("response.created", "response.in_progress"):
+            response = obj.get("response")
+            if isinstance(response, dict) and response.get("output"):
+                return self._drop(event, f"`{kind}` whose response already holds output", obj)
             if self.attempt > 1:
                 return None  # the client's response began with the first attempt
-            if self.created is None and isinstance(obj.get("response"), dict):
-                self.created = obj["response"]
-            return event.raw if not self.enforce else self._send(obj, event.raw)
+            if self.created is None and isinstance(response, dict):
+                self.created = response
+            return event.raw if observe else self._send(obj)
+        if kind not in _ITEM_EVENTS:
+            return self._drop(event, f"an event of a type the proxy does not know (`{str(kind)[:60]}`)", obj)
         if kind in _TEXT_DELTAS:
             self.ex.record.mark_first_token()
             if kind == "response.output_text.delta" and isinstance(obj.get("delta"), str):
                 self.attempt_text += obj["delta"]
         position = obj.get("output_index")
+        if not (isinstance(position, int) and not isinstance(position, bool)) and position is not None:
+            return self._drop(event, "an output_index that is not a whole number", obj)
         item = obj.get("item") if isinstance(obj.get("item"), dict) else None
-        if not self.enforce and item is not None and isinstance(position, int):
+        if "item" in obj and item is None:
+            return self._drop(event, "an item that is not an object", obj)
+        key: Hashable = position if position is not None else ("item", obj.get("item_id"))
+        if key in self.refused:
+            return self._drop(event, "an event of an item the proxy cannot judge", obj)
+        if item is not None:
+            self.attempt_items.add(key)
+            item_kind = item.get("type")
+            if item_kind not in _TEXT_ITEMS and item_kind not in _CALL_ITEMS:
+                self.refused.add(key)
+                return self._drop(event, f"an output item of a type the proxy does not know (`{str(item_kind)[:60]}`)",
+                                  item, name=str(item_kind)[:80])
+            if kind == "response.output_item.done":
+                if key in self.finished:
+                    return self._drop(event, "a second response.output_item.done for one item", item)
+                self.finished.add(key)
+            known = self.held.get(key)
+            if known is not None and item_kind != known.item.get("type"):
+                return self._drop(event, "an item whose type changed while it streamed", item)
+        if observe and item is not None and isinstance(position, int):
             self.items[position] = item  # observe mode: one attempt, positions as vLLM gave them
-        held = self._held_for(kind, obj, position, item)
+        held = self._held_for(kind, obj, key, item)
         if held is not None:
             self.ex.record.mark_first_token()
             held.events.append((obj, event.raw))
-            if kind == "response.function_call_arguments.delta" and isinstance(obj.get("delta"), str):
-                held.parts.append(obj["delta"])
+            delta = obj.get("delta")
+            if kind in ("response.function_call_arguments.delta", "response.custom_tool_call_input.delta"):
+                if not isinstance(delta, str):
+                    return self._drop(event, "a call delta that is not a string", obj)
+                held.parts.append(delta)
             elif kind == "response.function_call_arguments.done" and isinstance(obj.get("arguments"), str):
                 held.arguments = obj["arguments"]
+            elif kind == "response.custom_tool_call_input.done" and isinstance(obj.get("input"), str):
+                held.arguments = obj["input"]
             elif kind == "response.output_item.done" and item is not None:
                 held.done = item
-            return event.raw if not self.enforce else None
-        return event.raw if not self.enforce else self._send(obj, event.raw)
+            return event.raw if observe else None
+        if kind in _CALL_DELTAS:
+            return self._drop(event, "a call event of an item that is not a call", obj)
+        return event.raw if observe else self._send(obj)
 
-    def _held_for(self, kind: str, obj: dict[str, Any], position: Any, item: dict[str, Any] | None) -> _HeldCall | None:
-        """The function call an event belongs to, found by output_index, else by item id. An event of a call
-        that was never announced is held all the same, as a call of its own: a stream vLLM would not send
-        must not get a call past the judge."""
+    def _drop(self, event: SSEEvent, detail: str, content: Any, *, name: str = "event") -> bytes | None:
+        """Output the proxy cannot judge: recorded; dropped in enforce mode, relayed in observe mode."""
+        self.unjudgeable(name, detail, content)
+        return event.raw if not self.enforce else None
+
+    def _check_completed(self, response: Any) -> None:
+        """The closing response must hold no call the client was not streamed (and so the proxy did not judge).
+        vLLM gives the closing output items ids of their own, so calls are matched by name and arguments."""
+        output = response.get("output") if isinstance(response, dict) else None
+        if not isinstance(output, list):
+            return
+        self.completed_fits = not self.unjudged and len(output) == len(self.attempt_items)
+        streamed = Counter((c.name, c.arguments_text) for c in self.calls() if c.source != UNJUDGEABLE)
+        for position, item in enumerate(output):
+            if isinstance(item, dict) and item.get("type") in _TEXT_ITEMS:
+                continue
+            call = _item_call(item, position)
+            if call.source != UNJUDGEABLE and streamed[(call.name, call.arguments_text)] > 0:
+                streamed[(call.name, call.arguments_text)] -= 1
+                continue
+            self.completed_fits = False
+            self.unjudgeable(call.name, "response.completed holds a call item that never streamed", item)
+
+    def _held_for(self, kind: str, obj: dict[str, Any], key: Hashable, item: dict[str, Any] | None) -> _HeldCall | None:
+        """The call an event belongs to, found by output_index, else by item id. An event of a call that was
+        never announced is held all the same, as a call of its own: a stream vLLM would not send must not get
+        a call past the judge."""
         item_id = obj.get("item_id") or (item.get("id") if item is not None else None)
-        key: Hashable = position if isinstance(position, int) else ("item", item_id)
         found = self.held.get(key) or (self.held_ids.get(item_id) if isinstance(item_id, str) else None)
-        is_call = (item is not None and item.get("type") == "function_call") or \
-            kind.startswith("response.function_call_arguments.")
+        is_call = (item is not None and item.get("type") in _CALL_ITEMS) or kind in _CALL_DELTAS
         if found is None and is_call:
-            found = self.held[key] = _HeldCall(item if item is not None else
-                                               {"type": "function_call", "id": item_id, "name": obj.get("name")})
+            if item is None:
+                item = {"type": "custom_tool_call" if "custom_tool_call" in kind else "function_call",
+                        "id": item_id, "name": obj.get("name")}
+            found = self.held[key] = _HeldCall(item)
             if isinstance(item_id, str):
                 self.held_ids[item_id] = found
         return found
 
-    def _send(self, obj: dict[str, Any], raw: bytes | None, *, placed: bool = False) -> bytes:
-        """An event as the client sees it: numbered on from the events before it, re-encoded if that changed it.
+    def _send(self, obj: dict[str, Any], *, placed: bool = False) -> bytes:
+        """An event as the client sees it (enforce mode): numbered on from the events before it, at the client's
+        position for its item, in the proxy's own encoding.
 
         `placed`: the event's output_index is already the client's (a synthesized event)."""
-        changed = raw is None
-        if obj.get("sequence_number") != self.sequence:
-            obj = {**obj, "sequence_number": self.sequence}
-            changed = True
+        obj = {**obj, "sequence_number": self.sequence}
         self.sequence += 1
         position = obj.get("output_index")
         if isinstance(position, int):
             mine = position if placed else self.positions.client(position)
-            if mine != position:
-                obj = {**obj, "output_index": mine}
-                changed = True
+            obj["output_index"] = mine
             if isinstance(obj.get("item"), dict):
                 self.items[mine] = obj["item"]
-        if not changed and raw is not None:
-            return raw
-        self.identical = False
-        kind = str(obj.get("type") or "message")
-        return b"event: " + kind.encode() + b"\ndata: " + json.dumps(obj, ensure_ascii=False,
-                                                                      separators=_COMPACT).encode() + b"\n\n"
+        return strict.encode_event(obj, str(obj.get("type") or "message"))
 
     # -- the end of an attempt
 
     def calls(self) -> list[ToolCall]:
-        return [held.call(k) for k, held in enumerate(self.held.values())]
+        return [held.call(k) for k, held in enumerate(self.held.values())] + self.unjudged
 
     def text(self) -> str:
         return self.attempt_text
 
     def release(self) -> list[bytes]:
-        out = [self._send(obj, raw) for held in self.held.values() for obj, raw in held.events]
+        out = [self._send(obj) for held in self.held.values() for obj, _ in held.events]
         out.append(self._completion())
         return out
 
@@ -316,7 +412,7 @@ class _ResponsesStream(DialectStream):
             {"item": {**item, "content": [done_part], "status": "completed"}, "output_index": position,
              "type": "response.output_item.done"},
         ]
-        out = [self._send(self._placed(e), None, placed=True) for e in events]
+        out = [self._send(self._placed(e), placed=True) for e in events]
         out.append(self._completion(status="completed"))
         return out
 
@@ -326,8 +422,9 @@ class _ResponsesStream(DialectStream):
         return {**obj, "output_index": position, "sequence_number": self.sequence}
 
     def _completion(self, status: str | None = None) -> bytes:
-        if self.completed is not None and self.attempt == 1 and self.identical and status is None:
-            return self._send(*self.completed)  # the client saw exactly vLLM's events: its closing one fits too
+        if self.completed is not None and self.attempt == 1 and self.completed_fits and status is None:
+            # Nothing changed: vLLM's closing event as it was (its items carry ids of their own), renumbered.
+            return self._send(self.completed[0])
         base = self.completed[0] if self.completed is not None else {"type": "response.completed"}
         response = dict(base.get("response") or self.created or {})
         if self.created is not None:
@@ -336,13 +433,15 @@ class _ResponsesStream(DialectStream):
         response["status"] = status or response.get("status") or "completed"
         if response["status"] == "in_progress":
             response["status"] = "incomplete"  # the stream ended without vLLM closing the response
-        _with_usage(response, self.ex.record.usage)
+        if self.attempt > 1 or self.completed is None or not isinstance(response.get("usage"), dict):
+            _with_usage(response, self.ex.record.usage)  # the client pays for every attempt
         kind = base.get("type") if self.completed is not None and status is None else "response.completed"
-        return self._send({"response": response, "sequence_number": self.sequence, "type": kind}, None)
+        # The closing event is the proxy's: the items it lists are the ones the client was sent.
+        return self._send({**base, "response": response, "type": kind})
 
     def error(self, message: str, type_: str, code: Any) -> bytes:
         return self._send({"code": code if code is not None else type_, "message": message, "param": None,
-                           "sequence_number": self.sequence, "type": "error"}, None)
+                           "type": "error"})
 
     def reply(self) -> list[dict[str, Any]]:
         return [m for m in (item_message(self.items[k]) for k in sorted(self.items)) if m is not None]

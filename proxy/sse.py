@@ -1,22 +1,37 @@
-"""Server-sent events: an incremental decoder that keeps each event's exact bytes, and encoders."""
+"""Server-sent events: an incremental decoder that follows the WHATWG event-stream rules and keeps each
+event's exact bytes, and the encoders.
+
+The rules (https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation):
+lines end with CR, LF or CRLF; one UTF-8 byte-order mark may open the stream; `data:` lines (the space
+after the colon is optional) join with LF; a line starting with `:` is a comment; a blank line ends the
+event. The decoder is stricter than the rules in one way: a `data` that is not valid UTF-8 is not
+replaced but marked `invalid`, so that enforce mode refuses it instead of judging one text while a
+client reads another. It is more lenient in one: a last event without its blank line is still returned
+on `close()`, because some clients dispatch it too and the proxy must have judged whatever they may run.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["DONE", "SSEDecoder", "SSEEvent", "encode_data", "encode_json"]
 
 DONE = b"data: [DONE]\n\n"
-_SEPARATORS = (b"\r\n\r\n", b"\n\n", b"\r\r")
+_BOM = b"\xef\xbb\xbf"
+_LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
 @dataclass(slots=True)
 class SSEEvent:
     raw: bytes  # the event exactly as received, terminator included
-    data: str | None  # the joined `data:` lines, None for comment-only events
+    data: str | None  # the joined `data` lines, None for an event without any (comments, blank lines)
     event: str | None = None
+    invalid: str | None = None  # why the event cannot be read (its data is not UTF-8); data is None then
+    plain: bool = False  # raw is exactly b"data: " + data + b"\n\n": the framing every reader agrees on
+    comment: bool = False  # the event holds a comment line (keep-alives)
 
     @property
     def is_done(self) -> bool:
@@ -24,63 +39,111 @@ class SSEEvent:
 
 
 class SSEDecoder:
-    """Splits a byte stream into events whatever the chunk boundaries (even inside a UTF-8 character)."""
+    """Splits a byte stream into events whatever the chunk boundaries (even inside a UTF-8 character or
+    between the CR and LF of one line end)."""
 
     def __init__(self) -> None:
         self._buffer = bytearray()
+        self._start = True  # nothing read yet: a byte-order mark may come
+        self._raw: list[bytes] = []  # the lines (with their ends) of the event being read
+        self._data: list[bytes] = []
+        self._event: bytes | None = None
+        self._comment = False
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
-        if not self._buffer and _one_whole_event(chunk):
-            return [_parse(bytes(chunk))]  # the usual read from vLLM: nothing to buffer or search
+        if not self._buffer and not self._raw and _one_plain_event(chunk):
+            self._start = False
+            return [_plain(chunk)]  # the usual read from vLLM: nothing to buffer or search
         self._buffer += chunk
-        events: list[SSEEvent] = []
-        buffer = self._buffer
-        # vLLM ends events with a bare "\n\n"; the other separators are looked for only when a CR shows up.
-        separators = _SEPARATORS if b"\r" in buffer else (b"\n\n",)
-        start = 0
-        while True:
-            end = -1
-            sep_len = 0
-            for sep in separators:
-                pos = buffer.find(sep, start)
-                if pos != -1 and (end == -1 or pos < end):
-                    end, sep_len = pos, len(sep)
-            if end == -1:
-                break
-            events.append(_parse(bytes(buffer[start: end + sep_len])))
-            start = end + sep_len
-        if start:
-            del buffer[:start]
-        return events
+        return self._lines(final=False)
 
     def close(self) -> list[SSEEvent]:
         """What remains when the stream ends without a final blank line."""
-        if not self._buffer.strip():
+        events = self._lines(final=True)
+        if self._buffer:  # a last line without its end
+            line = bytes(self._buffer)
             self._buffer.clear()
-            return []
-        raw = bytes(self._buffer)
-        self._buffer.clear()
-        return [_parse(raw)]
+            self._raw.append(line)
+            self._field(line)
+        if self._raw:
+            if any(part.strip() for part in self._raw):
+                events.append(self._dispatch())
+            else:
+                self._reset()
+        return events
+
+    def _lines(self, *, final: bool) -> list[SSEEvent]:
+        buffer = self._buffer
+        if self._start:
+            if not final and len(buffer) < len(_BOM) and _BOM.startswith(bytes(buffer)):
+                return []  # maybe the start of a byte-order mark
+            self._start = False
+            if buffer.startswith(_BOM):
+                self._raw.append(_BOM)
+                del buffer[:len(_BOM)]
+        events: list[SSEEvent] = []
+        pos, end = 0, len(buffer)
+        while True:
+            match = _LINE_END.search(buffer, pos)
+            if match is None or (not final and match.end() == end and buffer[end - 1] == 0x0D):
+                break  # no whole line left, or a CR that may be the first half of a CRLF
+            line = bytes(buffer[pos:match.start()])
+            self._raw.append(bytes(buffer[pos:match.end()]))
+            pos = match.end()
+            if line:
+                self._field(line)
+            else:
+                events.append(self._dispatch())
+        if pos:
+            del buffer[:pos]
+        return events
+
+    def _field(self, line: bytes) -> None:
+        if line[:1] == b":":
+            self._comment = True
+            return
+        name, colon, value = line.partition(b":")
+        if colon and value[:1] == b" ":
+            value = value[1:]
+        if name == b"data":
+            self._data.append(value)
+        elif name == b"event":
+            self._event = value
+        # `id`, `retry` and unknown fields carry nothing the proxy or a client reads as output.
+
+    def _dispatch(self) -> SSEEvent:
+        raw = b"".join(self._raw)
+        data = b"\n".join(self._data) if self._data else None
+        name, comment = self._event, self._comment
+        self._reset()
+        try:
+            text = data.decode("utf-8") if data is not None else None
+            event = name.decode("utf-8") if name is not None else None
+        except UnicodeDecodeError as exc:
+            return SSEEvent(raw=raw, data=None, invalid=f"an event that is not UTF-8 (byte {exc.start})",
+                            comment=comment)
+        plain = data is not None and event is None and raw == b"data: " + data + b"\n\n"
+        return SSEEvent(raw=raw, data=text, event=event, plain=plain, comment=comment)
+
+    def _reset(self) -> None:
+        self._raw = []
+        self._data = []
+        self._event = None
+        self._comment = False
 
 
-def _one_whole_event(chunk: bytes) -> bool:
-    """Whether `chunk` is exactly one event ended by a bare "\\n\\n", as vLLM writes each event."""
-    return chunk.endswith(b"\n\n") and chunk.find(b"\n\n") == len(chunk) - 2 and b"\r" not in chunk
+def _one_plain_event(chunk: bytes) -> bool:
+    """Whether `chunk` is exactly one `data: ...` line ended by a bare "\\n\\n", as vLLM writes each event."""
+    return chunk.startswith(b"data: ") and chunk.endswith(b"\n\n") and chunk.find(b"\n") == len(chunk) - 2 \
+        and b"\r" not in chunk
 
 
-def _parse(raw: bytes) -> SSEEvent:
-    if raw.startswith(b"data: ") and raw.count(b"\n") == 2 and raw.endswith(b"\n\n"):
-        return SSEEvent(raw=raw, data=raw[6:-2].decode("utf-8", errors="replace"))  # the usual one-line event
-    text = raw.decode("utf-8", errors="replace")
-    data_lines: list[str] = []
-    event: str | None = None
-    for line in text.splitlines():
-        if line.startswith("data:"):
-            value = line[5:]
-            data_lines.append(value[1:] if value.startswith(" ") else value)
-        elif line.startswith("event:"):
-            event = line[6:].strip()
-    return SSEEvent(raw=raw, data="\n".join(data_lines) if data_lines else None, event=event)
+def _plain(raw: bytes) -> SSEEvent:
+    raw = bytes(raw)  # a bytearray or memoryview read becomes the immutable event
+    try:
+        return SSEEvent(raw, raw[6:-2].decode("utf-8"), None, None, True)
+    except UnicodeDecodeError as exc:
+        return SSEEvent(raw=raw, data=None, invalid=f"an event that is not UTF-8 (byte {exc.start - 6})")
 
 
 def encode_data(data: str) -> bytes:

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from proxy.chunk_shape import TextFrame
+from proxy.strict import dumps
 
 HEAD = '{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
 TAIL = ',"logprobs":null,"finish_reason":null}]}'
@@ -27,10 +28,19 @@ def learnt(content: str = "x") -> TextFrame:
                                   "\u2028\x7f\t"])
 def test_matching_chunks_read_as_their_parse(text):
     frame = learnt()
-    for literal in (json.dumps(text, ensure_ascii=False), json.dumps(text)):
-        data = chunk('{"content":' + literal + "}")
-        assert frame.text(data) == json.loads(data)["choices"][0]["delta"]["content"] == text
+    data = chunk('{"content":' + dumps(text) + "}")
+    assert frame.text(data) == json.loads(data)["choices"][0]["delta"]["content"] == text
     assert frame.index == 0
+
+
+@pytest.mark.parametrize("text", ["é ü 中", "\u2028", "a/b"])
+def test_only_the_canonical_spelling_of_the_text_is_read(text):
+    """Any other spelling is parsed in full and re-encoded: the bytes forwarded as they are must be the
+    proxy's own encoding of what it judged."""
+    frame = learnt()
+    for literal in (json.dumps(text), json.dumps(text, ensure_ascii=False), json.dumps(text).replace("/", "\\/")):
+        if literal != dumps(text):
+            assert frame.text(chunk('{"content":' + literal + "}")) is None
 
 
 @pytest.mark.parametrize("delta", [

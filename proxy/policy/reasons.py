@@ -14,6 +14,7 @@ from collections.abc import Iterable
 __all__ = [
     "BASH_CONTENT",
     "BASH_FORM",
+    "OUTPUT_REASONS",
     "PRIMARY_ORDER",
     "REASON_CODES",
     "TOOL_REASONS",
@@ -42,7 +43,10 @@ BASH_FORM: tuple[str, ...] = (
 BASH_CONTENT: tuple[str, ...] = ("program", "runner", "script_path", "unknown_script", "flag")
 TOOL_REASONS: tuple[str, ...] = ("bad_arguments", "unknown_tool", "absolute_path", "path_escape")
 
-PRIMARY_ORDER: tuple[str, ...] = TOOL_REASONS[:2] + BASH_FORM + BASH_CONTENT + TOOL_REASONS[2:]
+# Upstream output the proxy cannot parse or does not know (refused in enforce mode): nothing else was judged.
+OUTPUT_REASONS: tuple[str, ...] = ("unjudgeable",)
+
+PRIMARY_ORDER: tuple[str, ...] = OUTPUT_REASONS + TOOL_REASONS[:2] + BASH_FORM + BASH_CONTENT + TOOL_REASONS[2:]
 REASON_CODES: frozenset[str] = frozenset(PRIMARY_ORDER)
 _RANK = {code: i for i, code in enumerate(PRIMARY_ORDER)}
 

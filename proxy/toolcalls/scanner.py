@@ -87,8 +87,9 @@ def message_text(message: dict[str, Any]) -> str:
     return ""
 
 
-def scan_text(text: str, formats: Sequence[ContentFormat], schemas: Schemas) -> ExtractionResult:
-    scanner = ContentScanner(formats, schemas)
+def scan_text(text: str, formats: Sequence[ContentFormat], schemas: Schemas, *,
+              read_think: bool = False) -> ExtractionResult:
+    scanner = ContentScanner(formats, schemas, read_think=read_think)
     result = ExtractionResult(content="")
     pieces: list[str] = []
     for event in scanner.feed_text(text) + scanner.finish():
@@ -103,11 +104,13 @@ def scan_text(text: str, formats: Sequence[ContentFormat], schemas: Schemas) -> 
 class ContentScanner(FormatStream):
     """Incremental scanner over the content text of one choice."""
 
-    def __init__(self, formats: Sequence[ContentFormat], schemas: Schemas) -> None:
+    def __init__(self, formats: Sequence[ContentFormat], schemas: Schemas, *, read_think: bool = False) -> None:
+        """`read_think`: `<think>` is text like any other, searched for calls too (raw completions: a client
+        that does not know `<think>` runs the calls written inside it)."""
         self._formats = tuple(formats)
         self._schemas = schemas
         self._bare: dict[str, ContentFormat] = {f.bare_tag: f for f in self._formats if f.bare_tag}
-        self._openers = (TOOL_CALL_START, THINK_START, *self._bare)
+        self._openers = (TOOL_CALL_START, *self._bare) if read_think else (TOOL_CALL_START, THINK_START, *self._bare)
         self._calls = 0  # content calls so far: the `index` of the next one
         self._reset()
 

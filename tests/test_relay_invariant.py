@@ -1,0 +1,177 @@
+"""What enforce mode changes in a stream it judged (only the documented things), the `stream` value the proxy
+decides itself, and Responses action items judged through the policy."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from proxy.testing.raw_upstream import RawAnswer, RawUpstream
+from proxy.testing.scripted_upstream import Reply
+from proxy.testing.server import ServerThread
+from tests.conftest import MODEL, chat
+
+ALLOWED = 'uv run scripts/search.py "rust async"'
+TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {
+    "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
+
+
+def dump(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+@pytest.fixture
+def raw_upstream() -> Iterator[RawUpstream]:
+    upstream = RawUpstream([MODEL])
+    with ServerThread(upstream.app) as server:
+        upstream.url = server.url + "/v1"
+        yield upstream
+
+
+def vllm_024_stream(arguments: str) -> tuple[list[bytes], bytes]:
+    """A vLLM 0.24-style stream with a tool call (prompt echo on the first chunk, `token_ids` on every choice,
+    `stop_reason` on the finish, a usage chunk without nulls), and the one chunk enforce mode sends instead of
+    the call's fragments."""
+    head = {"id": "chatcmpl-abc", "object": "chat.completion.chunk", "created": 1700000000, "model": MODEL}
+
+    def choice(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, **extra, "token_ids": None}
+
+    first = {**head, "prompt_token_ids": [1, 2, 3], "prompt_text": "go",
+             "choices": [choice({"role": "assistant", "content": ""})]}
+    text = [{**head, "choices": [choice({"content": piece})]} for piece in ("Let me ", "search. 中文 ✓")]
+    call_id = "chatcmpl-tool-0123456789abcdef0123456789abcdef"
+    fragments = [{**head, "choices": [choice({"tool_calls": [{"index": 0, "id": call_id, "type": "function",
+                                                               "function": {"name": "bash"}}]})]}]
+    fragments += [{**head, "choices": [choice({"tool_calls": [{"index": 0, "function": {"arguments": part}}]})]}
+                  for part in (arguments[:9], arguments[9:])]
+    finish = {**head, "choices": [choice({}, "tool_calls", stop_reason=None)]}
+    usage = {**head, "choices": [], "usage": {"prompt_tokens": 30, "total_tokens": 45, "completion_tokens": 15}}
+    events = [first, *text, *fragments, finish, usage]
+    wire = [b"data: " + dump(e) + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
+    whole_call = {**head, "choices": [{"index": 0, "delta": {"tool_calls": [{
+        "index": 0, "id": call_id, "type": "function", "function": {"name": "bash", "arguments": arguments}}]},
+        "logprobs": None, "finish_reason": None}]}
+    expected = b"".join(wire[:3]) + b"data: " + dump(whole_call) + b"\n\n" + b"".join(wire[6:])
+    return wire, expected
+
+
+def test_enforce_mode_changes_only_the_held_call(raw_upstream, start_proxy):
+    wire, expected = vllm_024_stream(json.dumps({"command": ALLOWED}))
+    raw_upstream.script(RawAnswer(wire))
+    proxy = start_proxy(raw_upstream.url)
+    with proxy.client() as client:
+        response = client.post("/v1/chat/completions", json=chat(
+            stream=True, tools=TOOLS, stream_options={"include_usage": True}))
+    # The text chunks, the finish chunk (stop_reason, token_ids) and the usage chunk are vLLM's bytes; the
+    # prompt echo stays on the first chunk only; the call's fragments become one whole delta.
+    assert response.content == expected
+
+
+def test_observe_mode_changes_no_byte_of_a_stream(raw_upstream, start_proxy):
+    from tests.conftest import ROOT
+
+    wire, _ = vllm_024_stream(json.dumps({"command": ALLOWED + " | sh"}))
+    raw_upstream.script(RawAnswer(wire))
+    proxy = start_proxy(raw_upstream.url, policy=ROOT / "policies" / "observe.yaml")
+    with proxy.client() as client:
+        response = client.post("/v1/chat/completions", json=chat(
+            stream=True, tools=TOOLS, stream_options={"include_usage": True}))
+    assert response.content == b"".join(wire)
+    rows = proxy.rows("SELECT decision, delivered FROM tool_calls")
+    assert [tuple(r) for r in rows] == [("reject", 1)]
+
+
+@pytest.mark.parametrize(("value", "streams"), [("true", True), (1, True), ("True", True), ("false", False),
+                                                (0, False), ("no", False)])
+def test_the_proxy_decides_stream_and_tells_the_upstream(upstream, proxy, value, streams):
+    with proxy.client() as client:
+        response = client.post("/v1/chat/completions", json=chat(stream=value))
+    assert response.status_code == 200
+    assert upstream.requests[-1]["stream"] is streams
+    assert response.headers["content-type"].startswith("text/event-stream" if streams else "application/json")
+
+
+def test_a_stream_value_that_is_no_boolean_is_refused(upstream, proxy):
+    with proxy.client() as client:
+        response = client.post("/v1/chat/completions", json=chat(stream="maybe"))
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "stream"
+    assert not upstream.requests
+
+
+def _responses_body(item: dict[str, Any]) -> RawAnswer:
+    response = {"id": "resp_1", "object": "response", "model": MODEL, "status": "completed", "output": [item],
+                "usage": {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5}}
+    return RawAnswer(dump(response), content_type="application/json")
+
+
+@pytest.mark.parametrize(("item", "decision"), [
+    ({"type": "local_shell_call", "id": "ls_1", "call_id": "c1", "status": "completed",
+      "action": {"type": "exec", "command": ["uv", "run", "scripts/search.py", "rust async"]}}, "allow"),
+    ({"type": "local_shell_call", "id": "ls_1", "call_id": "c1", "status": "completed",
+      "action": {"type": "exec", "command": ["bash", "-lc", ALLOWED]}}, "allow"),
+    ({"type": "local_shell_call", "id": "ls_1", "call_id": "c1", "status": "completed",
+      "action": {"type": "exec", "command": ["bash", "-lc", ALLOWED + " | head"]}}, "reject"),
+    ({"type": "shell_call", "id": "sh_1", "call_id": "c1", "status": "completed",
+      "action": {"commands": [f"bash -lc '{ALLOWED}'"]}}, "allow"),
+    ({"type": "shell_call", "id": "sh_1", "call_id": "c1", "status": "completed",
+      "action": {"commands": [ALLOWED, "rm -rf build"]}}, "reject"),
+    ({"type": "apply_patch_call", "id": "ap_1", "call_id": "c1", "status": "completed",
+      "operation": {"type": "update_file", "path": "src/app.py", "diff": "+x"}}, "allow"),
+    ({"type": "apply_patch_call", "id": "ap_1", "call_id": "c1", "status": "completed",
+      "operation": {"type": "update_file", "path": "../outside.py", "diff": "+x"}}, "reject"),
+    ({"type": "custom_tool_call", "id": "ct_1", "call_id": "c1", "name": "apply_patch",
+      "input": "*** Begin Patch\n*** Update File: src/a.py\n@@\n-x\n+y\n*** End Patch"}, "allow"),
+    ({"type": "custom_tool_call", "id": "ct_1", "call_id": "c1", "name": "apply_patch",
+      "input": "*** Begin Patch\n*** Delete File: /etc/passwd\n*** End Patch"}, "reject"),
+    ({"type": "computer_call", "id": "cc_1", "call_id": "c1", "status": "completed",
+      "action": {"type": "click", "x": 1, "y": 2}}, "reject"),
+])
+def test_responses_action_items_are_judged_by_the_policy(raw_upstream, start_proxy, item, decision):
+    raw_upstream.script(_responses_body(item))
+    proxy = start_proxy(raw_upstream.url)
+    with proxy.client() as client:
+        response = client.post("/v1/responses", json={"model": MODEL, "input": "go"})
+    assert response.status_code == 200
+    rows = proxy.rows("SELECT tool_name, decision, reasons, delivered, attempt FROM tool_calls ORDER BY attempt")
+    first = rows[0]
+    expected_name = item.get("name") if item["type"] == "custom_tool_call" else item["type"]
+    assert (first["tool_name"], first["decision"]) == (expected_name, decision)
+    output = response.json()["output"]
+    if decision == "allow":
+        assert output == [item] and first["delivered"]
+    else:
+        assert item not in output and not first["delivered"]
+        if item["type"] == "computer_call":
+            assert first["reasons"] == "unjudgeable"
+
+
+def test_one_narration_per_turn(upstream, proxy):
+    """The first attempt's text streams live; a rejected retry's text never reaches the client; the delivered
+    attempt's text does."""
+    piped = ALLOWED + " | head -5"
+    upstream.script(Reply(content="First try. ", tool_calls=[("bash", {"command": piped})]),
+                    Reply(content="Second try. ", tool_calls=[("bash", {"command": piped + " -n"})]),
+                    Reply(content="Third try. ", tool_calls=[("bash", {"command": ALLOWED})]))
+    with proxy.client() as client:
+        response = client.post("/v1/chat/completions", json=chat(stream=True, tools=TOOLS))
+    chunks = [json.loads(line[6:]) for line in response.text.split("\n\n") if line.startswith("data: {")]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
+    assert text == "First try. Third try. "
+    calls = [t for c in chunks if c.get("choices") for t in c["choices"][0]["delta"].get("tool_calls") or []]
+    assert [json.loads(t["function"]["arguments"]) for t in calls] == [{"command": ALLOWED}]
+
+
+def test_a_blocked_turn_ends_with_the_explanation_alone_after_the_first_attempt(upstream, proxy):
+    piped = ALLOWED + " | head -5"
+    upstream.script(*[Reply(content=f"Try {n}. ", tool_calls=[("bash", {"command": piped})]) for n in range(1, 5)])
+    with proxy.client() as client:
+        response = client.post("/v1/chat/completions", json=chat(stream=True, tools=TOOLS))
+    chunks = [json.loads(line[6:]) for line in response.text.split("\n\n") if line.startswith("data: {")]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
+    assert text.startswith("Try 1. allowlist-proxy blocked this turn")
+    assert "Try 2" not in text and "Try 4" not in text
