@@ -2,8 +2,8 @@
 
 The compose file is parsed and its wiring checked (who depends on whom, which port and URL meet
 where, GPU and health checks); the Dockerfile is linted (hadolint when it is installed, else
-skipped) and checked for what this image must do: slim, non-root, health check, editable
-install next to `migrations/`. The files the image copies are then served the way the image
+skipped) and checked for what this image must do: slim, non-root, health check, a plain
+install that carries its migrations inside the package. The files the image copies are then served the way the image
 serves them, and its own HEALTHCHECK command must pass against that.
 """
 
@@ -110,13 +110,14 @@ def test_healthcheck_exposed_port_and_settings_agree():
     assert "/app/policies" in volumes and "/data" in volumes
 
 
-def test_installs_editable_beside_its_migrations():
-    # proxy/store/db.py finds migrations/ next to the package: a site-packages install would not.
+def test_installs_the_package_with_its_migrations_inside():
+    # proxy/store/db.py finds the migrations inside the package, so a site-packages install serves.
     (workdir,) = of("WORKDIR")
     copied = {os.path.normpath(shlex.split(args)[-1]): shlex.split(args)[:-1] for args in of("COPY")}
-    assert copied.get("proxy") == ["proxy"] and copied.get("migrations") == ["migrations"]
+    assert copied.get("proxy") == ["proxy"] and "migrations" not in copied
+    assert (ROOT / "proxy" / "migrations" / "env.py").is_file()
     assert workdir == "/app"
-    assert any(re.search(r"pip install (--no-cache-dir )?-e \.", run) for run in of("RUN"))
+    assert any(re.search(r"pip install (--no-cache-dir )?\.", run) for run in of("RUN"))
     for sources in copied.values():
         for source in sources:
             assert (ROOT / source).exists(), f"COPY {source}: not in the repository"
@@ -153,7 +154,7 @@ def test_the_copied_files_serve_and_pass_the_images_own_healthcheck(tmp_path: Pa
            "ALLOWLIST_PROXY_UPSTREAM": f"http://127.0.0.1:{free_port()}/v1"}
     where = subprocess.run([sys.executable, "-c", "import proxy.store.db as d; print(d.MIGRATIONS_DIR)"],
                            cwd=app, env=env, capture_output=True, text=True, timeout=60)
-    assert where.stdout.strip() == str(app / "migrations"), where.stderr
+    assert where.stdout.strip() == str(app / "proxy" / "migrations"), where.stderr
     cmd = exec_form(of("CMD")[0])
     server = subprocess.Popen([sys.executable, "-m", "proxy", *cmd[1:]], cwd=app, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
