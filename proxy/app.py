@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -10,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from proxy.banner import render, startup_report
 from proxy.chat import chat_completions
 from proxy.completions import completions
 from proxy.config import Settings
@@ -31,7 +33,7 @@ from proxy.stats_api import router as stats_router
 from proxy.store.db import create_engine, migrate
 from proxy.store.writer import StoreWriter
 from proxy.throughput.live import LiveWindows
-from proxy.upstream import Upstream
+from proxy.upstream import Upstreams
 
 __all__ = ["create_app"]
 
@@ -40,7 +42,7 @@ log = get_logger("proxy.app")
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -51,7 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         writer = StoreWriter(engine, batch_size=settings.store_batch_size,
                              flush_seconds=settings.store_flush_seconds)
         await writer.start()
-        upstream = Upstream(settings)
+        upstream = Upstreams(settings)
         state = ProxyState(
             settings=settings, upstream=upstream, engine=engine, writer=writer,
             models=ModelCatalog(upstream, ttl=settings.models_cache_seconds, aliases=settings.model_aliases),
@@ -65,8 +67,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.loop = asyncio.get_running_loop()  # lets tests and the CLI reach the writer
         await policies.start()
         await live.start()
-        log.info("proxy.started", upstream=settings.upstream, db=settings.db.split("@")[-1],
-                 policy=policies.current().name, mode=policies.current().policy.mode)
+        host, port = getattr(app.state, "listen", (settings.host, settings.port))
+        report = await startup_report(state, host=host, port=port)
+        app.state.banner = report
+        if getattr(app.state, "print_banner", False):
+            print(render(report), file=sys.stderr, flush=True)
+        log.info("proxy.started", **report)
         try:
             yield
         finally:

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, disable_created_metrics
+
+from proxy import __version__
+
+# The `_created` series double every counter's output and no dashboard reads them.
+disable_created_metrics()
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+
+BUILD_INFO = Info("allowlist_proxy_build", "The running proxy's version", registry=REGISTRY)
+BUILD_INFO.info({"version": __version__})
+UPSTREAM_UP = Gauge(
+    "allowlist_proxy_upstream_up", "1 when the upstream answered its last /v1/models probe, else 0", ["upstream"],
+    registry=REGISTRY,
+)
 
 REQUESTS = Counter(
     "allowlist_proxy_requests", "Client requests by model, route and status", ["model", "route", "status"],
@@ -46,4 +58,8 @@ FIRST_TOKEN_LATENCY = Histogram(
 TOKENS = Counter(
     "allowlist_proxy_tokens", "Tokens the upstream reported in its usage, by kind (prompt | completion)",
     ["model", "kind"], registry=REGISTRY,
+)
+MODEL_NOT_FOUND = Counter(
+    "allowlist_proxy_model_not_found", "Requests refused because no upstream serves the model they named",
+    ["model_name"], registry=REGISTRY,
 )

@@ -1,8 +1,15 @@
-"""The pooled HTTP client to the upstream; httpx errors are translated here and nowhere else."""
+"""The pooled HTTP clients to the upstreams; httpx errors are translated here and nowhere else.
+
+With several upstreams (`upstreams:` in the config), `Upstreams` stands where one `Upstream` stood: the model
+catalog picks the upstream that serves the request's model (`choose`), and every later call of the same
+request goes to it. The choice is a context variable rather than an argument so that the handlers of each
+route stay as they are: it is set in the request's own task and copied into the tasks it starts.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import http.cookiejar
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -12,9 +19,10 @@ import httpx
 
 from proxy.config import Settings
 from proxy.errors import ProxyError, UpstreamProtocolError, UpstreamTimeout, UpstreamUnavailable
+from proxy.metrics import UPSTREAM_UP
 from proxy.upstream_transport import upstream_transport
 
-__all__ = ["Upstream", "forward_headers", "map_httpx_error"]
+__all__ = ["Upstream", "Upstreams", "forward_headers", "map_httpx_error"]
 
 # Hop-by-hop and body-framing headers are the transport's business, not the client's.
 _DROP_REQUEST_HEADERS = frozenset({
@@ -58,9 +66,9 @@ class _NoCookies(http.cookiejar.CookieJar):
 
 
 class Upstream:
-    def __init__(self, settings: Settings) -> None:
-        self.base_url = settings.upstream
-        self._api_key = settings.upstream_api_key
+    def __init__(self, settings: Settings, *, url: str | None = None, api_key: str | None = None) -> None:
+        self.base_url = url.rstrip("/") if url else settings.upstream
+        self._api_key = api_key if url else settings.upstream_api_key
         self.client = httpx.AsyncClient(
             timeout=httpx.Timeout(connect=settings.connect_timeout, read=settings.read_timeout,
                                   write=settings.read_timeout, pool=settings.read_timeout),
@@ -83,8 +91,15 @@ class Upstream:
     def headers(self, incoming: Mapping[str, str]) -> dict[str, str]:
         return forward_headers(incoming, self._api_key)
 
+    def _keyed(self, headers: Mapping[str, str]) -> Mapping[str, str]:
+        # Headers made for all upstreams carry the client's key; this upstream's own key replaces it.
+        if not self._api_key or headers.get("authorization") == f"Bearer {self._api_key}":
+            return headers
+        return forward_headers(headers, self._api_key)
+
     async def request(self, method: str, path: str, *, headers: Mapping[str, str], content: bytes | None = None,
                       params: Any = None) -> httpx.Response:
+        headers = self._keyed(headers)
         try:
             return await self.client.request(method, self._target(path), headers=headers, content=content,
                                              params=params)
@@ -94,6 +109,7 @@ class Upstream:
     async def open_stream(self, method: str, path: str, *, headers: Mapping[str, str],
                           content: bytes | None = None, params: Any = None) -> httpx.Response:
         """Sends the request and returns once the status and headers are in; the caller must aclose()."""
+        headers = self._keyed(headers)
         request = self.client.build_request(method, self._target(path), headers=headers, content=content,
                                             params=params)
         try:
@@ -116,10 +132,70 @@ class Upstream:
                 yield chunk
 
     async def reachable(self) -> bool:
+        up = False
         with contextlib.suppress(httpx.HTTPError):
-            response = await self.client.get(self.url("/models"), timeout=2.0)
-            return response.status_code < 500
-        return False
+            response = await self.client.get(self.url("/models"), headers=self._keyed({}), timeout=2.0)
+            up = response.status_code < 500
+        UPSTREAM_UP.labels(self.base_url).set(int(up))
+        return up
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+_chosen: contextvars.ContextVar[Upstream | None] = contextvars.ContextVar("allowlist_proxy_upstream", default=None)
+
+
+class Upstreams:
+    """Several upstreams behind one interface: each call goes to the one chosen for the current request
+    (by `ModelCatalog.resolve`), else to the first."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.configs = settings.upstream_list()
+        self.all = [Upstream(settings, url=c.url, api_key=c.api_key) for c in self.configs]
+
+    @property
+    def current(self) -> Upstream:
+        return _chosen.get() or self.all[0]
+
+    def choose(self, upstream: Upstream) -> None:
+        _chosen.set(upstream)
+
+    @property
+    def base_url(self) -> str:
+        return self.current.base_url
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        return self.current.client
+
+    def url(self, path: str) -> str:
+        return self.current.url(path)
+
+    def headers(self, incoming: Mapping[str, str]) -> dict[str, str]:
+        if len(self.all) == 1:
+            return self.all[0].headers(incoming)
+        return forward_headers(incoming, None)  # each upstream puts its own key in when it sends
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        return await self.current.request(method, path, **kwargs)
+
+    async def open_stream(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        return await self.current.open_stream(method, path, **kwargs)
+
+    def errors_translated(self) -> contextlib.AbstractContextManager[None]:
+        return self.current.errors_translated()
+
+    def iter_bytes(self, response: httpx.Response) -> AsyncIterator[bytes]:
+        return self.current.iter_bytes(response)
+
+    async def reachable(self) -> bool:
+        """True when every upstream answers."""
+        for upstream in self.all:
+            if not await upstream.reachable():
+                return False
+        return True
+
+    async def aclose(self) -> None:
+        for upstream in self.all:
+            await upstream.aclose()

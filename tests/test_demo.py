@@ -10,7 +10,8 @@ from tests.conftest import ROOT
 
 
 def test_demo_prints_the_table_with_loops_for_the_looping_model():
-    result = subprocess.run([sys.executable, "-m", "proxy", "demo", "--port", "0", "--exit", "--sessions", "2"],
+    result = subprocess.run([sys.executable, "-m", "proxy", "demo", "--port", "0", "--exit", "--sessions", "2",
+                             "--duration", "0"],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     out = result.stdout
