@@ -102,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
     server = uvicorn.Server(config)
     try:
         server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass  # uvicorn raises Ctrl-C again once it has shut down gracefully: a normal stop
     finally:
         sock.close()
     return 0 if server.started else 2
