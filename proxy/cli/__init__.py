@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # inside the try: a reader gone by now is the same quiet case
+        return code
     except BrokenPipeError:
         # The reader went away (`stats | head`): nothing left to say, and nowhere to say it.
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -5,7 +5,8 @@
 
 One command prints `{"decision", "reasons", "shape"}` and exits 0 when allowed, 1 otherwise. For a tool
 that is not a bash tool, COMMAND is the tool's arguments as a JSON object. `--jsonl` reads lines
-`{"cmd": "..."}` or `{"tool": "...", "arguments": {...}}` and prints one verdict per line, exiting 0.
+`{"cmd": "..."}` or `{"tool": "...", "arguments": {...}}` (what `extract --calls` prints) and prints one
+verdict per line with the line it judged as `input`, exiting 0.
 A policy that cannot be loaded exits 2 with its error on stderr.
 """
 
@@ -28,6 +29,11 @@ def register(subparsers: Any) -> None:
         help="judge a bash command or a tool call against a policy",
         description="Judge a bash command, or a tool call's JSON arguments (--tool), against a policy. "
         "Prints {decision, reasons, shape}; exits 0 when allowed, 1 when not, 2 when the policy cannot load.",
+        epilog="examples:\n"
+        "  allowlist-proxy check 'uv run scripts/search.py \"rust async\"'\n"
+        "  allowlist-proxy check --tool read '{\"filePath\": \"../secrets\"}'\n"
+        "  allowlist-proxy extract --calls < output.txt | allowlist-proxy check --jsonl\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--policy", metavar="FILE", help="policy file (default: policies/strict.yaml)")
     parser.add_argument(
@@ -73,8 +79,14 @@ def _judge_line(policy: Policy, line: str) -> Verdict:
     return judge_call(policy, tool, arguments if isinstance(arguments, dict) else None)
 
 
-def _print(verdict: Verdict, out: TextIO) -> None:
-    out.write(json.dumps(verdict.as_dict(), ensure_ascii=False) + "\n")
+def _print(verdict: Verdict, out: TextIO, echo: str | None = None) -> None:
+    body = verdict.as_dict()
+    if echo is not None:  # the judged line beside its verdict, so a batch's output reads on its own
+        try:
+            body = {"input": json.loads(echo), **body}
+        except ValueError:
+            body = {"input": echo.rstrip("\n"), **body}
+    out.write(json.dumps(body, ensure_ascii=False) + "\n")
 
 
 def run(args: argparse.Namespace, *, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
@@ -89,7 +101,7 @@ def run(args: argparse.Namespace, *, stdin: TextIO | None = None, stdout: TextIO
     if args.jsonl:
         for line in stdin:
             if line.strip():
-                _print(_judge_line(policy, line), stdout)
+                _print(_judge_line(policy, line), stdout, echo=line)
         stdout.flush()
         return 0
     if args.command is None:

@@ -4,7 +4,13 @@ Reads stdin: a model's raw output text (default), a chat completion JSON (`--res
 recorded SSE stream of `data: {...}` lines (`--sse`). The SSE mode replays the stream through
 `ChoiceStream`, the proxy's own streaming path, so this command shows what the proxy would judge.
 Prints one JSON object per choice: {"content", "tool_calls": [{"name", "arguments"}],
-"malformed": [{"raw", "error"}]}.
+"malformed": [{"raw", "error"}]}; with `--calls`, one line per tool call, {"tool", "arguments"}, which
+is what `allowlist-proxy check --jsonl` reads.
+
+examples:
+  allowlist-proxy extract < model-output.txt
+  allowlist-proxy extract --sse < recorded-stream.txt
+  allowlist-proxy extract --calls < model-output.txt | allowlist-proxy check --jsonl
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ def register(subparsers: Any) -> None:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--response", action="store_true", help="stdin is a chat completion JSON")
     mode.add_argument("--sse", action="store_true", help="stdin is a recorded SSE stream (data: lines)")
+    parser.add_argument("--calls", action="store_true",
+                        help="print one {tool, arguments} line per call, the input of `check --jsonl`")
     parser.set_defaults(func=run)
 
 
@@ -61,6 +69,11 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:  # unreadable file, invalid JSON
         print(f"allowlist-proxy extract: {exc}", file=sys.stderr)
         return 2
+    if getattr(args, "calls", False):
+        for result in results:
+            for call in result.tool_calls:
+                print(json.dumps({"tool": call.name, "arguments": call.arguments}, ensure_ascii=False))
+        return 0
     for result in results or [ExtractionResult(content="")]:
         print(json.dumps(render(result), ensure_ascii=False))
     return 0
