@@ -4,6 +4,7 @@ policy, the upstream attempts made for it, and its end."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,7 @@ from proxy.enforce import turn_allowed
 from proxy.errors import BadRequest, ProxyError, error_body
 from proxy.judging import JudgedCall, judge_calls, record_calls
 from proxy.logs import get_logger
-from proxy.metrics import BUDGET_EXHAUSTED, REQUESTS, RETRIES, UPSTREAM_LATENCY
+from proxy.metrics import BUDGET_EXHAUSTED, REQUESTS, RETRIES
 from proxy.policy import LoadedPolicy
 from proxy.record import RequestRecord
 from proxy.sse import SSEDecoder, SSEEvent
@@ -74,6 +75,9 @@ class Exchange:
         return judge_calls(self.policy, calls, self.offered)
 
     def keep(self, attempt: int, judged: list[JudgedCall], *, delivered: bool) -> None:
+        if log.is_enabled_for(logging.DEBUG):
+            log.debug("attempt", request_id=self.record.id, attempt=attempt, delivered=delivered,
+                      verdicts=[{"tool": j.call.name, **j.verdict.as_dict()} for j in judged])
         record_calls(self.state.writer, self.record, self.policy, attempt, judged, delivered=delivered)
 
     def settle(self, attempt: int, judged: list[JudgedCall]) -> str:
@@ -85,6 +89,7 @@ class Exchange:
         self.keep(attempt, judged, delivered=False)
         if attempt > self.budget:
             self.record.budget_exhausted = True
+            self.record.note_blocked(judged)
             BUDGET_EXHAUSTED.labels(self.record.model).inc()
             return BLOCKED
         RETRIES.labels(self.record.model).inc()
@@ -107,10 +112,10 @@ def finish_exchange(ex: Exchange) -> None:
     record = ex.record
     ex.state.finish(record)
     REQUESTS.labels(record.model, record.route, str(record.status)).inc()
-    UPSTREAM_LATENCY.labels(record.model).observe((record.duration_ms or 0) / 1000.0)
     log.info("request", request_id=record.id, session=record.session.id, model=record.model,
              route=record.route, stream=record.stream, status=record.status, outcome=record.outcome,
-             attempts=record.attempts, ttfb_ms=_round(record.ttfb_ms), ttft_ms=_round(record.ttft_ms),
+             error=record.error, blocked=record.blocked, attempts=record.attempts,
+             ttfb_ms=_round(record.ttfb_ms), ttft_ms=_round(record.ttft_ms),
              duration_ms=_round(record.duration_ms), concurrency=record.concurrency)
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from proxy.errors import ModelNotFound, ProxyError
 from proxy.logs import get_logger
-from proxy.metrics import MODEL_NOT_FOUND
+from proxy.metrics import MODEL_NOT_FOUND, UPSTREAM_UP
 from proxy.upstream import Upstream, Upstreams
 
 __all__ = ["ModelCatalog", "ModelsAnswer"]
@@ -116,9 +116,12 @@ class ModelCatalog:
             if listed is not None:
                 return listed
             try:
-                return (await self._fetch_one(index, headers)).names
+                answer = await self._fetch_one(index, headers)
             except ProxyError:
+                UPSTREAM_UP.labels(self._members[index].base_url).set(0)
                 return None
+            UPSTREAM_UP.labels(self._members[index].base_url).set(int(answer.status < 500))
+            return answer.names
 
         names = await asyncio.gather(*(names_of(i) for i in range(len(self._members))))
         return list(zip(self._members, names, strict=True))
@@ -130,11 +133,11 @@ class ModelCatalog:
         served = await self.served(headers)
         for upstream, names in served:
             if names is not None and name in names:
-                self._choose(upstream)
+                self._choose(upstream, name)
                 return name
         unknown = [upstream for upstream, names in served if names is None]
         if unknown:
-            self._choose(unknown[0])  # the request itself will report that upstream's failure
+            self._choose(unknown[0], name)  # the request itself will report that upstream's failure
             return name
         all_names = [n for _upstream, names in served for n in names or ()]
         listed = ", ".join(all_names) or "(none)"
@@ -148,6 +151,6 @@ class ModelCatalog:
             param="model",
         )
 
-    def _choose(self, upstream: Upstream) -> None:
+    def _choose(self, upstream: Upstream, model: str) -> None:
         if self._router is not None:
-            self._router.choose(upstream)
+            self._router.choose(upstream, model)

@@ -12,6 +12,7 @@ import contextlib
 import contextvars
 import functools
 import http.cookiejar
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
@@ -19,7 +20,7 @@ import httpx
 
 from proxy.config import Settings
 from proxy.errors import ProxyError, UpstreamProtocolError, UpstreamTimeout, UpstreamUnavailable
-from proxy.metrics import UPSTREAM_UP
+from proxy.metrics import UPSTREAM_LATENCY, UPSTREAM_UP
 from proxy.upstream_transport import upstream_transport
 
 __all__ = ["Upstream", "Upstreams", "forward_headers", "map_httpx_error"]
@@ -100,11 +101,17 @@ class Upstream:
     async def request(self, method: str, path: str, *, headers: Mapping[str, str], content: bytes | None = None,
                       params: Any = None) -> httpx.Response:
         headers = self._keyed(headers)
+        timer = _AttemptTimer.start(self.base_url) if method == "POST" else None
         try:
-            return await self.client.request(method, self._target(path), headers=headers, content=content,
-                                             params=params)
+            response = await self.client.request(method, self._target(path), headers=headers, content=content,
+                                                 params=params)
         except httpx.HTTPError as exc:
+            if timer:
+                timer.stop("error")
             raise map_httpx_error(exc, self.base_url) from exc
+        if timer:
+            timer.stop("ok" if response.status_code == 200 else "http_error")
+        return response
 
     async def open_stream(self, method: str, path: str, *, headers: Mapping[str, str],
                           content: bytes | None = None, params: Any = None) -> httpx.Response:
@@ -112,10 +119,17 @@ class Upstream:
         headers = self._keyed(headers)
         request = self.client.build_request(method, self._target(path), headers=headers, content=content,
                                             params=params)
+        timer = _AttemptTimer.start(self.base_url) if method == "POST" else None
         try:
-            return await self.client.send(request, stream=True)
+            response = await self.client.send(request, stream=True)
         except httpx.HTTPError as exc:
+            if timer:
+                timer.stop("error")
             raise map_httpx_error(exc, self.base_url) from exc
+        if timer:
+            response.stream = _TimedStream(response.stream, timer,  # type: ignore[assignment]
+                                           "ok" if response.status_code == 200 else "http_error")
+        return response
 
     @contextlib.contextmanager
     def errors_translated(self) -> Iterator[None]:
@@ -143,7 +157,47 @@ class Upstream:
         await self.client.aclose()
 
 
+class _AttemptTimer:
+    """Times one upstream attempt of a request whose model is known, into UPSTREAM_LATENCY."""
+
+    def __init__(self, model: str, upstream: str) -> None:
+        self.model, self.upstream = model, upstream
+        self.started = time.perf_counter()
+        self.done = False
+
+    @classmethod
+    def start(cls, upstream: str) -> _AttemptTimer | None:
+        model = _model.get()
+        return cls(model, upstream) if model is not None else None
+
+    def stop(self, outcome: str) -> None:
+        if not self.done:
+            self.done = True
+            UPSTREAM_LATENCY.labels(self.model, self.upstream, outcome).observe(time.perf_counter() - self.started)
+
+
+class _TimedStream(httpx.AsyncByteStream):
+    """A streamed body that stops its attempt's timer when it is closed: at the last byte read, or at
+    the error that broke it off."""
+
+    def __init__(self, inner: Any, timer: _AttemptTimer, outcome: str) -> None:
+        self._inner, self._timer, self._outcome = inner, timer, outcome
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._inner:
+                yield chunk
+        except BaseException:
+            self._outcome = "error"
+            raise
+
+    async def aclose(self) -> None:
+        self._timer.stop(self._outcome)
+        await self._inner.aclose()
+
+
 _chosen: contextvars.ContextVar[Upstream | None] = contextvars.ContextVar("allowlist_proxy_upstream", default=None)
+_model: contextvars.ContextVar[str | None] = contextvars.ContextVar("allowlist_proxy_model", default=None)
 
 
 class Upstreams:
@@ -158,8 +212,9 @@ class Upstreams:
     def current(self) -> Upstream:
         return _chosen.get() or self.all[0]
 
-    def choose(self, upstream: Upstream) -> None:
+    def choose(self, upstream: Upstream, model: str | None = None) -> None:
         _chosen.set(upstream)
+        _model.set(model)
 
     @property
     def base_url(self) -> str:
