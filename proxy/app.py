@@ -30,6 +30,7 @@ from proxy.routes_policy import passthrough_refusal
 from proxy.sessions import SessionResolver
 from proxy.state import ProxyState
 from proxy.stats_api import router as stats_router
+from proxy.stats_overview import router as overview_router
 from proxy.store.db import create_engine, migrate
 from proxy.store.writer import StoreWriter
 from proxy.throughput.live import LiveWindows
@@ -86,6 +87,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="allowlist-proxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.include_router(dashboard_router)
     app.include_router(stats_router)
+    app.include_router(overview_router)
 
     @app.exception_handler(ProxyError)
     async def _proxy_error(_request: Request, exc: ProxyError) -> JSONResponse:

@@ -293,3 +293,20 @@ def test_opencode_example_points_at_the_proxy_and_the_served_models(compose: dic
     assert set(served) <= set(provider["models"])
     served = served[0]
     assert config["model"] == f"{provider_id}/{served}"
+
+
+# -- docker/grafana
+
+
+def test_the_grafana_dashboard_reads_only_metrics_the_proxy_or_vllm_export():
+    from proxy.metrics import REGISTRY
+
+    board = json.loads((DOCKER / "grafana" / "allowlist-proxy.json").read_text())
+    exported = {sample for metric in REGISTRY.collect() for sample in
+                (metric.name, f"{metric.name}_total", f"{metric.name}_bucket", f"{metric.name}_info")}
+    used = {name for panel in board["panels"] for target in panel["targets"]
+            for name in re.findall(r"\b(allowlist_proxy_[a-z_]+)", target["expr"])}
+    assert used and used <= exported, used - exported
+    labels = {label for panel in board["panels"] for target in panel["targets"]
+              for label in re.findall(r"by \(([^)]*)\)", target["expr"])}
+    assert all("model" not in part.split(", ") for part in labels)  # model_name, as vLLM labels it
