@@ -114,3 +114,23 @@ def test_extract_feeds_check(tmp_path):
     (line,) = pipeline.stdout.splitlines()
     call = {"tool": "bash", "arguments": {"command": "uv run scripts/search.py x | head"}}
     assert json.loads(line) == {"input": call, "decision": "reject", "reasons": ["pipe"], "shape": "pipe"}
+
+
+@pytest.mark.parametrize("command", ["serve", "check", "extract", "stats", "recheck", "db", "import-vllm-log",
+                                     "demo"])
+def test_every_command_help_has_examples(capsys, command):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    assert "examples:\n  allowlist-proxy" in capsys.readouterr().out
+
+
+def test_the_live_throughput_tables_come_as_markdown_too():
+    from proxy.throughput.live import render_live_tables
+
+    cell = {"generation_tps": 5.0, "prompt_tps": 1.0, "prompt_tps_active": 2.0, "requests_per_minute": 1.0,
+            "completed_requests": 1, "n": 2, "n_active": 1}
+    latency = {"requests": 3, "ttft_ms_p50": 1.0, "ttft_ms_p99": 2.0, "tpot_ms_p50": 1.0, "tpot_ms_p99": 2.0}
+    result = {"m": {"windows": 2, "idle_windows": 0, "window_seconds": [10.0], "spec_decode": None,
+                    "concurrency": {"1": cell}, "latency": {"1": latency}}}
+    text = render_live_tables(result, markdown=True)
+    assert text.count("|---|---:|") == 6 and "| 1 | 1.0 / 2.0 (3) |" in text
