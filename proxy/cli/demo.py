@@ -79,6 +79,10 @@ def run(args: argparse.Namespace) -> int:
                 print()
                 print(loops_table(stats))
                 print()
+                if args.duration > 0:
+                    from proxy.throughput.live import render_live_tables
+
+                    print(render_live_tables({m["model"]: m["throughput"] for m in stats["models"]}))
                 print(f"dashboard: {proxy_server.url}/dashboard   stats: {proxy_server.url}/stats/models")
                 if args.exit:
                     return 0

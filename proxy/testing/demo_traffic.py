@@ -26,6 +26,13 @@ def _responder(body: dict[str, Any]) -> Reply:
     base = f'uv run scripts/search.py "{query}"'
     if not body.get("tools"):
         return Reply(content=f"Search: {query}")  # OpenCode's title request
+    reply = _turn_reply(body, base, query)
+    # Streamed at a model's pace rather than at once, so that requests overlap and fill throughput windows.
+    reply.chunk_delay = 0.03
+    return reply
+
+
+def _turn_reply(body: dict[str, Any], base: str, query: str) -> Reply:
     if body.get("model") == MOE:
         turn = bash_sequence([f"{base} | head -5", f"{base} | head -10", f"{base} | tail -3", base],
                              content="Let me search. ", final=f"Here is what I found about {query}.")
@@ -77,9 +84,10 @@ async def _session(client: httpx.AsyncClient, model: str, index: int, round_: in
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": f"3 results for {command}"})
 
 
-async def drive_sessions(base_url: str, sessions_per_model: int, *, duration: float = 0.0) -> int:
-    """Runs rounds of sessions (streamed, as OpenCode sends them) until `duration` seconds have passed,
-    at least one round, so that the live throughput windows fill. Returns the number of rounds."""
+async def drive_sessions(base_url: str, sessions_per_model: int, *, duration: float = 0.0,
+                         pause: float = 0.0) -> int:
+    """Runs rounds of sessions (streamed, as OpenCode sends them), `pause` seconds apart, until `duration`
+    seconds have passed, at least one round, so that the live throughput windows fill. Returns the rounds."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + duration
     rounds = 0
@@ -88,4 +96,6 @@ async def drive_sessions(base_url: str, sessions_per_model: int, *, duration: fl
             await asyncio.gather(*(_session(client, model, i, rounds) for model in (DENSE, MOE)
                                    for i in range(sessions_per_model)))
             rounds += 1
+            if loop.time() + pause < deadline:
+                await asyncio.sleep(pause)
     return rounds
