@@ -8,6 +8,7 @@ upstream for its models once.
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -69,11 +70,21 @@ async def startup_report(state: ProxyState, *, host: str, port: int) -> dict[str
         "listen": f"{base}/v1",
         "dashboard": f"{base}/dashboard",
         "upstreams": upstreams,
-        "policy": {"name": policy.name, "mode": policy.mode, "file": str(policy.path) if policy.path else None},
+        "policy": {"name": policy.name, "mode": policy.mode, "file": _shown_path(policy.path)},
         "policy_errors": policy_errors,
         "store": _safe_db_url(settings.db),
         "warnings": warnings,
     }
+
+
+def _shown_path(path: Path | None) -> str | None:
+    """Relative to the working directory when it is under it, as the operator would write it."""
+    if path is None:
+        return None
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def _safe_db_url(url: str) -> str:
