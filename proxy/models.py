@@ -118,9 +118,9 @@ class ModelCatalog:
             try:
                 answer = await self._fetch_one(index, headers)
             except ProxyError:
-                UPSTREAM_UP.labels(self._members[index].base_url).set(0)
+                self._mark_up(index, False)
                 return None
-            UPSTREAM_UP.labels(self._members[index].base_url).set(int(answer.status < 500))
+            self._mark_up(index, answer.status < 500)
             return answer.names
 
         names = await asyncio.gather(*(names_of(i) for i in range(len(self._members))))
@@ -150,6 +150,11 @@ class ModelCatalog:
             "Use one of those names, or map this name with the model_aliases setting.",
             param="model",
         )
+
+    def _mark_up(self, index: int, up: bool) -> None:
+        url = getattr(self._members[index], "base_url", None)
+        if url is not None:
+            UPSTREAM_UP.labels(url).set(int(up))
 
     def _choose(self, upstream: Upstream, model: str) -> None:
         if self._router is not None:

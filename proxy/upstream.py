@@ -224,6 +224,11 @@ class Upstreams:
     def client(self) -> httpx.AsyncClient:
         return self.current.client
 
+    @property
+    def failures(self) -> int:
+        """Failed requests over all upstreams, for readers that notice an upstream coming back."""
+        return sum(getattr(upstream, "failures", 0) for upstream in self.all)
+
     def url(self, path: str) -> str:
         return self.current.url(path)
 
