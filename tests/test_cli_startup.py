@@ -134,3 +134,23 @@ def test_the_live_throughput_tables_come_as_markdown_too():
                     "concurrency": {"1": cell}, "latency": {"1": latency}}}
     text = render_live_tables(result, markdown=True)
     assert text.count("|---|---:|") == 6 and "| 1 | 1.0 / 2.0 (3) |" in text
+
+
+def test_a_bad_environment_variable_is_named(capsys, monkeypatch):
+    monkeypatch.setenv("ALLOWLIST_PROXY_MODEL_ALIASES", "{bad")
+    err = serve_error(capsys)
+    assert "model_aliases" in err and "ALLOWLIST_PROXY_" in err
+
+
+def test_the_banner_warns_about_what_will_fail():
+    from proxy.banner import config_warnings
+
+    assert config_warnings(Settings(upstream="http://127.0.0.1:8000/v1")) == []
+    no_v1, = config_warnings(Settings(upstream="http://127.0.0.1:8000"))
+    assert "does not end in /v1" in no_v1 and "http://127.0.0.1:8000/v1" in no_v1
+    no_scheme, = config_warnings(Settings(upstream="gpu-box:8000/v1"))
+    assert "no http:// or https:// scheme" in no_scheme and "http://gpu-box:8000/v1" in no_scheme
+    (open_port,) = config_warnings(Settings(host="0.0.0.0"))
+    assert "admin_token" in open_port
+    assert config_warnings(Settings(host="0.0.0.0", admin_token="t")) == []
+    assert config_warnings(Settings(host="::1")) == []
