@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,8 +29,15 @@ from tests.conftest import ROOT
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bin/ directory of a fresh venv holding the proxy's wheel."""
     tmp = tmp_path_factory.mktemp("wheel")
+    # Built from a copy of what the package is made of: setuptools leaves a build/ folder in the source,
+    # whose stale files would otherwise go into the next wheel.
+    source = tmp / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "proxy", source / "proxy", ignore=shutil.ignore_patterns("__pycache__"))
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            "-w", str(tmp / "dist"), str(ROOT)], capture_output=True, text=True, timeout=300)
+                            "-w", str(tmp / "dist"), str(source)], capture_output=True, text=True, timeout=300)
     if build.returncode != 0 and "No module named" in build.stderr:
         pytest.skip(f"cannot build a wheel here without build isolation: {build.stderr.strip()[-200:]}")
     assert build.returncode == 0, build.stderr
