@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -11,6 +12,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import ClientDisconnect
 
+from proxy.banner import render, startup_report
 from proxy.chat import chat_completions
 from proxy.completions import completions
 from proxy.config import Settings
@@ -29,11 +31,12 @@ from proxy.routes_policy import passthrough_refusal
 from proxy.sessions import SessionResolver
 from proxy.state import ProxyState
 from proxy.stats_api import router as stats_router
+from proxy.stats_overview import router as overview_router
 from proxy.store.db import create_engine, migrate
 from proxy.store.journal import OwnerLock, recover
 from proxy.store.writer import StoreWriter
 from proxy.throughput.live import LiveWindows
-from proxy.upstream import Upstream
+from proxy.upstream import Upstreams
 from proxy.vllm_version import UpstreamVllm
 
 __all__ = ["create_app"]
@@ -43,7 +46,7 @@ log = get_logger("proxy.app")
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -58,7 +61,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # The requests of calls released by a proxy that died are on record before anything new is.
         await recover(engine, writer.owner)
         await writer.start()
-        upstream = Upstream(settings)
+        upstream = Upstreams(settings)
         state = ProxyState(
             settings=settings, upstream=upstream, engine=engine, writer=writer,
             models=ModelCatalog(upstream, ttl=settings.models_cache_seconds, aliases=settings.model_aliases),
@@ -75,9 +78,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.loop = asyncio.get_running_loop()  # lets tests and the CLI reach the writer
         await policies.start()
         await live.start()
-        log.info("proxy.started", upstream=settings.upstream, db=settings.db.split("@")[-1],
-                 xml_rules=state.vllm.rules.label,
-                 policy=policies.current().name, mode=policies.current().policy.mode)
+        host, port = getattr(app.state, "listen", (settings.host, settings.port))
+        report = await startup_report(state, host=host, port=port)
+        app.state.banner = report
+        if getattr(app.state, "print_banner", False):
+            print(render(report), file=sys.stderr, flush=True)
+        log.info("proxy.started", xml_rules=state.vllm.rules.label, **report)
         try:
             yield
         finally:
@@ -92,6 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="allowlist-proxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.include_router(dashboard_router)
     app.include_router(stats_router)
+    app.include_router(overview_router)
 
     @app.exception_handler(ProxyError)
     async def _proxy_error(_request: Request, exc: ProxyError) -> JSONResponse:

@@ -1,27 +1,108 @@
 """Settings, declared once: each has a name, a default and a help text, and is read from a
-command-line flag or the environment variable ALLOWLIST_PROXY_<NAME> alike."""
+command-line flag, the environment variable ALLOWLIST_PROXY_<NAME> or the config file, in that order.
+
+The config file (`allowlist-proxy.yaml` in the working directory, or the `config` setting) holds the
+same names as keys, plus `upstreams:` for several upstreams routed by model.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
-__all__ = ["Settings", "normalize_db_url"]
+__all__ = ["DEFAULT_CONFIG_FILE", "ConfigError", "Settings", "UpstreamConfig", "normalize_db_url"]
+
+DEFAULT_CONFIG_FILE = "allowlist-proxy.yaml"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class ConfigError(Exception):
+    """A setting that cannot be used: `setting` names it, `message` says what is wrong and what to do."""
+
+    def __init__(self, setting: str, message: str) -> None:
+        super().__init__(f"{setting}: {message}")
+        self.setting = setting
+        self.message = message
+
+
+class UpstreamConfig(BaseModel):
+    """One upstream of `upstreams:`; `models: auto` means the names its /v1/models lists."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str
+    models: list[str] | Literal["auto"] = "auto"
+    api_key: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _strip_slash(cls, value: str) -> str:
+        return value.rstrip("/")
+
+
+class _ConfigFileSource(PydanticBaseSettingsSource):
+    """The YAML config file, below flags and environment; unknown keys are refused with the file named."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: Path | None) -> None:
+        super().__init__(settings_cls)
+        self.path = path
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # __call__ reads the whole file at once
+
+    def __call__(self) -> dict[str, Any]:
+        if self.path is None:
+            return {}
+        try:
+            data = yaml.safe_load(self.path.read_text()) or {}
+        except OSError as exc:
+            raise ConfigError("config", f"cannot read {self.path}: {exc.strerror or exc}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError("config", f"{self.path} is not valid YAML: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError("config", f"{self.path} must be a mapping of setting names to values")
+        unknown = sorted(set(data) - set(self.settings_cls.model_fields) - {"config"})
+        if unknown:
+            raise ConfigError(unknown[0], f"unknown setting in {self.path}; known: "
+                                          f"{', '.join(self.settings_cls.model_fields)}")
+        return {k: v for k, v in data.items() if k != "config"}
+
+
+def config_file_path(init_kwargs: dict[str, Any]) -> Path | None:
+    given = init_kwargs.get("config") or os.environ.get("ALLOWLIST_PROXY_CONFIG")
+    if given:
+        path = Path(given)
+        if not path.is_file():
+            raise ConfigError("config", f"{path} does not exist: give the path of an allowlist-proxy.yaml")
+        return path
+    local = Path(DEFAULT_CONFIG_FILE)
+    return local if local.is_file() else None
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ALLOWLIST_PROXY_", extra="ignore")
 
+    config: Path | None = Field(
+        None, description=f"YAML file with these settings as keys; default ./{DEFAULT_CONFIG_FILE} when present."
+    )
     host: str = Field("127.0.0.1", description="Address to listen on.")
-    port: int = Field(8080, description="Port to listen on.")
+    port: int = Field(8080, description="Port to listen on (0 picks a free one).")
     upstream: str = Field("http://127.0.0.1:8000/v1", description="Base URL of the OpenAI-compatible upstream.")
     upstream_api_key: str | None = Field(
         None, description="If set, replaces the client's Authorization with `Bearer <key>` upstream."
+    )
+    upstreams: list[UpstreamConfig] = Field(
+        default_factory=list,
+        description="Several upstreams routed by model: a list of {url, models: [names] | auto, api_key}; "
+                    "replaces `upstream` when set.",
     )
     db: str = Field("sqlite:///allowlist-proxy.db", description="Database URL of the store (SQLite or Postgres).")
     policy: Path | None = Field(
@@ -58,6 +139,7 @@ class Settings(BaseSettings):
     )
     admin_token: str | None = Field(None, description="If set, /stats, /policies and /metrics need this bearer.")
     log_level: str = Field("info", description="Log level: debug, info, warning, error.")
+    log_format: str = Field("json", description="Log format: json (one object a line) or console (for people).")
     throughput_window_seconds: float = Field(
         10.0, description="Length of one live throughput window in seconds (vLLM logs every 10 s)."
     )
@@ -88,11 +170,33 @@ class Settings(BaseSettings):
         1000, description="Most client connections at once; more are answered 503 and closed at once."
     )
 
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        path = config_file_path(getattr(init_settings, "init_kwargs", {}))
+        return init_settings, env_settings, _ConfigFileSource(settings_cls, path)
+
     @field_validator("model_aliases", mode="before")
     @classmethod
     def _aliases_from_json(cls, value: Any) -> Any:
         if isinstance(value, str):
-            return json.loads(value) if value.strip() else {}
+            if not value.strip():
+                return {}
+            try:
+                return json.loads(value)
+            except ValueError as exc:
+                raise ValueError(f'not JSON ({exc}); write a JSON object such as {{"gpt-4o": "qwen3.5-27b"}}') \
+                    from None
+        return value
+
+    @field_validator("upstreams", mode="before")
+    @classmethod
+    def _upstreams_from_json(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return json.loads(value) if value.strip() else []
         return value
 
     @field_validator("vllm_version")
@@ -123,9 +227,50 @@ class Settings(BaseSettings):
     def _strip_slash(cls, value: str) -> str:
         return value.rstrip("/")
 
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        if value.lower() not in LOG_LEVELS:
+            raise ValueError(f"{value!r} is not a log level; use one of {', '.join(LOG_LEVELS)}")
+        return value.lower()
+
+    @field_validator("log_format")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        if value.lower() not in ("json", "console"):
+            raise ValueError(f"{value!r} is not a log format; use json or console")
+        return value.lower()
+
+    @field_validator("db")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        check_db_url(value)
+        return value
+
     @property
     def async_db_url(self) -> str:
         return normalize_db_url(self.db)
+
+    def upstream_list(self) -> list[UpstreamConfig]:
+        """The upstreams to route to: `upstreams`, else the one `upstream` with its key."""
+        if self.upstreams:
+            return list(self.upstreams)
+        return [UpstreamConfig(url=self.upstream, api_key=self.upstream_api_key)]
+
+
+_SCHEMES = ("sqlite://", "sqlite+aiosqlite://", "postgres://", "postgresql://", "postgresql+asyncpg://")
+
+
+def check_db_url(url: str) -> None:
+    """Raises ValueError with what to write instead when `url` is not a store URL this proxy can open."""
+    if url.startswith(_SCHEMES):
+        return
+    scheme, sep, _ = url.partition("://")
+    if sep:
+        raise ValueError(f"{scheme}:// databases are not supported; use sqlite:///FILE.db or "
+                         "postgresql://USER:PASSWORD@HOST/DBNAME")
+    raise ValueError(f"{url!r} is not a database URL; for a file write sqlite:///{url} "
+                     "(or postgresql://USER:PASSWORD@HOST/DBNAME)")
 
 
 def normalize_db_url(url: str) -> str:

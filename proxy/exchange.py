@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from proxy.errors import (
 )
 from proxy.judging import JudgedCall, request_tools
 from proxy.logs import get_logger
-from proxy.metrics import BUDGET_EXHAUSTED, REQUESTS, RETRIES, TOOL_CALLS, UPSTREAM_LATENCY
+from proxy.metrics import BUDGET_EXHAUSTED, REQUESTS, RETRIES, TOOL_CALLS
 from proxy.metrics_feed import LOOP_TRACKER
 from proxy.policy import LoadedPolicy
 from proxy.policy.profiles import ToolSet
@@ -118,6 +119,9 @@ class Exchange:
         return self.error_response(exc)
 
     def keep(self, attempt: int, judged: list[JudgedCall], *, delivered: bool) -> None:
+        if log.is_enabled_for(logging.DEBUG):
+            log.debug("attempt", request_id=self.record.id, attempt=attempt, delivered=delivered,
+                      verdicts=[{"tool": j.call.name, **j.verdict.as_dict()} for j in judged])
         """Queue an attempt's calls for the store without waiting (held back, or recorded after the fact)."""
         queue_calls(self.state.writer, self.record, self.policy, attempt, judged, delivered=delivered,
                     tools=self.toolset)
@@ -146,6 +150,7 @@ class Exchange:
         self.keep(attempt, judged, delivered=False)
         if attempt > self.budget:
             self.record.budget_exhausted = True
+            self.record.note_blocked(judged)
             BUDGET_EXHAUSTED.labels(self.record.model).inc()
             return BLOCKED
         RETRIES.labels(self.record.model).inc()
@@ -258,10 +263,10 @@ def finish_exchange(ex: Exchange) -> None:
     _note_exception(record, sys.exc_info()[1])
     ex.state.finish(record)
     REQUESTS.labels(record.model, record.route, str(record.status)).inc()
-    UPSTREAM_LATENCY.labels(record.model).observe((record.duration_ms or 0) / 1000.0)
     log.info("request", request_id=record.id, session=record.session.id, model=record.model,
              route=record.route, stream=record.stream, status=record.status, outcome=record.outcome,
-             attempts=record.attempts, ttfb_ms=_round(record.ttfb_ms), ttft_ms=_round(record.ttft_ms),
+             error=record.error, blocked=record.blocked, attempts=record.attempts,
+             ttfb_ms=_round(record.ttfb_ms), ttft_ms=_round(record.ttft_ms),
              duration_ms=_round(record.duration_ms), concurrency=record.concurrency)
 
 

@@ -1,4 +1,4 @@
-"""structlog set up for one JSON line per event; secrets never reach a log line."""
+"""structlog set up for one JSON line per event (or a console line for people); secrets never reach a log line."""
 
 from __future__ import annotations
 
@@ -20,10 +20,12 @@ def _drop_secrets(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, 
     return event
 
 
-def configure_logging(level: str = "info") -> None:
+def configure_logging(level: str = "info", fmt: str = "json") -> None:
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         numeric = logging.INFO
+    renderer: Any = (structlog.dev.ConsoleRenderer(colors=False) if fmt == "console"
+                     else structlog.processors.JSONRenderer())
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -31,7 +33,7 @@ def configure_logging(level: str = "info") -> None:
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             _drop_secrets,
             structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
+            renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),

@@ -1,15 +1,23 @@
-"""Prometheus metrics of the proxy, declared once in a registry of its own."""
+"""Prometheus metrics of the proxy, declared once in a registry of its own.
+
+Per-model series are labelled `model_name`, as vLLM labels its own, so one dashboard can join them.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Info, disable_created_metrics
 from prometheus_client import Counter as _Counter
 from prometheus_client import Gauge as _Gauge
 from prometheus_client import Histogram as _Histogram
 
+from proxy import __version__
+
 __all__ = ["OTHER_LABEL", "REGISTRY", "bound_label"]
+
+# The `_created` series double every counter's output and no dashboard reads them.
+disable_created_metrics()
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -55,22 +63,42 @@ class Histogram(_Bounded, _Histogram):
     pass
 
 
+BUILD_INFO = Info("allowlist_proxy_build", "The running proxy's version", registry=REGISTRY)
+BUILD_INFO.info({"version": __version__})
+UPSTREAM_UP = Gauge(
+    "allowlist_proxy_upstream_up", "1 when the upstream answered its last /v1/models probe, else 0", ["upstream"],
+    registry=REGISTRY,
+)
+
 REQUESTS = Counter(
-    "allowlist_proxy_requests", "Client requests by model, route and status", ["model", "route", "status"],
+    "allowlist_proxy_requests", "Client requests by model, route and status", ["model_name", "route", "status"],
     registry=REGISTRY,
 )
 TOOL_CALLS = Counter(
     "allowlist_proxy_tool_calls", "Judged tool calls by model, decision and primary reason",
-    ["model", "decision", "reason"], registry=REGISTRY,
+    ["model_name", "decision", "reason"], registry=REGISTRY,
 )
-RETRIES = Counter("allowlist_proxy_retries", "Extra upstream attempts after a rejection", ["model"], registry=REGISTRY)
+RETRIES = Counter(
+    "allowlist_proxy_retries", "Extra upstream attempts after a rejection", ["model_name"], registry=REGISTRY
+)
 BUDGET_EXHAUSTED = Counter(
-    "allowlist_proxy_budget_exhausted", "Requests whose retry budget ran out", ["model"], registry=REGISTRY
+    "allowlist_proxy_budget_exhausted", "Requests whose retry budget ran out", ["model_name"], registry=REGISTRY
 )
-IN_FLIGHT = Gauge("allowlist_proxy_in_flight", "Requests in flight by model", ["model"], registry=REGISTRY)
+IN_FLIGHT = Gauge("allowlist_proxy_in_flight", "Requests in flight by model", ["model_name"], registry=REGISTRY)
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 UPSTREAM_LATENCY = Histogram(
-    "allowlist_proxy_upstream_seconds", "Upstream time to last byte", ["model"], registry=REGISTRY,
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+    "allowlist_proxy_upstream_seconds",
+    "One upstream attempt, request sent to last byte read; outcome ok, http_error (a non-200 answer) or error",
+    ["model_name", "upstream", "outcome"], registry=REGISTRY, buckets=_LATENCY_BUCKETS,
+)
+REQUEST_LATENCY = Histogram(
+    "allowlist_proxy_request_seconds",
+    "One client request, retries included, by its outcome (ok, blocked, upstream_error, client_disconnected, ...)",
+    ["model_name", "outcome"], registry=REGISTRY, buckets=_LATENCY_BUCKETS,
+)
+BLOCKED_TURNS = Counter(
+    "allowlist_proxy_blocked_turns", "Client requests answered with a block message: the retry budget ran out",
+    ["model_name"], registry=REGISTRY,
 )
 POLICY_RELOAD_FAILURES = Counter(
     "allowlist_proxy_policy_reload_failures", "Policy files refused at load or reload", ["file"], registry=REGISTRY
@@ -86,15 +114,19 @@ STORE_QUEUE_DEPTH = Gauge("allowlist_proxy_store_queue_depth", "Rows waiting for
 LOOPS = Counter(
     "allowlist_proxy_loops",
     "Retry-variant loops: a session's consecutive same-shape rejections reaching the policy's loop_min_attempts",
-    ["model"], registry=REGISTRY,
+    ["model_name"], registry=REGISTRY,
 )
 FIRST_TOKEN_LATENCY = Histogram(
-    "allowlist_proxy_upstream_first_token_seconds", "Time to the first token of streamed requests", ["model"],
+    "allowlist_proxy_upstream_first_token_seconds", "Time to the first token of streamed requests", ["model_name"],
     registry=REGISTRY, buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
 )
 TOKENS = Counter(
     "allowlist_proxy_tokens", "Tokens the upstream reported in its usage, by kind (prompt | completion)",
-    ["model", "kind"], registry=REGISTRY,
+    ["model_name", "kind"], registry=REGISTRY,
+)
+MODEL_NOT_FOUND = Counter(
+    "allowlist_proxy_model_not_found", "Requests refused because no upstream serves the model they named",
+    ["model_name"], registry=REGISTRY,
 )
 UNGOVERNED_REQUESTS = Counter(
     "allowlist_proxy_ungoverned_requests",

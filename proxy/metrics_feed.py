@@ -1,4 +1,5 @@
-"""Metrics that need more than one increment at a call site: loops, first-token latency, tokens.
+"""Metrics that need more than one increment at a call site: loops, first-token latency, tokens, request
+latency by outcome, blocked turns.
 
 Loops follow `proxy.store.queries`' definition so `/metrics` and `/stats/models` count the same thing: a
 run is consecutive error calls (reject or malformed) of one session and one model with the same shape
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from proxy.metrics import FIRST_TOKEN_LATENCY, LOOPS, TOKENS
+from proxy.metrics import BLOCKED_TURNS, FIRST_TOKEN_LATENCY, LOOPS, REQUEST_LATENCY, TOKENS
 from proxy.policy.verdict import Verdict
 from proxy.record import RequestRecord
 
@@ -63,7 +64,11 @@ LOOP_TRACKER = LoopTracker()
 
 
 def observe_request(record: RequestRecord) -> None:
-    """ProxyState listener: first-token latency of streamed requests and the tokens the upstream counted."""
+    """ProxyState listener: the client request's latency by outcome, first-token latency of streamed requests,
+    blocked turns, and the tokens the upstream counted."""
+    REQUEST_LATENCY.labels(record.model, record.outcome).observe((record.duration_ms or 0) / 1000.0)
+    if record.outcome == "blocked":
+        BLOCKED_TURNS.labels(record.model).inc()
     if record.stream and record.ttft_ms is not None and record.outcome == "ok":
         FIRST_TOKEN_LATENCY.labels(record.model).observe(record.ttft_ms / 1000.0)
     if record.usage.seen:

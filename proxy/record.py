@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -40,6 +41,16 @@ class Usage:
         }
 
 
+def _call_text(arguments: Any) -> str:
+    if isinstance(arguments, dict) and isinstance(arguments.get("command"), str):
+        return arguments["command"]
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+def _shorten(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
@@ -68,6 +79,8 @@ class RequestRecord:
     policy_hash: str | None = None
     mode: str | None = None
     profiles: str | None = None  # the tool profiles chosen for the request's tools, comma-separated
+    # The rejected calls of the last attempt when the retry budget ran out: what the log line shows.
+    blocked: list[dict[str, Any]] | None = None
     saved: bool = False
     journaled: bool = False  # its journal entry is queued (proxy.store.recorder)
 
@@ -88,11 +101,27 @@ class RequestRecord:
         if status is not None:
             self.status = status
 
+    def note_blocked(self, judged: list[Any]) -> None:
+        """The retry budget ran out on these verdicts (JudgedCall): kept for the log and the error column."""
+        self.blocked = [{"tool": item.call.name, "reasons": list(item.verdict.reasons),
+                         "call": _shorten(_call_text(item.call.arguments))}
+                        for item in judged if not item.allowed]
+
+    def settle_outcome(self) -> None:
+        # A turn whose budget ran out is `blocked`, however the transport ended; upstream and client
+        # failures keep their own outcome.
+        if self.budget_exhausted and self.outcome == "ok":
+            self.outcome = "blocked"
+            if self.error is None and self.blocked:
+                self.error = "retry budget spent: " + "; ".join(
+                    f"{b['tool']} {','.join(b['reasons'])}: {b['call']}" for b in self.blocked)[:1000]
+
     def save(self, writer: StoreWriter) -> None:
         """Queue the session (first time) and the request row; called exactly once per request."""
         if self.saved:
             return
         self.saved = True
+        self.settle_outcome()
         if self.duration_ms is None:
             self.duration_ms = self.elapsed_ms()
         queue_request(writer, self)

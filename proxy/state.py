@@ -15,7 +15,7 @@ from proxy.policy import PolicyManager
 from proxy.record import RequestRecord
 from proxy.sessions import SessionResolver
 from proxy.store.writer import StoreWriter
-from proxy.upstream import Upstream
+from proxy.upstream import Upstreams
 from proxy.vllm_version import UpstreamVllm
 
 __all__ = ["ProxyState"]
@@ -24,7 +24,7 @@ __all__ = ["ProxyState"]
 @dataclass
 class ProxyState:
     settings: Settings
-    upstream: Upstream
+    upstream: Upstreams
     engine: AsyncEngine
     writer: StoreWriter
     models: ModelCatalog

@@ -1,9 +1,10 @@
-"""GET /dashboard in real headless Chromium: the charts show the numbers the traffic made, refresh live, and the
-page asks nothing of any host but the proxy.
+"""GET /dashboard in real headless Chromium: the headline per model equals /stats/models, the charts show the
+numbers the traffic made and refresh live, the layout never scrolls sideways from 360 px to desktop, troubles
+show as banners, and the page asks nothing of any host but the proxy.
 
 Chromium is driven over the DevTools protocol with the `websockets` client; the test is skipped when no
-Chromium is installed (Debian: `apt-get install chromium`; `.ci/run` installs it). A screenshot is left in
-tests/artifacts/dashboard.png.
+Chromium is installed (Debian: `apt-get install chromium`; `.ci/run` installs it). Screenshots are left in
+tests/artifacts/ (dashboard-390.png, dashboard-1400.png, dashboard-troubles.png).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from tests.conftest import MODEL, ROOT, STRICT_POLICY, RunningProxy, wait_until
 
 OTHER = "qwen3.6-35b-a3b"
 TOKEN = "dash-token"
-ARTIFACT = ROOT / "tests" / "artifacts" / "dashboard.png"
+ARTIFACTS = ROOT / "tests" / "artifacts"
 SEARCH = 'uv run scripts/search.py "rust async"'
 LOOP_COMMANDS = [f"{SEARCH} | head -5", f"{SEARCH} | head -10", f"{SEARCH} | tail -3", f"{SEARCH} | head -1"]
 CHROMIUM_FLAGS = [
@@ -243,12 +244,38 @@ def test_dashboard_draws_the_stats_live_and_stays_on_host(
             code: api_reasons.get(code, 0) for code in reasons["labels"]}
     assert set(reasons["labels"]) == set(stats[MODEL]["reasons"]) | set(stats[OTHER]["reasons"])
 
-    # Loops: the one loop of four, with the commands the model tried.
-    loops = _rows(browser, "table-loops")
-    assert len(loops) == 1
-    assert loops[0][:4] == [MODEL, "ses_loop", "pipe", "4"]
-    assert browser.evaluate("""[...document.querySelectorAll("#table-loops code")].map((c) => c.textContent)""") \
-        == LOOP_COMMANDS
+    # Headline first: per model the API's own numbers, blocked turns as the store counts them.
+    blocked = {r["model"]: r["n"] for r in proxy.rows(
+        "SELECT model, COUNT(*) AS n FROM requests WHERE budget_exhausted GROUP BY model")}
+    assert blocked.get(MODEL) == 1  # the loop of four spent the budget of three retries
+    headline = browser.evaluate("window.dashboard.headline")
+    assert headline == [{"model": m, "tool_calls": stats[m]["tool_calls"], "error_rate": stats[m]["error_rate"],
+                         "blocked": blocked.get(m, 0), "loops": stats[m]["loops"]["count"],
+                         "recovery_rate": stats[m]["recovery_rate"]} for m in (MODEL, OTHER)]
+    cards = browser.evaluate("""[...document.querySelectorAll("#cards .card")].map((card) => [card.dataset.model,
+        ...[...card.querySelectorAll("dd")].map((dd) => dd.firstChild.textContent)])""")
+    assert cards == [[MODEL, "5", "80.0%", "1", "1", cards[0][5]], [OTHER, "2", "50.0%", "0", "0", cards[1][5]]]
+    first = browser.evaluate("document.querySelector('main > section').id")
+    assert first == "headline"
+
+    # Error rate over time: both models in the default range (24 h), then the picker shows the last hour.
+    timeline = charts["chart-timeline"]
+    assert sorted(d["label"] for d in timeline["datasets"]) == sorted([MODEL, OTHER])
+    assert 80 in timeline["datasets"][[d["label"] for d in timeline["datasets"]].index(MODEL)]["data"]
+    assert "the last 24 hours" in browser.evaluate("document.getElementById('timeline-window').textContent")
+    browser.evaluate("document.querySelector('.picker button[data-range=\"1h\"]').click()")
+    browser.wait_for("document.getElementById('timeline-window').textContent.includes('the last hour')")
+    assert browser.evaluate("document.querySelector('.picker [aria-pressed=\"true\"]').dataset.range") == "1h"
+
+    # Loops: one group (model x shape) with its count and lengths; its sessions only when opened, as links.
+    groups = browser.evaluate("""[...document.querySelectorAll("#loop-groups details")].map((d) =>
+        [d.dataset.model, d.dataset.shape, d.querySelector(".count").textContent, d.open])""")
+    assert groups == [[MODEL, "pipe", "1 loop", False]]
+    browser.evaluate("document.querySelector('#loop-groups summary').click()")
+    links = browser.evaluate("""[...document.querySelectorAll("#loop-groups details[open] a")]
+        .map((a) => a.getAttribute("href"))""")
+    assert links == ["stats/sessions/ses_loop"]
+    assert browser.evaluate("document.querySelectorAll('#loops code').length") == 1  # the shape, no command wall
 
     # Throughput by concurrency: the charts carry the API's live cells.
     cells = stats[MODEL]["throughput"]["concurrency"]
@@ -274,9 +301,16 @@ def test_dashboard_draws_the_stats_live_and_stays_on_host(
     browser.wait_for("""Chart.getChart(document.getElementById("chart-error-rate")).data.datasets[0].data[1]
                         === 66.7""", timeout=10)
 
-    ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
-    shot = browser.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})
-    ARTIFACT.write_bytes(base64.b64decode(shot["data"]))
+    # No sideways scrolling from a small phone to a desktop; a screenshot at a phone's width and a desktop's.
+    for width in (360, 390, 768, 1400):
+        browser.call("Emulation.setDeviceMetricsOverride",
+                     {"width": width, "height": 1800, "deviceScaleFactor": 1, "mobile": width < 768})
+        browser.wait_for(f"window.innerWidth === {width}")
+        time.sleep(0.3)  # the charts resize on the next frame
+        overflow = browser.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+        assert overflow[0] <= overflow[1], (width, overflow)
+        if width in (390, 1400):
+            screenshot(browser, f"dashboard-{width}.png")
 
     # Nothing but the proxy was asked, the data requests carried the token, and nothing went wrong on the page.
     sent = [e["params"]["request"] for e in browser.events if e.get("method") == "Network.requestWillBeSent"]
@@ -287,6 +321,36 @@ def test_dashboard_draws_the_stats_live_and_stays_on_host(
                 if e.get("method") == "Runtime.exceptionThrown"
                 or (e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")]
     assert problems == []
+
+
+def screenshot(browser: DevTools, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = browser.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})
+    (ARTIFACTS / name).write_bytes(base64.b64decode(shot["data"]))
+
+
+def test_dashboard_says_what_is_wrong_and_what_to_do(tmp_path: Path, db_url: str, browser: DevTools):
+    policy = tmp_path / "strict.yaml"
+    shutil.copy(STRICT_POLICY, policy)
+    settings = LiveSettings(upstream="http://127.0.0.1:9/v1", db=db_url, policy=policy, log_level="warning")
+    app = create_app(settings)
+    with ServerThread(app) as server:
+        time.sleep(0.3)  # a new modification time for the watcher
+        policy.write_text(policy.read_text().replace("retry_budget: 3", "retry_budget: many"))
+        assert wait_until(lambda: app.state.proxy.policies.status()["errors"], timeout=10)
+        browser.call("Emulation.setDeviceMetricsOverride",
+                     {"width": 390, "height": 1200, "deviceScaleFactor": 1, "mobile": True})
+        browser.call("Page.navigate", {"url": f"{server.url}/dashboard?refresh=1"})
+        browser.wait_for("window.dashboard && window.dashboard.refreshes >= 1")
+        banners = browser.evaluate("""[...document.querySelectorAll("#banners .banner")]
+            .map((b) => [b.dataset.kind, b.textContent])""")
+        assert [kind for kind, _ in banners] == ["upstream", "policy"], banners
+        assert "http://127.0.0.1:9/v1" in banners[0][1] and "retry_budget" in banners[1][1]
+        hint = browser.evaluate("[document.getElementById('headline-empty').hidden, "
+                                "document.getElementById('headline-empty').textContent]")
+        assert hint[0] is False and f"{server.url}/v1" in hint[1], hint
+        assert browser.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        screenshot(browser, "dashboard-troubles.png")
 
 
 def test_dashboard_files_are_served_with_a_strict_policy(start_proxy: Callable[..., RunningProxy], upstream):

@@ -2,8 +2,8 @@
 
 The compose file is parsed and its wiring checked (who depends on whom, which port and URL meet
 where, GPU and health checks); the Dockerfile is linted (hadolint when it is installed, else
-skipped) and checked for what this image must do: slim, non-root, health check, editable
-install next to `migrations/`. The files the image copies are then served the way the image
+skipped) and checked for what this image must do: slim, non-root, health check, a plain
+install that carries its migrations inside the package. The files the image copies are then served the way the image
 serves them, and its own HEALTHCHECK command must pass against that.
 """
 
@@ -110,13 +110,14 @@ def test_healthcheck_exposed_port_and_settings_agree():
     assert "/app/policies" in volumes and "/data" in volumes
 
 
-def test_installs_editable_beside_its_migrations():
-    # proxy/store/db.py finds migrations/ next to the package: a site-packages install would not.
+def test_installs_the_package_with_its_migrations_inside():
+    # proxy/store/db.py finds the migrations inside the package, so a site-packages install serves.
     (workdir,) = of("WORKDIR")
     copied = {os.path.normpath(shlex.split(args)[-1]): shlex.split(args)[:-1] for args in of("COPY")}
-    assert copied.get("proxy") == ["proxy"] and copied.get("migrations") == ["migrations"]
+    assert copied.get("proxy") == ["proxy"] and "migrations" not in copied
+    assert (ROOT / "proxy" / "migrations" / "env.py").is_file()
     assert workdir == "/app"
-    assert any(re.search(r"pip install (--no-cache-dir )?-e \.", run) for run in of("RUN"))
+    assert any(re.search(r"pip install (--no-cache-dir )?\.", run) for run in of("RUN"))
     for sources in copied.values():
         for source in sources:
             assert (ROOT / source).exists(), f"COPY {source}: not in the repository"
@@ -153,7 +154,7 @@ def test_the_copied_files_serve_and_pass_the_images_own_healthcheck(tmp_path: Pa
            "ALLOWLIST_PROXY_UPSTREAM": f"http://127.0.0.1:{free_port()}/v1"}
     where = subprocess.run([sys.executable, "-c", "import proxy.store.db as d; print(d.MIGRATIONS_DIR)"],
                            cwd=app, env=env, capture_output=True, text=True, timeout=60)
-    assert where.stdout.strip() == str(app / "migrations"), where.stderr
+    assert where.stdout.strip() == str(app / "proxy" / "migrations"), where.stderr
     cmd = exec_form(of("CMD")[0])
     server = subprocess.Popen([sys.executable, "-m", "proxy", *cmd[1:]], cwd=app, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -208,30 +209,30 @@ def flag(flags: list[str], name: str) -> str:
     raise AssertionError(f"{name} not among {flags}")
 
 
-def test_compose_runs_vllm_and_the_proxy(compose: dict[str, Any]):
-    assert set(compose["services"]) == {"vllm", "proxy"}
+VLLMS = {"vllm-dense": ("Qwen/Qwen3.5-27B", "qwen3.5-27b"), "vllm-moe": ("Qwen/Qwen3.6-35B-A3B", "qwen3.6-35b-a3b")}
+
+
+def test_compose_runs_two_vllms_and_the_proxy(compose: dict[str, Any]):
+    assert set(compose["services"]) == {*VLLMS, "proxy"}
     assert set(compose.get("volumes", {})) >= {"proxy-data"}
 
 
-def test_vllm_serves_qwen_with_the_tool_and_reasoning_parsers(compose: dict[str, Any]):
-    vllm = compose["services"]["vllm"]
+@pytest.mark.parametrize("name", VLLMS)
+def test_vllm_serves_qwen_with_the_tool_and_reasoning_parsers(compose: dict[str, Any], name: str):
+    vllm = compose["services"][name]
     image, _, tag = vllm["image"].partition(":")
     assert image == "vllm/vllm-openai" and tag and "latest" not in tag
     flags = command_flags(vllm)
     for expected in VLLM_FLAGS:
-        name, _, value = expected.partition("=")
-        assert flag(flags, name) == value if value else name in flags, expected
-    assert flag(flags, "--model") == "Qwen/Qwen3.5-27B"
-    assert flag(flags, "--served-model-name") == "qwen3.5-27b"
+        flag_name, _, value = expected.partition("=")
+        assert flag(flags, flag_name) == value if value else flag_name in flags, expected
+    assert (flag(flags, "--model"), flag(flags, "--served-model-name")) == VLLMS[name]
     assert int(flag(flags, "--max-model-len")) >= 32768
-    # The MoE alternative is written out, commented, with the same parsers.
-    text = COMPOSE.read_text()
-    assert "#   - --model=Qwen/Qwen3.6-35B-A3B" in text and "#   - --served-model-name=qwen3.6-35b-a3b" in text
-    assert text.count("--tool-call-parser=qwen3_coder") == 2
 
 
-def test_vllm_gets_the_gpu_a_model_cache_and_a_health_check(compose: dict[str, Any]):
-    vllm = compose["services"]["vllm"]
+@pytest.mark.parametrize("name", VLLMS)
+def test_vllm_gets_a_gpu_a_model_cache_and_a_health_check(compose: dict[str, Any], name: str):
+    vllm = compose["services"][name]
     (device,) = vllm["deploy"]["resources"]["reservations"]["devices"]
     assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
     assert any(v.split(":")[1] == "/root/.cache/huggingface" for v in vllm["volumes"])
@@ -243,15 +244,28 @@ def test_vllm_gets_the_gpu_a_model_cache_and_a_health_check(compose: dict[str, A
     assert "ports" not in vllm
 
 
-def test_proxy_starts_after_vllm_is_healthy_and_points_at_it(compose: dict[str, Any]):
-    proxy, vllm = compose["services"]["proxy"], compose["services"]["vllm"]
-    assert proxy["depends_on"] == {"vllm": {"condition": "service_healthy"}}
+def test_the_two_models_get_a_gpu_each_by_default(compose: dict[str, Any]):
+    gpus = [compose["services"][name]["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"]
+            for name in VLLMS]
+    assert gpus == [["0"], ["1"]]
+
+
+def test_proxy_starts_after_both_vllms_and_routes_each_model_to_its_server(compose: dict[str, Any]):
+    proxy = compose["services"]["proxy"]
+    assert proxy["depends_on"] == {name: {"condition": "service_healthy"} for name in VLLMS}
     assert (DOCKER / proxy["build"]["context"] / proxy["build"]["dockerfile"]).resolve() == DOCKERFILE
     env = proxy["environment"]
-    port = flag(command_flags(vllm), "--port")
-    assert env["ALLOWLIST_PROXY_UPSTREAM"] == f"http://vllm:{port}/v1"
     for name in env:
         assert name.removeprefix("ALLOWLIST_PROXY_").lower() in Settings.model_fields, name
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in proxy["volumes"]}
+    config_file = DOCKER / mounts[env["ALLOWLIST_PROXY_CONFIG"]]
+    settings = Settings(config=config_file)
+    routes = {u.url: u.models for u in settings.upstream_list()}
+    expected = {}
+    for name, (_model, served) in VLLMS.items():
+        port = flag(command_flags(compose["services"][name]), "--port")
+        expected[f"http://{name}:{port}/v1"] = [served]
+    assert routes == expected
     (published,) = proxy["ports"]
     assert published == "127.0.0.1:8080:8080"  # loopback unless the operator says otherwise
     assert "/health" in " ".join(proxy["healthcheck"]["test"])
@@ -275,6 +289,24 @@ def test_opencode_example_points_at_the_proxy_and_the_served_models(compose: dic
     ((provider_id, provider),) = config["provider"].items()
     assert provider["npm"] == "@ai-sdk/openai-compatible"
     assert provider["options"]["baseURL"] == "http://127.0.0.1:8080/v1"
-    served = flag(command_flags(compose["services"]["vllm"]), "--served-model-name")
-    assert served in provider["models"] and "qwen3.6-35b-a3b" in provider["models"]
+    served = [flag(command_flags(compose["services"][name]), "--served-model-name") for name in VLLMS]
+    assert set(served) <= set(provider["models"])
+    served = served[0]
     assert config["model"] == f"{provider_id}/{served}"
+
+
+# -- docker/grafana
+
+
+def test_the_grafana_dashboard_reads_only_metrics_the_proxy_or_vllm_export():
+    from proxy.metrics import REGISTRY
+
+    board = json.loads((DOCKER / "grafana" / "allowlist-proxy.json").read_text())
+    exported = {sample for metric in REGISTRY.collect() for sample in
+                (metric.name, f"{metric.name}_total", f"{metric.name}_bucket", f"{metric.name}_info")}
+    used = {name for panel in board["panels"] for target in panel["targets"]
+            for name in re.findall(r"\b(allowlist_proxy_[a-z_]+)", target["expr"])}
+    assert used and used <= exported, used - exported
+    labels = {label for panel in board["panels"] for target in panel["targets"]
+              for label in re.findall(r"by \(([^)]*)\)", target["expr"])}
+    assert all("model" not in part.split(", ") for part in labels)  # model_name, as vLLM labels it

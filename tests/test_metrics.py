@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from proxy import __version__
 from proxy.testing.characters import OPENCODE_TOOLS
 from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
 from proxy.testing.server import ServerThread
@@ -29,6 +30,11 @@ EXPECTED = {
     "allowlist_proxy_budget_exhausted": "counter",
     "allowlist_proxy_loops": "counter",
     "allowlist_proxy_upstream_seconds": "histogram",
+    "allowlist_proxy_request_seconds": "histogram",
+    "allowlist_proxy_blocked_turns": "counter",
+    "allowlist_proxy_model_not_found": "counter",
+    "allowlist_proxy_build_info": "gauge",
+    "allowlist_proxy_upstream_up": "gauge",
     "allowlist_proxy_upstream_first_token_seconds": "histogram",
     "allowlist_proxy_tokens": "counter",
     "allowlist_proxy_in_flight": "gauge",
@@ -105,20 +111,29 @@ def test_metrics_carry_the_scripted_traffic(model_upstream, start_proxy: Callabl
     proxy.flush()
     after = scrape(proxy)
 
-    assert value(after, "allowlist_proxy_requests_total", model=model, route="chat", status="200") == 4
-    calls = {(d, r): value(after, "allowlist_proxy_tool_calls_total", model=model, decision=d, reason=r)
+    assert value(after, "allowlist_proxy_requests_total", model_name=model, route="chat", status="200") == 4
+    calls = {(d, r): value(after, "allowlist_proxy_tool_calls_total", model_name=model, decision=d, reason=r)
              for d, r in [("reject", "pipe"), ("allow", ""), ("malformed", "bad_arguments")]}
     assert calls == {("reject", "pipe"): 4, ("allow", ""): 1, ("malformed", "bad_arguments"): 1}
-    assert value(after, "allowlist_proxy_retries_total", model=model) == 4
-    assert value(after, "allowlist_proxy_budget_exhausted_total", model=model) == 1
-    assert value(after, "allowlist_proxy_loops_total", model=model) == 1  # counted once, at its third call
-    assert value(after, "allowlist_proxy_upstream_seconds_count", model=model) == 4
-    assert value(after, "allowlist_proxy_upstream_seconds_bucket", model=model, le="+Inf") == 4
-    assert value(after, "allowlist_proxy_upstream_first_token_seconds_count", model=model) == 2  # streamed only
+    assert value(after, "allowlist_proxy_retries_total", model_name=model) == 4
+    assert value(after, "allowlist_proxy_budget_exhausted_total", model_name=model) == 1
+    assert value(after, "allowlist_proxy_loops_total", model_name=model) == 1  # counted once, at its third call
+    # Each upstream attempt timed on its own (8: 1 + 4 + 1 + 2), each client request once, by its outcome.
+    attempts = value(after, "allowlist_proxy_upstream_seconds_count", model_name=model, upstream=upstream.url,
+                     outcome="ok")
+    assert attempts == 8
+    assert value(after, "allowlist_proxy_request_seconds_count", model_name=model, outcome="ok") == 3
+    assert value(after, "allowlist_proxy_request_seconds_count", model_name=model, outcome="blocked") == 1
+    assert value(after, "allowlist_proxy_request_seconds_bucket", model_name=model, outcome="ok", le="+Inf") == 3
+    assert value(after, "allowlist_proxy_blocked_turns_total", model_name=model) == 1
+    assert value(after, "allowlist_proxy_upstream_up", upstream=upstream.url) == 1
+    assert value(after, "allowlist_proxy_build_info", version=__version__) == 1
+    assert not any(name.endswith("_created") for name, _labels in after)
+    assert value(after, "allowlist_proxy_upstream_first_token_seconds_count", model_name=model) == 2  # streamed only
     # Usage adds up over the attempts: 8 upstream answers of 10 prompt and 5 completion tokens.
-    assert value(after, "allowlist_proxy_tokens_total", model=model, kind="prompt") == 80
-    assert value(after, "allowlist_proxy_tokens_total", model=model, kind="completion") == 40
-    assert value(after, "allowlist_proxy_in_flight", model=model) == 0
+    assert value(after, "allowlist_proxy_tokens_total", model_name=model, kind="prompt") == 80
+    assert value(after, "allowlist_proxy_tokens_total", model_name=model, kind="completion") == 40
+    assert value(after, "allowlist_proxy_in_flight", model_name=model) == 0
     assert value(after, "allowlist_proxy_store_queue_depth") == 0  # flushed
     assert value(after, "allowlist_proxy_store_write_failures_total") == value(
         before, "allowlist_proxy_store_write_failures_total")
@@ -134,9 +149,9 @@ def test_in_flight_gauge_counts_a_running_stream(model_upstream, start_proxy):
     with proxy.client() as client, client.stream(
             "POST", "/v1/chat/completions", json={"model": model, "messages": [{"role": "user", "content": "x"}],
                                                   "stream": True}) as response:
-        assert wait_until(lambda: value(scrape(proxy), "allowlist_proxy_in_flight", model=model) == 1)
+        assert wait_until(lambda: value(scrape(proxy), "allowlist_proxy_in_flight", model_name=model) == 1)
         response.read()
-    assert value(scrape(proxy), "allowlist_proxy_in_flight", model=model) == 0
+    assert value(scrape(proxy), "allowlist_proxy_in_flight", model_name=model) == 0
 
 
 def test_a_refused_policy_edit_is_counted(tmp_path: Path, upstream, start_proxy):
@@ -157,3 +172,13 @@ def test_metrics_need_the_admin_token_when_one_is_set(upstream, start_proxy):
     with proxy.client() as client:
         assert client.get("/metrics").status_code == 401
     assert "allowlist_proxy_in_flight" in families(proxy, token="s3cret")
+
+
+def test_a_model_no_upstream_serves_is_counted(model_upstream, start_proxy):
+    model, upstream = model_upstream
+    proxy = start_proxy(upstream.url)
+    with proxy.client() as client:
+        response = client.post("/v1/chat/completions",
+                               json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]})
+    assert response.status_code == 404 and model in response.json()["error"]["message"]
+    assert value(scrape(proxy), "allowlist_proxy_model_not_found_total", model_name="gpt-4o") >= 1

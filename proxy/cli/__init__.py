@@ -1,27 +1,46 @@
 """The `allowlist-proxy` command: one module per subcommand, each exposing `register(subparsers)`.
 
 A subcommand module adds its parser with `set_defaults(func=...)`; `func(args)` returns the exit code.
+Errors an operator can fix (a setting, the policy file, the store, the port) end the command with one or two
+lines and exit code 2; `--log-level debug` shows their traceback too.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+
+from proxy import __version__
 
 # Order is the order of `--help`.
 SUBCOMMANDS = ("serve", "check", "extract", "stats", "report", "recheck", "db", "import-vllm-log", "demo")
+
+EXAMPLES = """examples:
+  allowlist-proxy demo                                  a first look, no GPU needed
+  allowlist-proxy serve --upstream http://127.0.0.1:8000/v1
+  allowlist-proxy check 'uv run scripts/search.py "rust async"'
+  allowlist-proxy stats --markdown
+"""
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="allowlist-proxy",
         description="OpenAI-compatible proxy that enforces an allowlist on coding agents' tool calls.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"allowlist-proxy {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
         importlib.import_module(f"proxy.cli.{name.replace('-', '_')}").register(sub)
     return parser
+
+
+def _debugging(args: argparse.Namespace) -> bool:
+    level = getattr(args, "log_level", None) or os.environ.get("ALLOWLIST_PROXY_LOG_LEVEL", "")
+    return str(level).lower() == "debug"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,4 +49,22 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    try:
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # inside the try: a reader gone by now is the same quiet case
+        return code
+    except BrokenPipeError:
+        # The reader went away (`stats | head`): nothing left to say, and nowhere to say it.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        from proxy.cli.failures import explain
+
+        message = explain(exc)
+        if message is None or _debugging(args):
+            raise
+        print(f"allowlist-proxy {args.command}: {message}", file=sys.stderr)
+        return 2

@@ -7,7 +7,8 @@ One command prints `{"decision", "reasons", "shape"}` and exits 0 when allowed, 
 COMMAND is the tool's arguments as a JSON object, judged through the tool profiles as the proxy judges that
 tool's call (`--tool exec_command '{"cmd": "..."}'`, `--tool Read '{"file_path": "/etc/passwd"}'`); a shell
 tool's bare command text is still accepted. `--jsonl` reads lines
-`{"cmd": "..."}` or `{"tool": "...", "arguments": {...}}` and prints one verdict per line, exiting 0.
+`{"cmd": "..."}` or `{"tool": "...", "arguments": {...}}` (what `extract --calls` prints) and prints one
+verdict per line with the line it judged as `input`, exiting 0.
 A policy that cannot be loaded exits 2 with its error on stderr.
 
 `--explain` adds what a model would read back for a rejected call: `feedback` (the policy's template,
@@ -35,6 +36,11 @@ def register(subparsers: Any) -> None:
         help="judge a bash command or a tool call against a policy",
         description="Judge a bash command, or a tool call's JSON arguments (--tool), against a policy. "
         "Prints {decision, reasons, shape}; exits 0 when allowed, 1 when not, 2 when the policy cannot load.",
+        epilog="examples:\n"
+        "  allowlist-proxy check 'uv run scripts/search.py \"rust async\"'\n"
+        "  allowlist-proxy check --tool read '{\"filePath\": \"../secrets\"}'\n"
+        "  allowlist-proxy extract --calls < output.txt | allowlist-proxy check --jsonl\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--policy", metavar="FILE", help="policy file (default: policies/strict.yaml)")
     parser.add_argument(
@@ -104,7 +110,7 @@ def _judge_line(policy: Policy, line: str) -> Judged:
     return tool, arguments, judge_call(policy, tool, arguments)
 
 
-def _print(policy: Policy, judged: Judged, out: TextIO, *, explain: bool) -> None:
+def _print(policy: Policy, judged: Judged, out: TextIO, *, explain: bool, echo: str | None = None) -> None:
     tool, arguments, verdict = judged
     shown: dict[str, Any] = verdict.as_dict()
     if explain:
@@ -112,6 +118,11 @@ def _print(policy: Policy, judged: Judged, out: TextIO, *, explain: bool) -> Non
         shown["feedback"] = (None if verdict.allowed else
                              format_feedback(policy, verdict, tool=tool, arguments=arguments))
         shown["suggestion"] = found.as_dict() if found is not None else None
+    if echo is not None:  # the judged line beside its verdict, so a batch's output reads on its own
+        try:
+            shown = {"input": json.loads(echo), **shown}
+        except ValueError:
+            shown = {"input": echo.rstrip("\n"), **shown}
     out.write(json.dumps(shown, ensure_ascii=False) + "\n")
 
 
@@ -127,7 +138,7 @@ def run(args: argparse.Namespace, *, stdin: TextIO | None = None, stdout: TextIO
     if args.jsonl:
         for line in stdin:
             if line.strip():
-                _print(policy, _judge_line(policy, line), stdout, explain=args.explain)
+                _print(policy, _judge_line(policy, line), stdout, explain=args.explain, echo=line)
         stdout.flush()
         return 0
     if args.command is None:

@@ -4,7 +4,8 @@ Reads stdin: a model's raw output text (default), a chat completion JSON (`--res
 recorded SSE stream of `data: {...}` lines (`--sse`). The SSE mode replays the stream through
 `ChoiceStream`, the proxy's own streaming path, so this command shows what the proxy would judge.
 Prints one JSON object per choice: {"content", "tool_calls": [{"name", "arguments"}],
-"malformed": [{"raw", "error"}]}.
+"malformed": [{"raw", "error"}]}; with `--calls`, one line per tool call, {"tool", "arguments"}, which
+is what `allowlist-proxy check --jsonl` reads.
 
 XML in content is read as a vLLM version family reads it: `--vllm-version V` (0.19, 0.23, 0.24,
 0.26, 0.33, or any release such as 0.27.1; default 0.19) and `--tool-parser P` (qwen3_coder or
@@ -13,6 +14,11 @@ qwen3_xml). `--jsonl` reads one JSON object per line - `{"text": ..., "tools": [
 with its own `"tools"`, `"vllm_version"` and `"tool_parser"` - and prints one line per input line:
 the result object (a list of them for a response or stream with several choices), or
 `{"error": ...}` for a line it cannot read, so thousands of cases are checked in one process.
+
+examples:
+  allowlist-proxy extract < model-output.txt
+  allowlist-proxy extract --sse < recorded-stream.txt
+  allowlist-proxy extract --calls < model-output.txt | allowlist-proxy check --jsonl
 """
 
 from __future__ import annotations
@@ -61,6 +67,8 @@ def register(subparsers: Any) -> None:
     mode.add_argument("--sse", action="store_true", help="stdin is a recorded SSE stream (data: lines)")
     mode.add_argument("--jsonl", action="store_true",
                       help='stdin holds one JSON object per line: {"text"|"response"|"sse": ..., "tools"?}')
+    parser.add_argument("--calls", action="store_true",
+                        help="print one {tool, arguments} line per call, the input of `check --jsonl`")
     parser.set_defaults(func=run)
 
 
@@ -80,6 +88,11 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:  # unreadable file, invalid JSON, unknown version
         print(f"allowlist-proxy extract: {exc}", file=sys.stderr)
         return 2
+    if getattr(args, "calls", False):
+        for result in results:
+            for call in result.tool_calls:
+                print(json.dumps({"tool": call.name, "arguments": call.arguments}, ensure_ascii=False))
+        return 0
     for result in results or [ExtractionResult(content="")]:
         print(json.dumps(render(result), ensure_ascii=False))
     return 0

@@ -30,6 +30,9 @@ def register(subparsers: Any) -> None:
             "generation and prefill throughput and completed requests per minute by concurrency "
             "(the `Running: N` of each stats window), plus speculative-decoding acceptance when logged."
         ),
+        epilog="examples:\n  allowlist-proxy import-vllm-log vllm.log\n"
+               "  docker compose logs vllm-dense | allowlist-proxy import-vllm-log - --markdown\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("files", nargs="+", metavar="FILE", help="vLLM server log; '-' reads stdin")
     output = parser.add_mutually_exclusive_group()

@@ -28,6 +28,8 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "recheck", help="judge every stored call again under another policy and compare error rates",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  allowlist-proxy recheck --policy policies/observe.yaml\n"
+               "  allowlist-proxy recheck --policy my-policy.yaml --since 24h --markdown\n",
     )
     parser.add_argument("--policy", required=True, metavar="FILE", help="the policy file to judge with")
     parser.add_argument("--since", metavar="T", help="epoch seconds, ISO 8601, or a duration ago (24h, 7d)")
@@ -35,6 +37,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--model", help="only this model")
     parser.add_argument("--db", metavar="URL", default=None, help="database URL [env ALLOWLIST_PROXY_DB]")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     parser.add_argument("--limit", type=int, default=100, metavar="N",
                         help="list at most N changed calls (all are counted; default 100)")
     parser.set_defaults(func=run)
@@ -141,7 +144,7 @@ async def recheck(engine: Any, loaded: Any, *, since: float | None = None, until
     return result
 
 
-def render(result: RecheckResult, path: str) -> str:
+def render(result: RecheckResult, path: str, *, markdown: bool = False) -> str:
     from proxy.stats import render_table
 
     def pct(rate: float) -> str:
@@ -153,7 +156,7 @@ def render(result: RecheckResult, path: str) -> str:
     lines = [f"recheck under policy {result.policy} ({path})", ""]
     lines.append(render_table(
         ["Model", "Tool calls", "Errors", "Err/tool", "New errors", "New err/tool", "Change"], rows,
-        right=[False] + [True] * 6))
+        right=[False] + [True] * 6, markdown=markdown))
     lines.append("")
     shown = f" (first {len(result.changes)})" if len(result.changes) < result.changed_total else ""
     lines.append(f"{result.changed_total} calls change verdict{shown}:")
@@ -187,5 +190,6 @@ def run(args: argparse.Namespace) -> int:
                                                             model=args.model, limit=args.limit))
     if code:
         return code
-    print(json.dumps(result.as_dict(), indent=2) if args.json else render(result, args.policy))
+    print(json.dumps(result.as_dict(), indent=2) if args.json else render(result, args.policy,
+                                                                        markdown=getattr(args, "markdown", False)))
     return 0

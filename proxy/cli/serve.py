@@ -1,25 +1,35 @@
-"""`allowlist-proxy serve`: each setting is a flag, an environment variable, or its default."""
+"""`allowlist-proxy serve`: each setting is a flag, an environment variable, a key of the config file, or its
+default. Everything that can be wrong with the settings is found before the server starts, and said in a line."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import errno
+import socket
+from pathlib import Path
 from typing import Any
 
-from proxy.config import Settings
+from proxy.config import ConfigError, Settings
 
-__all__ = ["register"]
+__all__ = ["bind", "register", "settings_from"]
 
-# The settings offered as flags; every one of them is also ALLOWLIST_PROXY_<NAME>.
-FLAGS = ("host", "port", "upstream", "db", "policy", "log_level", "session_header", "project_root_header")
+EXAMPLES = """examples:
+  allowlist-proxy serve
+  allowlist-proxy serve --upstream http://gpu-box:8000/v1 --port 9000
+  allowlist-proxy serve --config allowlist-proxy.yaml        (several upstreams, routed by model)
+  ALLOWLIST_PROXY_POLICY=policies/observe.yaml allowlist-proxy serve --log-format console
+"""
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser("serve", help="run the proxy", description="Run the proxy in front of an upstream.")
-    for name in FLAGS:
-        info = Settings.model_fields[name]
-        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None,
-                            help=f"{info.description} [env ALLOWLIST_PROXY_{name.upper()}; "
-                                 f"default {_shown(info.get_default(call_default_factory=True))}]")
+    parser = sub.add_parser("serve", help="run the proxy", description="Run the proxy in front of an upstream.",
+                            epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for name, info in Settings.model_fields.items():
+        default = info.get_default(call_default_factory=True)
+        shown = "unset" if default in (None, [], {}) else _shown(default)
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, metavar=name.upper(),
+                            help=f"{info.description} [env ALLOWLIST_PROXY_{name.upper()}; default {shown}]")
     parser.set_defaults(func=run)
 
 
@@ -28,8 +38,57 @@ def _shown(value: Any) -> str:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    overrides = {name: getattr(args, name) for name in FLAGS if getattr(args, name, None) is not None}
+    overrides = {name: getattr(args, name) for name in Settings.model_fields if getattr(args, name, None) is not None}
     return Settings(**overrides)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before the app starts so that a busy port is one clear line and port 0
+    has its real number for the banner."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError("port", f"{host}:{port} is already in use (another proxy, or `demo`?). "
+                                      "Stop it, or pick another port with --port (0 picks a free one).") from None
+        if isinstance(exc, socket.gaierror) or exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+            raise ConfigError("host", f"cannot listen on {host!r} ({exc.strerror}). Use 127.0.0.1, 0.0.0.0 "
+                                      "or an address of this machine.") from None
+        raise ConfigError("port", f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(2048)
+    return sock
+
+
+async def preflight(settings: Settings) -> None:
+    """Load the policy and open and migrate the store once, so that their errors come before the server."""
+    from sqlalchemy.engine import make_url
+
+    from proxy.policy import default_policy_path
+    from proxy.policy.loader import load_policy_file
+    from proxy.store.db import create_engine, migrate
+
+    path = settings.policy or default_policy_path()
+    if not Path(path).is_file():
+        raise ConfigError("policy", f"{path} does not exist. Give a policy file with --policy "
+                                    "(policies/strict.yaml in the repository, or leave it unset for the packaged one).")
+    load_policy_file(path)
+    if settings.db.startswith("sqlite"):
+        file = make_url(settings.db).database
+        parent = Path(file).parent if file and file != ":memory:" else None
+        if parent is not None and not parent.is_dir():
+            raise ConfigError("db", f"the directory {parent} of the SQLite file does not exist. "
+                                    "Create it, or give another sqlite:///PATH.")
+    engine = create_engine(settings.db)
+    try:
+        await asyncio.wait_for(migrate(engine), timeout=30)
+    except TimeoutError:
+        raise ConfigError("db", "the database did not answer in 30 s. Is it running and reachable?") from None
+    finally:
+        await engine.dispose()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,8 +98,19 @@ def run(args: argparse.Namespace) -> int:
     from proxy.connections import raise_open_file_limit, server_options
 
     settings = settings_from(args)
+    asyncio.run(preflight(settings))
+    sock = bind(settings.host, settings.port)
     app = create_app(settings)
+    app.state.listen = (settings.host, sock.getsockname()[1])
+    app.state.print_banner = True
     raise_open_file_limit(settings.max_connections)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
-                timeout_graceful_shutdown=30, **server_options(settings))
-    return 0
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=30,
+                            **server_options(settings))
+    server = uvicorn.Server(config)
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass  # uvicorn raises Ctrl-C again once it has shut down gracefully: a normal stop
+    finally:
+        sock.close()
+    return 0 if server.started else 2

@@ -24,6 +24,8 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "stats", help="per-model error rates, reason codes and retry loops from the store",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  allowlist-proxy stats\n  allowlist-proxy stats --since 24h --markdown --throughput\n"
+               "  allowlist-proxy stats --json --db postgresql://allowlist:secret@db-host/allowlist\n",
     )
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the /stats/models JSON object")
@@ -128,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         from proxy.throughput.live import render_live_tables
 
         print()
-        print(render_live_tables({m["model"]: m["throughput"] for m in stats["models"]}), end="")
+        print(render_live_tables({m["model"]: m["throughput"] for m in stats["models"]}, markdown=md), end="")
     return 0
 
 

@@ -1,6 +1,6 @@
-// The dashboard: fetches /stats/models and /stats/loops every few seconds and draws them with Chart.js.
-// Everything that comes from the store (model names, commands) is set as text, never as HTML: the
-// commands are whatever a model wrote.
+// The dashboard: fetches /stats/models and /stats/overview every few seconds and draws them with Chart.js.
+// The headline per model comes first, then the error rate over the picked range, then the detail.
+// Everything that comes from the store (model names, sessions, shapes) is set as text, never as HTML.
 "use strict";
 
 (() => {
@@ -21,12 +21,55 @@
     if (params.get(name)) filters.set(name, params.get(name));
   }
 
-  const PALETTE = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#bf8700", "#1b7c83", "#bc4c00", "#57606a"];
-  const state = { refreshes: 0, errors: 0, lastError: null, stats: null, loops: null, charts: {} };
+  // Colours that name a model and say nothing about it: no red (bad) or green (good).
+  const PALETTE = ["#4e79a7", "#b07aa1", "#76b7b2", "#9c755f", "#edc948", "#bab0ac", "#5778a4", "#d4a6c8"];
+  const RANGES = ["1h", "24h", "7d", "all"];
+  const RANGE_WORDS = { "1h": "the last hour", "24h": "the last 24 hours", "7d": "the last 7 days", all: "all time" };
+  const state = {
+    refreshes: 0, errors: 0, lastError: null, stats: null, overview: null, headline: [], charts: {},
+    range: RANGES.includes(params.get("range")) ? params.get("range") : "24h", open: new Set(),
+  };
   window.dashboard = state; // for people poking at the page, and for the browser test
 
   Chart.defaults.animation = false; // redrawn every few seconds: animating each refresh only distracts
   Chart.defaults.maintainAspectRatio = false;
+
+  // Whiskers: a dataset's `ci` holds [low, high] in the bar's units (or null); drawn across each bar's end.
+  const whiskers = {
+    id: "whiskers",
+    afterDatasetsDraw(chart) {
+      const { ctx } = chart;
+      chart.data.datasets.forEach((dataset, index) => {
+        if (!dataset.ci) return;
+        const meta = chart.getDatasetMeta(index);
+        const horizontal = chart.options.indexAxis === "y";
+        const scale = horizontal ? chart.scales.x : chart.scales.y;
+        meta.data.forEach((bar, i) => {
+          const ci = dataset.ci[i];
+          if (!ci) return;
+          const [a, b] = [scale.getPixelForValue(ci[0]), scale.getPixelForValue(ci[1])];
+          const mid = horizontal ? bar.y : bar.x;
+          const half = 6;
+          ctx.save();
+          ctx.strokeStyle = "#24292f";
+          ctx.lineWidth = 1.5;
+          ctx.beginPath();
+          if (horizontal) {
+            ctx.moveTo(a, mid); ctx.lineTo(b, mid);
+            ctx.moveTo(a, mid - half); ctx.lineTo(a, mid + half);
+            ctx.moveTo(b, mid - half); ctx.lineTo(b, mid + half);
+          } else {
+            ctx.moveTo(mid, a); ctx.lineTo(mid, b);
+            ctx.moveTo(mid - half, a); ctx.lineTo(mid + half, a);
+            ctx.moveTo(mid - half, b); ctx.lineTo(mid + half, b);
+          }
+          ctx.stroke();
+          ctx.restore();
+        });
+      });
+    },
+  };
+  Chart.register(whiskers);
 
   async function getJSON(path) {
     const headers = token ? { Authorization: "Bearer " + token } : {};
@@ -80,10 +123,6 @@
     return rate === null || rate === undefined ? "-" : (rate * 100).toFixed(1) + "%";
   }
 
-  function color(models, model) {
-    return PALETTE[models.indexOf(model) % PALETTE.length];
-  }
-
   function chart(id, type, options) {
     if (!state.charts[id]) {
       state.charts[id] = new Chart(document.getElementById(id), {
@@ -101,12 +140,63 @@
     c.update("none");
   }
 
+  function colourOf(model) {
+    const names = (state.stats ? state.stats.models : []).map((m) => m.model);
+    const at = names.indexOf(model);
+    return PALETTE[(at < 0 ? names.length : at) % PALETTE.length];
+  }
+
+  function agentHint() {
+    const base = `${location.origin}${location.pathname.replace(/dashboard\/?$/, "")}v1`;
+    return `No traffic yet. Point an agent at ${base} (OpenCode: the provider's baseURL), ` +
+      "or run `allowlist-proxy demo` to see this page filled.";
+  }
+
+  function renderHeadline(models, blocked) {
+    state.headline = models.map((m) => ({
+      model: m.model, tool_calls: m.tool_calls, error_rate: m.error_rate, blocked: blocked[m.model] || 0,
+      loops: m.loops ? m.loops.count : 0, recovery_rate: m.recovery_rate,
+    }));
+    const cards = state.headline.map((h, index) => {
+      const m = models[index];
+      const card = el("article", null, "card");
+      card.dataset.model = h.model;
+      card.style.setProperty("--model-colour", colourOf(h.model));
+      card.append(el("h3", h.model));
+      const list = el("dl");
+      const ci = m.error_rate_ci95;
+      const fields = [
+        ["tool_calls", "Tool calls", h.tool_calls, null],
+        ["error_rate", "Error rate", percent(h.error_rate), ci ? `95%: ${percent(ci[0])} to ${percent(ci[1])}` : null],
+        ["blocked", "Blocked turns", h.blocked, "retry budget spent"],
+        ["loops", "Loops", h.loops, null],
+        ["recovery_rate", "Recovery", percent(h.recovery_rate), "allowed call after a refusal"],
+      ];
+      for (const [field, label, value, note] of fields) {
+        const dd = el("dd", value);
+        dd.dataset.field = field;
+        if (note) dd.append(el("small", note));
+        const pair = el("div");  // a term with its value, so they wrap together
+        pair.append(el("dt", label), dd);
+        list.append(pair);
+      }
+      card.append(list);
+      return card;
+    });
+    document.getElementById("cards").replaceChildren(...cards);
+    const empty = document.getElementById("headline-empty");
+    empty.textContent = agentHint();
+    empty.hidden = models.length > 0;
+  }
+
   function renderModels(models) {
     const names = models.map((m) => m.model);
+    const ci = models.map((m) => (m.error_rate_ci95 ? m.error_rate_ci95.map((v) => Math.round(v * 1000) / 10) : null));
     draw("chart-error-rate", "bar", names, [{
       label: "error rate (%)",
       data: models.map((m) => (m.error_rate === null ? null : Math.round(m.error_rate * 1000) / 10)),
-      backgroundColor: names.map((n) => color(names, n)),
+      backgroundColor: names.map((n) => colourOf(n)),
+      ci: ci.some(Boolean) ? ci : null,
     }], {
       indexAxis: "y",
       scales: { x: { min: 0, max: 100, title: { display: true, text: "% of tool calls rejected or malformed" } } },
@@ -120,6 +210,131 @@
     }));
   }
 
+  function when(seconds, withDate) {
+    const date = new Date(seconds * 1000);
+    const options = withDate ? { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" }
+      : { hour: "2-digit", minute: "2-digit" };
+    return date.toLocaleString(undefined, options);
+  }
+
+  function duration(seconds) {
+    if (seconds >= 86400 && seconds % 86400 === 0) return `${seconds / 86400} d`;
+    if (seconds >= 3600 && seconds % 3600 === 0) return `${seconds / 3600} h`;
+    if (seconds >= 60) return `${Math.round(seconds / 60)} min`;
+    return `${Math.round(seconds)} s`;
+  }
+
+  function renderTimeline(timeline) {
+    for (const button of document.querySelectorAll(".picker button")) {
+      button.setAttribute("aria-pressed", String(button.dataset.range === timeline.range));
+    }
+    const size = timeline.bucket_seconds;
+    const starts = [];
+    for (let t = timeline.since; t <= timeline.until; t += size) starts.push(t);
+    const long = timeline.until - timeline.since > 86400;
+    const names = Object.keys(timeline.models).sort();
+    draw("chart-timeline", "line", starts.map((t) => when(t, long)), names.map((name) => {
+      const byStart = new Map(timeline.models[name].map((b) => [Math.round(b.start), b]));
+      return {
+        label: name, borderColor: colourOf(name), backgroundColor: colourOf(name), spanGaps: true, pointRadius: 2,
+        data: starts.map((t) => {
+          const bucket = byStart.get(Math.round(t));
+          return bucket && bucket.error_rate !== null ? Math.round(bucket.error_rate * 1000) / 10 : null;
+        }),
+      };
+    }), { scales: { y: { min: 0, max: 100, title: { display: true, text: "% of tool calls" } },
+      x: { ticks: { maxRotation: 0, autoSkip: true, maxTicksLimit: 6 } } } });
+    document.getElementById("timeline-window").textContent =
+      `Showing ${RANGE_WORDS[timeline.range]}: ${when(timeline.since, true)} to ${when(timeline.until, true)}, ` +
+      `one point per ${duration(size)}.`;
+    document.getElementById("timeline-empty").hidden = names.length > 0;
+  }
+
+  function renderBanners(status) {
+    const banners = [];
+    const add = (kind, text) => {
+      const node = el("p", text, "banner");
+      node.dataset.kind = kind;
+      node.setAttribute("role", "alert");
+      banners.push(node);
+    };
+    for (const upstream of status.upstreams || []) {
+      if (!upstream.reachable) {
+        add("upstream", `Upstream ${upstream.url} does not answer: requests for its models fail with 502. ` +
+          "Is vLLM running there, and is the URL right (it ends in /v1)?");
+      }
+    }
+    for (const error of status.policy_errors || []) {
+      const where = [error.file, error.line].filter((x) => x !== null && x !== undefined).join(":");
+      add("policy", `Policy file ${where} was refused (${error.key ? error.key + ": " : ""}${error.message}); ` +
+        `the proxy keeps serving the last good policy "${status.policy ? status.policy.name : "?"}". Fix the file ` +
+        "and it reloads.");
+    }
+    const store = status.store || {};
+    if (store.failures > 0 || store.queue > 10000) {
+      add("store", `The store is in trouble: ${store.failures} failed writes (retried), ${store.queue} rows ` +
+        "waiting. Check the database and the proxy's log.");
+    }
+    document.getElementById("banners").replaceChildren(...banners);
+  }
+
+  function renderLoopGroups(groups) {
+    const nodes = groups.map((group) => {
+      const key = `${group.model}\u0000${group.shape}`;
+      const details = el("details", null, "group");
+      details.dataset.model = group.model;
+      details.dataset.shape = group.shape;
+      details.style.setProperty("--model-colour", colourOf(group.model));
+      details.open = state.open.has(key);
+      details.addEventListener("toggle", () => {
+        if (details.open) state.open.add(key); else state.open.delete(key);
+      });
+      const summary = el("summary");
+      const swatch = el("span", null, "swatch");
+      const lengths = Object.entries(group.lengths).map(([n, c]) => [Number(n), c]).sort((a, b) => a[0] - b[0]);
+      const most = Math.max(...lengths.map(([, c]) => c));
+      const histogram = el("span", null, "histogram");
+      histogram.setAttribute("aria-label", "loop lengths: " + lengths.map(([n, c]) => `${c} of ${n}`).join(", "));
+      for (const [n, c] of lengths) {
+        const bar = el("span");
+        bar.style.height = `${Math.max(8, Math.round((c / most) * 100))}%`;
+        bar.title = `${c} loop${c === 1 ? "" : "s"} of ${n} attempts`;
+        histogram.append(bar);
+      }
+      summary.append(swatch, el("span", group.model), el("code", group.shape),
+        el("span", `${group.loops} loop${group.loops === 1 ? "" : "s"}`, "count"),
+        el("span", `lengths ${lengths.map(([n, c]) => `${n}\u00d7${c}`).join(", ")}`), histogram);
+      const list = el("ul", null, "sessions");
+      for (const session of group.sessions) {
+        const item = el("li");
+        const link = el("a", session.session_id);
+        link.href = `stats/sessions/${encodeURIComponent(session.session_id)}`;
+        item.append(link, document.createTextNode(` - ${session.attempts} attempts, ${when(session.started_at, true)}`));
+        list.append(item);
+      }
+      details.append(summary, list);
+      return details;
+    });
+    document.getElementById("loop-groups").replaceChildren(...nodes);
+    document.getElementById("loops-empty").hidden = groups.length > 0;
+  }
+
+  async function renderCompare(models, status) {
+    const node = document.getElementById("compare");
+    if (!status.compare || models.length < 2) {
+      node.hidden = true;
+      return;
+    }
+    try {
+      const answer = await getJSON(withFilters("stats/compare", { models: models.slice(0, 2).map((m) => m.model).join(",") }));
+      const sentence = typeof answer.sentence === "string" ? answer.sentence : answer.summary;
+      node.textContent = typeof sentence === "string" ? sentence : "";
+      node.hidden = !node.textContent;
+    } catch (_) {
+      node.hidden = true;
+    }
+  }
+
   function renderReasons(models) {
     const names = models.map((m) => m.model);
     const totals = {};
@@ -128,7 +343,7 @@
     }
     const codes = Object.keys(totals).sort((a, b) => totals[b] - totals[a] || a.localeCompare(b));
     draw("chart-reasons", "bar", codes, models.map((m) => ({
-      label: m.model, data: codes.map((code) => (m.reasons || {})[code] || 0), backgroundColor: color(names, m.model),
+      label: m.model, data: codes.map((code) => (m.reasons || {})[code] || 0), backgroundColor: colourOf(m.model),
     })), { indexAxis: "y", scales: { x: { stacked: true, beginAtZero: true }, y: { stacked: true } } });
     const head = document.createElement("tr");
     head.append(...["Reason", ...names].map((name) => el("th", name)));
@@ -138,21 +353,6 @@
       tr.dataset.reason = code;
       return tr;
     }));
-  }
-
-  function renderLoops(loops) {
-    fill("table-loops", loops.map((lp) => {
-      const list = el("ol", null, "commands");
-      for (const command of lp.commands || []) {
-        const item = el("li");
-        item.append(el("code", command));
-        list.append(item);
-      }
-      const tr = row([lp.model, lp.session_id, lp.shape, lp.attempts, list]);
-      tr.dataset.session = lp.session_id;
-      return tr;
-    }));
-    document.getElementById("loops-empty").hidden = loops.length > 0;
   }
 
   function renderThroughput(models) {
@@ -179,7 +379,7 @@
         const cell = m.throughput.concurrency[String(c)];
         return cell && cell[field] !== null && cell[field] !== undefined ? cell[field] : null;
       }),
-      backgroundColor: color(names, m.model),
+      backgroundColor: colourOf(m.model),
     }));
     const scales = { x: { title: { display: true, text: "concurrency" } }, y: { beginAtZero: true } };
     draw("chart-generation", "bar", labels.map(String), series("generation_tps"), { scales });
@@ -215,18 +415,25 @@
     node.dataset.state = kind;
   }
 
+  let timer = null;
+
   async function refresh() {
+    clearTimeout(timer);
     try {
-      const [stats, loops] = await Promise.all([
+      const [stats, overview] = await Promise.all([
         getJSON(withFilters("stats/models")),
-        getJSON(withFilters("stats/loops", { limit: "20" })),
+        getJSON(withFilters("stats/overview", { range: state.range })),
       ]);
       state.stats = stats;
-      state.loops = loops.loops;
+      state.overview = overview;
+      renderBanners(overview.status);
+      renderHeadline(stats.models, overview.blocked);
+      renderTimeline(overview.timeline);
       renderModels(stats.models);
       renderReasons(stats.models);
-      renderLoops(loops.loops);
+      renderLoopGroups(overview.loop_groups);
       renderThroughput(stats.models);
+      await renderCompare(stats.models, overview.status);
       state.refreshes += 1;
       status(`updated ${new Date().toLocaleTimeString()} - every ${refreshSeconds} s`, "ok");
     } catch (error) {
@@ -234,8 +441,15 @@
       state.lastError = String(error.message || error);
       status(state.lastError, "error");
     } finally {
-      setTimeout(refresh, refreshSeconds * 1000);
+      timer = setTimeout(refresh, refreshSeconds * 1000);
     }
+  }
+
+  for (const button of document.querySelectorAll(".picker button")) {
+    button.addEventListener("click", () => {
+      state.range = button.dataset.range;
+      refresh();
+    });
   }
 
   refresh();

@@ -16,7 +16,8 @@ from proxy.errors import ProxyError
 
 __all__ = ["StoreError", "alembic_config", "create_engine", "migrate", "schema_revisions", "translate_db_error"]
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+# Inside the package, so that an installed wheel finds them as well as a source checkout does.
+MIGRATIONS_DIR = Path(__file__).resolve().parents[1] / "migrations"
 
 
 class StoreError(ProxyError):
@@ -50,7 +51,7 @@ def create_engine(url: str) -> AsyncEngine:
 
 def alembic_config(url: str | None = None) -> Config:
     if not MIGRATIONS_DIR.is_dir():
-        raise StoreError(f"migrations not found at {MIGRATIONS_DIR}: install the proxy from its source tree")
+        raise StoreError(f"migrations not found at {MIGRATIONS_DIR}: reinstall the package")
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     if url:

@@ -41,6 +41,7 @@ from proxy.throughput.tables import (
     TableBuilder,
     Window,
     format_value,
+    render_markdown,
     render_text,
     tables_to_json,
 )
@@ -290,7 +291,10 @@ def _latency_text(cell: Mapping[str, Any] | None, kind: str) -> str:
             f" ({cell['requests']})")
 
 
-def _aligned(title: str, header: list[str], rows: list[list[str]]) -> str:
+def _aligned(title: str, header: list[str], rows: list[list[str]], markdown: bool = False) -> str:
+    if markdown:
+        rule = "|" + "|".join(["---", *("---:" for _ in header[1:])]) + "|"
+        return "\n".join([f"**{title}**", "", _md_line(header), rule, *(_md_line(r) for r in rows)])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = [title]
     for r in [header, *rows]:
@@ -299,12 +303,17 @@ def _aligned(title: str, header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def render_live_tables(result: Mapping[str, Mapping[str, Any]]) -> str:
-    """`live_throughput`'s result as aligned text: the seed's tables, then TTFT and TPOT per concurrency."""
+def _md_line(cells: list[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+def render_live_tables(result: Mapping[str, Mapping[str, Any]], *, markdown: bool = False) -> str:
+    """`live_throughput`'s result as aligned text (or Markdown): the seed's tables, then TTFT and TPOT per
+    concurrency."""
     tables = [_table_from_json(name, entry) for name, entry in sorted(result.items())]
     if not any(t.windows for t in tables) and not any(e.get("latency") for e in result.values()):
         return "No live throughput windows recorded yet.\n"
-    text = render_text(tables) if any(t.cells for t in tables) else ""
+    text = (render_markdown(tables) if markdown else render_text(tables)) if any(t.cells for t in tables) else ""
     models = sorted(result)
     levels = sorted({int(c) for e in result.values() for c in (e.get("latency") or {})})
     if levels:
@@ -315,6 +324,6 @@ def render_live_tables(result: Mapping[str, Mapping[str, Any]]) -> str:
                             ("tpot", "Time per output token (ms), p50 / p99; (n) streamed requests")):
             rows = [[str(c), *(_latency_text((result[m].get("latency") or {}).get(str(c)), kind) for m in models)]
                     for c in levels]
-            blocks.append(_aligned(title, header, rows))
+            blocks.append(_aligned(title, header, rows, markdown))
         text = (text + "\n" if text else "") + "\n\n".join(blocks) + "\n"
     return text

@@ -1,0 +1,110 @@
+"""The wheel, installed into a fresh virtual environment, serves, migrates and runs the demo from a directory
+that is not the source tree: what `pip install .`, `pipx install` and `uv tool install` give an operator.
+
+The wheel is built without build isolation and installed without its dependencies, which the fresh
+environment takes from the test environment through a `.pth` line, so the test needs no network.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+import venv
+from pathlib import Path
+
+import httpx
+import pytest
+
+from proxy import __version__
+from tests.conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bin/ directory of a fresh venv holding the proxy's wheel."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    # Built from a copy of what the package is made of: setuptools leaves a build/ folder in the source,
+    # whose stale files would otherwise go into the next wheel.
+    source = tmp / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "proxy", source / "proxy", ignore=shutil.ignore_patterns("__pycache__"))
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                            "-w", str(tmp / "dist"), str(source)], capture_output=True, text=True, timeout=300)
+    if build.returncode != 0 and "No module named" in build.stderr:
+        pytest.skip(f"cannot build a wheel here without build isolation: {build.stderr.strip()[-200:]}")
+    assert build.returncode == 0, build.stderr
+    (wheel,) = (tmp / "dist").glob("allowlist_proxy-*.whl")
+    env_dir = tmp / "venv"
+    venv.create(env_dir, with_pip=False)
+    python = env_dir / "bin" / "python"
+    fresh_site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+    # Appended after the fresh site-packages, so the wheel's `proxy` comes first; the editable install's
+    # own .pth files in that directory are not processed from here.
+    Path(fresh_site, "test-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
+                              "--no-index", "-q", str(wheel)], capture_output=True, text=True, timeout=300)
+    assert install.returncode == 0, install.stderr
+    return env_dir / "bin"
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALLOWLIST_PROXY_") and k != "PYTHONPATH"}
+    return env
+
+
+def test_the_installed_package_is_the_wheel_and_knows_its_version(installed: Path, tmp_path: Path):
+    where = subprocess.run([installed / "python", "-c", "import proxy; print(proxy.__file__)"], cwd=tmp_path,
+                           env=_env(), capture_output=True, text=True, timeout=60)
+    assert where.stdout.startswith(str(installed.parent)), where.stdout + where.stderr
+    version = subprocess.run([installed / "allowlist-proxy", "--version"], cwd=tmp_path, env=_env(),
+                             capture_output=True, text=True, timeout=60)
+    assert version.stdout.strip() == f"allowlist-proxy {__version__}"
+
+
+def test_db_upgrade_reports_the_real_revision(installed: Path, tmp_path: Path):
+    result = subprocess.run([installed / "allowlist-proxy", "db", "upgrade", "--db", "sqlite:///store.db"],
+                            cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"schema at 0\d{3}", result.stdout), result.stdout
+    assert (tmp_path / "store.db").is_file()
+
+
+def test_serve_starts_with_a_banner_on_a_free_port(installed: Path, tmp_path: Path):
+    server = subprocess.Popen([installed / "allowlist-proxy", "serve", "--port", "0",
+                               "--upstream", "http://127.0.0.1:9/v1"],
+                              cwd=tmp_path, env=_env(), stderr=subprocess.PIPE, text=True)
+    try:
+        lines: list[str] = []
+        deadline = time.monotonic() + 60
+        assert server.stderr is not None
+        while not any(line.startswith("  store ") for line in lines):
+            assert time.monotonic() < deadline and server.poll() is None, "".join(lines)
+            lines.append(server.stderr.readline())
+        text = "".join(lines)
+        url = re.search(r"listening\s+(http://127\.0\.0\.1:(\d+)/v1)", text)
+        assert url and url.group(2) != "0", text
+        health = httpx.get(url.group(1).removesuffix("/v1") + "/health", timeout=10)
+        assert health.status_code == 200
+        assert f"allowlist-proxy {__version__}" in text and "UNREACHABLE" in text
+        assert "default_policies/strict.yaml" in text  # no policies/ here: the packaged policy
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=60)
+    assert server.returncode == 0
+
+
+def test_demo_runs_from_the_wheel(installed: Path, tmp_path: Path):
+    result = subprocess.run([installed / "allowlist-proxy", "demo", "--exit", "--port", "0", "--sessions", "1",
+                             "--duration", "0"], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                            timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert "Err/tool" in result.stdout and "/dashboard" in result.stdout
