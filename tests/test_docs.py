@@ -30,6 +30,8 @@ def test_readme_defaults_are_the_real_defaults():
             assert shown == str(default).lower(), name
         elif isinstance(default, dict):
             assert shown == "{}", name
+        elif isinstance(default, list) and not default:
+            assert shown == "[]", name
         elif isinstance(default, list):  # written as the comma-separated form the setting reads
             assert shown == ",".join(default), name
         else:
