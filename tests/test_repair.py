@@ -20,7 +20,8 @@ REPAIRS = "repair: [output_filters, stderr_redirect, timeout, cd_workdir]\n"
 
 
 def _policy_file(tmp_path: Path, extra: str, name: str = "repairing") -> Path:
-    text = STRICT.read_text().replace("name: strict-uv-scripts", f"name: {name}") + "\n" + extra
+    # The extra keys go before the shipped file's closing `...` (YAML's end marker, docs/policy.md).
+    text = STRICT.read_text().replace("name: strict-uv-scripts", f"name: {name}\n{extra}")
     folder = tmp_path / f"policies-{name}"
     folder.mkdir()
     path = folder / "policy.yaml"
