@@ -57,6 +57,11 @@ _MISSING = object()
 def _values(arguments: Any, spec: str) -> list[tuple[str, Any]]:
     """The values at an argument path (`file_path`, `operation.path`, `files[].path`, `paths[]`) with the
     label each is reported under; an absent key gives nothing, a wrong container type is bad arguments."""
+    if "." not in spec and "[" not in spec:  # a top-level argument: most of them
+        if not isinstance(arguments, Mapping):
+            raise _BadArguments
+        value = arguments.get(spec)
+        return [] if value is None else [(spec, value)]
     tokens = [t for t in spec.replace("[]", ".[]").split(".") if t]
     found: list[tuple[str, Any]] = [("", arguments)]
     for token in tokens:
@@ -172,7 +177,7 @@ def judge_call(policy: Policy, tool: str, arguments: dict[str, Any] | None, *,
     if tools is None:
         tools = tool_set(policy)
     # A known tool of neither capability (`webfetch`, `todowrite`) is what `other_tools` governs.
-    rules = [rule for rule in tools.rules(tool, arguments) if rule.map.governed]
+    rules = [rule for rule in tools.rules(tool, arguments) if rule.governed]
     if not rules:
         if policy.other_tools == "reject":
             return Verdict(REJECT, ("unknown_tool",), f"unknown_tool:{str(tool)[:40]}")
