@@ -105,3 +105,17 @@ def test_project_root_from_the_named_header(upstream, start_proxy):
     # The retry told the model about paths, naming the tool, not about which commands may run.
     feedback = upstream.requests[1]["messages"][-1]["content"]
     assert "`read_file`" in feedback and "uv run" not in feedback
+
+
+def test_serve_flags_name_session_headers_and_the_root_header():
+    import argparse
+
+    from proxy.cli import serve
+
+    parser = argparse.ArgumentParser()
+    serve.register(parser.add_subparsers())
+    args = parser.parse_args(["serve", "--session-header", "X-Run-Id,x-session-id",
+                              "--project-root-header", "x-project-root"])
+    settings = serve.settings_from(args)
+    assert settings.session_header == ["x-run-id", "x-session-id"]
+    assert settings.project_root_header == "x-project-root"
