@@ -52,6 +52,7 @@ def tool_set(policy: Policy) -> ToolSet:
 
 
 _MISSING = object()
+_POSIX_SHELLS = frozenset({"bash", "sh", "dash", "zsh"})
 
 
 def _values(arguments: Any, spec: str) -> list[tuple[str, Any]]:
@@ -131,6 +132,14 @@ def _judge_shell(policy: Policy, tool: str, shell: ShellMap, arguments: Mapping[
             problem = path_problem(value, roots)
             if problem is not None:
                 found.add((problem,), f"{problem}:{tool}.{label}")
+    if shell.interpreter:
+        for label, value in _values(arguments, shell.interpreter):
+            if not isinstance(value, str):
+                raise _BadArguments
+            # The judged language means the same in these shells only; any other program given the
+            # command text (`curl -lc TEXT`, `python3 -c TEXT`) runs something else entirely.
+            if value.rsplit("/", 1)[-1] not in _POSIX_SHELLS:
+                found.add(("wrapper",), f"wrapper:{tool}.{label}")
     if shell.env:
         for label, value in _values(arguments, shell.env):
             if not isinstance(value, Mapping):
