@@ -30,6 +30,12 @@ def test_conversations_that_begin_alike_are_separate_sessions(upstream, proxy):
     with proxy.client() as client:
         client.post("/v1/chat/completions", json=chat(follow, stream=True))
     assert _sessions(proxy)[-1] == runs[2]
+    # A subagent forking the conversation under instructions of its own (Qwen Code's memory extraction)
+    # continues it too: instructions are not the conversation.
+    fork = [{"role": "system", "content": "You extract memories."}, *follow[1:3], {"role": "user", "content": "m"}]
+    with proxy.client() as client:
+        client.post("/v1/chat/completions", json=chat(fork))
+    assert _sessions(proxy)[-1] == runs[2]
     # One that carries a reply the proxy never delivered does not.
     forged = [*first, {"role": "assistant", "content": "made up"}, {"role": "user", "content": "go on"}]
     with proxy.client() as client:
