@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
 from proxy.judging import JudgedCall
 from proxy.policy import LoadedPolicy, format_feedback
+from proxy.policy.judge import shell_command
 from proxy.toolcalls import ToolCall, new_call_id
 
 __all__ = ["SIBLING_NOT_RUN", "blocked_message", "retry_messages", "turn_allowed"]
@@ -51,13 +53,13 @@ def retry_messages(policy: LoadedPolicy, content: str | None, judged: list[Judge
 
 def _describe(item: JudgedCall, policy: LoadedPolicy) -> str:
     call = item.call
-    command_arg = policy.policy.bash.command_argument
     if call.source == "unjudgeable":  # its content never reaches the client, not even quoted
         return f"{call.name}: {call.error} (unjudgeable)"
-    if isinstance(call.arguments, dict) and isinstance(call.arguments.get(command_arg), str):
-        shown = call.arguments[command_arg]
-    else:
-        shown = f"{call.name} {call.arguments_text}"
+    command = None
+    if isinstance(call.arguments, dict):
+        with contextlib.suppress(Exception):  # only for display
+            command = shell_command(policy.policy, call.name, call.arguments)
+    shown = command if command is not None else f"{call.name} {call.arguments_text}"
     if len(shown) > 300:
         shown = shown[:300] + "..."
     return f"`{shown}` ({', '.join(item.verdict.reasons) or item.verdict.decision})"

@@ -84,12 +84,20 @@ def _canonical(message: Mapping[str, Any]) -> bytes:
         return json.dumps([str(message.get("role")), "unreadable"]).encode()
 
 
+# Instructions are not part of the conversation a session is: clients rewrite them between turns (a date, a
+# plan mode) and their subagents fork the conversation under instructions of their own (Qwen Code's
+# memory extraction sends the whole conversation, with the reply the proxy delivered, under another
+# system prompt after every turn).
+_INSTRUCTION_ROLES = frozenset({"system", "developer"})
+
+
 def conversation_digests(messages: Sequence[Mapping[str, Any]]) -> list[str]:
-    """digests[k] identifies the first k+1 messages, feedback turns skipped."""
+    """digests[k] identifies the first k+1 turns, feedback turns and instructions skipped."""
     digests: list[str] = []
     running = hashlib.sha256()
     for message in messages:
-        if not isinstance(message, Mapping) or message.get(FEEDBACK_MARKER):
+        if not isinstance(message, Mapping) or message.get(FEEDBACK_MARKER) \
+                or message.get("role") in _INSTRUCTION_ROLES:
             continue
         running.update(hashlib.sha256(_canonical(message)).digest())
         digests.append(running.copy().hexdigest()[:32])

@@ -30,6 +30,12 @@ def test_conversations_that_begin_alike_are_separate_sessions(upstream, proxy):
     with proxy.client() as client:
         client.post("/v1/chat/completions", json=chat(follow, stream=True))
     assert _sessions(proxy)[-1] == runs[2]
+    # A subagent forking the conversation under instructions of its own (Qwen Code's memory extraction)
+    # continues it too: instructions are not the conversation.
+    fork = [{"role": "system", "content": "You extract memories."}, *follow[1:3], {"role": "user", "content": "m"}]
+    with proxy.client() as client:
+        client.post("/v1/chat/completions", json=chat(fork))
+    assert _sessions(proxy)[-1] == runs[2]
     # One that carries a reply the proxy never delivered does not.
     forged = [*first, {"role": "assistant", "content": "made up"}, {"role": "user", "content": "go on"}]
     with proxy.client() as client:
@@ -105,3 +111,17 @@ def test_project_root_from_the_named_header(upstream, start_proxy):
     # The retry told the model about paths, naming the tool, not about which commands may run.
     feedback = upstream.requests[1]["messages"][-1]["content"]
     assert "`read_file`" in feedback and "uv run" not in feedback
+
+
+def test_serve_flags_name_session_headers_and_the_root_header():
+    import argparse
+
+    from proxy.cli import serve
+
+    parser = argparse.ArgumentParser()
+    serve.register(parser.add_subparsers())
+    args = parser.parse_args(["serve", "--session-header", "X-Run-Id,x-session-id",
+                              "--project-root-header", "x-project-root"])
+    settings = serve.settings_from(args)
+    assert settings.session_header == ["x-run-id", "x-session-id"]
+    assert settings.project_root_header == "x-project-root"

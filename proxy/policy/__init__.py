@@ -3,9 +3,11 @@
 Modules, one job each: `schema` (the file format), `loader` (YAML with lines, validation, self-test),
 `errors` (PolicyError), `manager` (serving and hot reload), `lexer` + `matcher` (the decision), `text`
 (which characters may appear at all), `scan` + `explain` (reason codes and shape of a rejection), `paths`
-(file-path arguments), `judge` (one call), `feedback` (the text a model gets back), `core` +
-`suggest` (the nearest allowed command), `repair` (opt-in repairs), `variants` (feedback
-experiments), `reasons` (the stable codes), `verdict` (the result).
+(file paths and the project root), `offered` (a request's tools, and which unknown ones look like shells),
+`profiles` (clients' tools mapped onto the shell and paths capabilities, chosen per request),
+`shell_forms` (a shell tool's command string, list or argv), `judge` (one call), `feedback` (the text a
+model gets back, per capability), `core` + `suggest` (the nearest allowed command), `repair` (opt-in
+repairs), `variants` (feedback experiments), `reasons` (the stable codes), `verdict` (the result).
 """
 
 from __future__ import annotations

@@ -52,11 +52,17 @@ def tool_set(policy: Policy) -> ToolSet:
 
 
 _MISSING = object()
+_POSIX_SHELLS = frozenset({"bash", "sh", "dash", "zsh"})
 
 
 def _values(arguments: Any, spec: str) -> list[tuple[str, Any]]:
     """The values at an argument path (`file_path`, `operation.path`, `files[].path`, `paths[]`) with the
     label each is reported under; an absent key gives nothing, a wrong container type is bad arguments."""
+    if "." not in spec and "[" not in spec:  # a top-level argument: most of them
+        if not isinstance(arguments, Mapping):
+            raise _BadArguments
+        value = arguments.get(spec)
+        return [] if value is None else [(spec, value)]
     tokens = [t for t in spec.replace("[]", ".[]").split(".") if t]
     found: list[tuple[str, Any]] = [("", arguments)]
     for token in tokens:
@@ -126,6 +132,14 @@ def _judge_shell(policy: Policy, tool: str, shell: ShellMap, arguments: Mapping[
             problem = path_problem(value, roots)
             if problem is not None:
                 found.add((problem,), f"{problem}:{tool}.{label}")
+    if shell.interpreter:
+        for label, value in _values(arguments, shell.interpreter):
+            if not isinstance(value, str):
+                raise _BadArguments
+            # The judged language means the same in these shells only; any other program given the
+            # command text (`curl -lc TEXT`, `python3 -c TEXT`) runs something else entirely.
+            if value.rsplit("/", 1)[-1] not in _POSIX_SHELLS:
+                found.add(("wrapper",), f"wrapper:{tool}.{label}")
     if shell.env:
         for label, value in _values(arguments, shell.env):
             if not isinstance(value, Mapping):
@@ -172,7 +186,7 @@ def judge_call(policy: Policy, tool: str, arguments: dict[str, Any] | None, *,
     if tools is None:
         tools = tool_set(policy)
     # A known tool of neither capability (`webfetch`, `todowrite`) is what `other_tools` governs.
-    rules = [rule for rule in tools.rules(tool, arguments) if rule.map.governed]
+    rules = [rule for rule in tools.rules(tool, arguments) if rule.governed]
     if not rules:
         if policy.other_tools == "reject":
             return Verdict(REJECT, ("unknown_tool",), f"unknown_tool:{str(tool)[:40]}")

@@ -21,6 +21,7 @@ import structlog
 from ..metrics import POLICY_RELOAD_FAILURES, POLICY_VALID
 from .errors import PolicyError
 from .loader import LoadedPolicy, load_policy_file
+from .profiles import profile_table
 from .reload_guard import reload_problem
 
 __all__ = ["PolicyManager"]
@@ -240,6 +241,9 @@ class PolicyManager:
                 "path": str(loaded.path) if loaded.path else None,
                 "hash": loaded.hash,
                 "mode": loaded.mode,
+                # The tool profiles requests are judged through, and the project roots absolute paths may name.
+                "profiles": list(profile_table(loaded.policy).profiles),
+                "project_root": list(loaded.policy.paths.project_root),
             }
 
         return {

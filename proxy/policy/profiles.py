@@ -12,14 +12,17 @@ and otherwise follows `other_tools`.
 from __future__ import annotations
 
 import functools
+import json
 import re
-from collections.abc import Iterable, Mapping
+from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from .offered import Offered, offered_tools, properties, shell_like
 from .paths import normal_root
 from .schema import Policy, Profile, ShellMap, ToolMap
 
@@ -38,120 +41,11 @@ _BUILTIN_FILE = Path(__file__).resolve().parent.parent / "default_policies" / "t
 # The maps the policy's own `bash:`/`paths:` tool keys make; applied wherever they fit, never recorded.
 LEGACY_PROFILE = "policy"
 
-# A string property named like one of these carries a command (`cmd`, `shellCommand`, `commands`, ...).
-_COMMAND_WORDS = frozenset({"command", "commands", "cmd", "cmds", "script", "code", "shell", "bash"})
-_SHELL_DESCRIPTION = re.compile(
-    r"\b(?:execut\w*|run\w*|invok\w*)\b(?:\W+\w+){0,3}?\W+(?:a\s+|the\s+|any\s+)?"
-    r"(?:shell|bash|terminal|command[- ]line|(?:shell\s+)?commands?)\b",
-    re.IGNORECASE,
-)
-
-
 @functools.cache
 def builtin_profiles() -> dict[str, Profile]:
     """The profiles that ship with the package, validated like a policy's own."""
     data = yaml.safe_load(_BUILTIN_FILE.read_text(encoding="utf-8"))
     return {name: Profile.model_validate(value) for name, value in data.items()}
-
-
-# -- what a request offers --------------------------------------------------------------------------------
-
-# Responses API tools that are not functions: the item type the model's action arrives as, and the
-# arguments that item carries (proxy/responses_api.py hands those items to the judge under these names).
-_RESPONSES_BUILTIN_TOOLS = {"local_shell": "local_shell_call", "shell": "shell_call",
-                            "apply_patch": "apply_patch_call"}
-_CUSTOM_INPUT = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
-
-
-@dataclass(frozen=True, slots=True)
-class Offered:
-    """One tool as a request offers it: its parameters' JSON schema and description, where given."""
-
-    schema: dict[str, Any] | None = None
-    description: str | None = None
-
-
-def offered_tools(payload: Mapping[str, Any]) -> dict[str, Offered]:
-    """The offered tools by name, whatever the request's dialect: chat (`{"type": "function", "function":
-    {...}}`), Responses (`{"type": "function", "name", ...}`, `local_shell`, `shell`, `apply_patch`,
-    `custom`) and Messages (`{"name", "input_schema"}`)."""
-    tools = payload.get("tools")
-    out: dict[str, Offered] = {}
-    if not isinstance(tools, list):
-        return out
-    # A Responses `namespace` groups function tools (Codex's sub-agent tools): each is offered by its name.
-    tools = [*tools, *(inner for t in tools if isinstance(t, dict) and t.get("type") == "namespace"
-                       and isinstance(t.get("tools"), list) for inner in t["tools"])]
-    for tool in tools:
-        if not isinstance(tool, dict) or tool.get("type") == "namespace":
-            continue
-        kind = tool.get("type")
-        spec = tool.get("function")
-        if not isinstance(spec, dict):
-            spec = tool
-        name = spec.get("name")
-        schema = spec.get("parameters", spec.get("input_schema"))
-        if not isinstance(name, str):
-            if kind not in _RESPONSES_BUILTIN_TOOLS:
-                continue
-            name = _RESPONSES_BUILTIN_TOOLS[kind]
-        elif kind == "custom" and schema is None:
-            schema = _CUSTOM_INPUT  # a custom (freeform) tool's call arrives as {"input": text}
-        description = spec.get("description")
-        out[name] = Offered(schema if isinstance(schema, dict) else None,
-                            description if isinstance(description, str) else None)
-    return out
-
-
-def _properties(schema: Mapping[str, Any] | None) -> dict[str, Any]:
-    props = schema.get("properties") if isinstance(schema, Mapping) else None
-    return props if isinstance(props, dict) else {}
-
-
-def _words(name: str) -> set[str]:
-    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name)
-    return {w.lower() for w in re.split(r"[^A-Za-z0-9]+", spaced) if w}
-
-
-def _stringy(prop: Any) -> str | None:
-    """'str' for a string property, 'list' for an array of strings, else None."""
-    if not isinstance(prop, dict):
-        return None
-    kind = prop.get("type")
-    kinds = set(kind) if isinstance(kind, list) else {kind}
-    if "string" in kinds:
-        return "str"
-    if "array" in kinds:
-        items = prop.get("items")
-        if not isinstance(items, dict) or items.get("type") in ("string", None):
-            return "list"
-    return None
-
-
-def shell_like(schema: Mapping[str, Any] | None, description: str | None = None,
-               arguments: Mapping[str, Any] | None = None) -> ShellMap | None:
-    """The shell map of a tool no profile knows, when its schema (or, without one, its call's arguments)
-    looks like it runs commands; None otherwise."""
-    if schema is None and arguments is not None:
-        schema = {"properties": {k: {"type": "string"} if isinstance(v, str) else
-                                 {"type": "array"} if isinstance(v, list) else {} for k, v in arguments.items()}}
-    props = _properties(schema)
-    for name, prop in props.items():
-        kind = _stringy(prop)
-        if kind and _words(name) & _COMMAND_WORDS:
-            return ShellMap(commands=name) if kind == "list" else ShellMap(command=name)
-    described = [description] if description else []
-    described += [p.get("description") for p in props.values() if isinstance(p, dict)]
-    if not any(isinstance(d, str) and _SHELL_DESCRIPTION.search(d) for d in described):
-        return None
-    required = schema.get("required") if isinstance(schema, Mapping) else None
-    order = [n for n in required if n in props] if isinstance(required, list) else []
-    order += [n for n in props if n not in order]
-    for name in order:
-        kind = _stringy(props[name])
-        if kind:
-            return ShellMap(commands=name) if kind == "list" else ShellMap(command=name)
-    return None
 
 
 # -- the compiled table of one policy -------------------------------------------------------------------
@@ -164,6 +58,23 @@ class Rule:
     profile: str
     tool: str
     map: ToolMap
+    # Precomputed, since selection looks at every offered tool of every request: the argument a shell
+    # map needs, and the top-level arguments any map reads.
+    needs: str | None = None
+    reads: tuple[str, ...] = ()
+    governed: bool = False
+
+    @classmethod
+    def of(cls, profile: str, tool: str, tool_map: ToolMap) -> Rule:
+        reads = tuple(tool_map.arguments())
+        needs = reads[-1] if tool_map.shell is not None else None
+        return cls(profile, tool, tool_map, needs, reads, tool_map.governed)
+
+    def fits(self, names: Any) -> bool:
+        """Whether the arguments this map reads exist: its command argument, or any of its path arguments."""
+        if self.needs is not None:
+            return self.needs in names
+        return not self.reads or any(name in names for name in self.reads)
 
 
 @dataclass(slots=True)
@@ -176,6 +87,8 @@ class ProfileTable:
     legacy: dict[str, list[Rule]]
     roots: tuple[str, ...]
     source: tuple[Any, ...] = ()
+    # Selections already made, by what decides them: clients send the same tools with every request.
+    selections: OrderedDict[Any, tuple[list[str], dict[str, list[Rule]]]] = field(default_factory=OrderedDict)
 
     @classmethod
     def build(cls, policy: Policy) -> ProfileTable:
@@ -190,15 +103,15 @@ class ProfileTable:
         by_tool: dict[str, list[Rule]] = {}
         for name, profile in profiles.items():
             for tool, tool_map in profile.tools.items():
-                by_tool.setdefault(tool, []).append(Rule(name, tool, tool_map))
+                by_tool.setdefault(tool, []).append(Rule.of(name, tool, tool_map))
         legacy: dict[str, list[Rule]] = {}
         bash = policy.bash
         for tool in bash.tools:
             shell = ShellMap(command=bash.command_argument, workdir=bash.workdir_argument)
-            legacy.setdefault(tool, []).append(Rule(LEGACY_PROFILE, tool, ToolMap(shell=shell)))
+            legacy.setdefault(tool, []).append(Rule.of(LEGACY_PROFILE, tool, ToolMap(shell=shell)))
         for tool in policy.paths.tools:
             legacy.setdefault(tool, []).append(
-                Rule(LEGACY_PROFILE, tool, ToolMap(paths=list(policy.path_arguments(tool)))))
+                Rule.of(LEGACY_PROFILE, tool, ToolMap(paths=list(policy.path_arguments(tool)))))
         agents = {name: re.compile(p.user_agent) for name, p in profiles.items() if p.user_agent}
         return cls(profiles, agents, by_tool, legacy, tuple(policy.paths.project_root),
                    (policy.profiles, policy.builtin_profiles, policy.bash, policy.paths))
@@ -215,13 +128,7 @@ def profile_table(policy: Policy) -> ProfileTable:
     return table
 
 
-def _fits(tool_map: ToolMap, names: Iterable[str]) -> bool:
-    """Whether a map reads arguments that exist: its command argument, or any of its path arguments."""
-    present = set(names)
-    if tool_map.shell is not None:
-        return tool_map.arguments()[-1] in present
-    wanted = tool_map.arguments()
-    return not wanted or any(name in present for name in wanted)
+_SELECTIONS_KEPT = 256
 
 
 # -- one request ----------------------------------------------------------------------------------------
@@ -259,15 +166,42 @@ class ToolSet:
         return self.table.roots + self.extra_roots
 
     def select(self) -> None:
-        """Pick the profiles that govern the offered tools: those matching the User-Agent first, then the
-        ones that know the most offered tools, each kept only when it covers a tool no earlier one did."""
+        """Pick the profiles that govern the offered tools (remembered for the next request offering the
+        same tools to the same User-Agent)."""
+        assert self.offered is not None
+        key = self._selection_key()
+        found = self.table.selections.get(key)
+        if found is None:
+            found = self._select()
+            self.table.selections[key] = found
+            while len(self.table.selections) > _SELECTIONS_KEPT:
+                self.table.selections.popitem(last=False)
+        else:
+            self.table.selections.move_to_end(key)
+        self.profiles, self._rules = found
+
+    def _selection_key(self) -> Any:
+        """What the selection depends on: each tool's name and argument names, and for a tool no profile
+        knows (whose schema the heuristic reads) its whole schema and description."""
+        assert self.offered is not None
+        parts = []
+        for tool, spec in self.offered.items():
+            if tool in self.table.by_tool or tool in self.table.legacy:
+                parts.append((tool, tuple(properties(spec.schema)) if spec.schema is not None else None))
+            else:
+                parts.append((tool, json.dumps(spec.schema, sort_keys=True, default=str), spec.description))
+        return (self.user_agent, tuple(parts))
+
+    def _select(self) -> tuple[list[str], dict[str, list[Rule]]]:
+        """Those matching the User-Agent first, then the ones that know the most offered tools, each kept
+        only when it covers a tool no earlier one did; then each offered tool's rules."""
         assert self.offered is not None
         agent = self.user_agent or ""
         known: dict[str, set[str]] = {}
         for tool, spec in self.offered.items():
-            names = _properties(spec.schema).keys() if spec.schema is not None else None
+            names = properties(spec.schema).keys() if spec.schema is not None else None
             for rule in self.table.by_tool.get(tool, ()):
-                if names is None or _fits(rule.map, names):
+                if names is None or rule.fits(names):
                     known.setdefault(rule.profile, set()).add(tool)
         order = list(self.table.profiles)
 
@@ -276,23 +210,26 @@ class ToolSet:
             matched = bool(pattern and agent and pattern.search(agent))
             return (-int(matched), -len(known[name]), order.index(name))
 
+        profiles: list[str] = []
         covered: set[str] = set()
         for name in sorted(known, key=rank):
             if known[name] - covered:
-                self.profiles.append(name)
+                profiles.append(name)
                 covered |= known[name]
-        chosen = set(self.profiles)
+        chosen = set(profiles)
+        by_tool: dict[str, list[Rule]] = {}
         for tool, spec in self.offered.items():
-            names = _properties(spec.schema).keys() if spec.schema is not None else None
+            names = properties(spec.schema).keys() if spec.schema is not None else None
             rules = [r for r in self.table.by_tool.get(tool, ()) if r.profile in chosen
-                     and (names is None or _fits(r.map, names))]
-            rules += [r for r in self.table.legacy.get(tool, ()) if names is None or _fits(r.map, names)]
+                     and (names is None or r.fits(names))]
+            rules += [r for r in self.table.legacy.get(tool, ()) if names is None or r.fits(names)]
             rules = _unique(rules)
             if not rules:
                 heuristic = shell_like(spec.schema, spec.description)
                 if heuristic is not None:
-                    rules = [Rule("heuristic", tool, ToolMap(shell=heuristic))]
-            self._rules[tool] = rules
+                    rules = [Rule.of("heuristic", tool, ToolMap(shell=heuristic))]
+            by_tool[tool] = [r for r in rules if r.governed] or rules
+        return profiles, by_tool
 
     def rules(self, tool: str, arguments: Mapping[str, Any]) -> list[Rule]:
         """The maps governing one call: empty for a tool that only `other_tools` governs."""
@@ -302,14 +239,14 @@ class ToolSet:
         # them (so a missing command argument is `bad_arguments`), else what the arguments look like.
         candidates = self.table.by_tool.get(tool, []) + self.table.legacy.get(tool, [])
         if candidates:
-            fitting = [r for r in candidates if _fits(r.map, arguments.keys())]
+            fitting = [r for r in candidates if r.fits(arguments)]
             return _unique(fitting or candidates)
         heuristic = shell_like(None, None, arguments)
-        return [Rule("heuristic", tool, ToolMap(shell=heuristic))] if heuristic is not None else []
+        return [Rule.of("heuristic", tool, ToolMap(shell=heuristic))] if heuristic is not None else []
 
     def governed(self) -> list[str]:
         """The offered tools a shell or path rule governs."""
-        return [tool for tool, rules in self._rules.items() if any(r.map.governed for r in rules)]
+        return [tool for tool, rules in self._rules.items() if any(r.governed for r in rules)]
 
 
 def _unique(rules: list[Rule]) -> list[Rule]:

@@ -123,6 +123,8 @@ class ShellMap(_Strict):
     argv: ArgPath | None = None
     workdir: ArgPath | None = Field(default=None, description="the working directory argument, judged as a path")
     env: ArgPath | None = Field(default=None, description="variables set for the command: must be empty")
+    interpreter: ArgPath | None = Field(
+        default=None, description="the program the command runs in (Codex's `shell`): must be a POSIX shell")
 
     @model_validator(mode="after")
     def _one_command(self) -> ShellMap:

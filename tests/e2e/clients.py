@@ -150,13 +150,7 @@ class AgentWorld:
     def configure(self, base_url: str) -> None:
         """The client's configuration as README "Pointing an agent at it" gives it; base_url ends in /v1."""
         name = self.spec.name
-        if name == "qwen-code":
-            # The managed-memory subagent is a second conversation after every turn; off, so one run is
-            # one conversation.
-            settings = {"memory": {"enableManagedAutoMemory": False}}
-            (self.home / ".qwen").mkdir(exist_ok=True)
-            (self.home / ".qwen" / "settings.json").write_text(json.dumps(settings))
-        elif name == "codex":
+        if name == "codex":
             (self.home / ".codex").mkdir(exist_ok=True)
             (self.home / ".codex" / "config.toml").write_text(
                 f'model = "{MODEL}"\nmodel_provider = "allowlist-proxy"\n\n'

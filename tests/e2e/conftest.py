@@ -16,7 +16,7 @@ from tests.e2e.harness import OpenCodeWorld, find_opencode
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "e2e: drives the real OpenCode CLI (deselect with -m 'not e2e')")
+    config.addinivalue_line("markers", "e2e: drives a real agent CLI (deselect with -m 'not e2e')")
 
 
 @pytest.fixture

@@ -73,3 +73,22 @@ def test_shipped_feedback_names_the_tool_and_hints() -> None:
     read = {"file_path": "/etc/passwd"}
     text = format_feedback(shipped, judge_call(shipped, "read_file", read), tool="read_file", arguments=read)
     assert "`read_file`" in text and "inside the project" in text and "uv run" not in text
+
+
+def test_blocked_message_shows_every_clients_command() -> None:
+    """The text a client gets when the budget is spent shows the command, whatever the shell tool."""
+    import json
+
+    from proxy.enforce import blocked_message
+    from proxy.judging import JudgedCall
+    from proxy.policy import load_policy_file
+    from proxy.toolcalls import ToolCall
+
+    from .conftest import ROOT
+
+    loaded = load_policy_file(ROOT / "policies" / "strict.yaml")
+    arguments = {"cmd": "uv run scripts/search.py x | head -5", "workdir": "sub"}
+    call = ToolCall("exec_command", json.dumps(arguments), arguments, "openai")
+    text = blocked_message(loaded, [JudgedCall(call, judge_call(loaded.policy, call.name, arguments))], 4)
+    assert "- `uv run scripts/search.py x | head -5` (pipe)" in text
+    assert "Rejected (pipe): `exec_command` may only run" in text

@@ -133,6 +133,15 @@ def test_workdir_arguments_are_paths(rooted: Policy) -> None:
         "pipe", "absolute_path")
 
 
+def test_codex_shell_argument_must_be_a_shell(rooted: Policy) -> None:
+    tools = _tools(rooted, "codex")
+    for shell in ("/bin/bash", "zsh", "sh"):
+        assert judge_call(rooted, "exec_command", {"cmd": ALLOWED, "shell": shell, "login": True}, tools=tools).allowed
+    verdict = judge_call(rooted, "exec_command", {"cmd": ALLOWED, "shell": "/usr/bin/curl"}, tools=tools)
+    assert (verdict.reasons, verdict.shape) == (("wrapper",), "wrapper:exec_command.shell")
+    assert judge_call(rooted, "exec_command", {"cmd": ALLOWED, "shell": 3}, tools=tools).decision == "malformed"
+
+
 def test_project_root_from_a_header(shipped: Policy) -> None:
     headers = {"user-agent": "QwenCode/0.15.10", "X-Project-Root": "/srv/work/app/"}
     tools = ToolSet.for_request(shipped, _payload("qwen-code"), headers, root_header="x-project-root")
