@@ -148,3 +148,19 @@ def test_session_reads_its_variant_and_it_is_recorded(upstream, start_proxy, tmp
         assert feedback == expected
         rows = proxy.rows("SELECT feedback_variant FROM tool_calls WHERE session_id = :s", s=session)
         assert [r["feedback_variant"] for r in rows] == [wanted, wanted]
+
+
+@pytest.mark.parametrize("route", ["responses", "messages"])
+def test_dialect_relays_do_not_repair_until_they_deliver_repaired_calls(upstream, start_proxy, tmp_path, route):
+    # Fail closed: these relays forward the upstream's own bytes for an allowed first attempt, so a repaired
+    # call would reach the client unrepaired; they judge without repair (proxy/exchange.py) and retry.
+    from tests.test_dialects import ROUTES, ask
+
+    proxy = start_proxy(upstream.url, policy=str(_policy_file(tmp_path, REPAIRS)))
+    upstream.responder = looping()
+    response = ask(proxy, route, stream=False)
+    _, _, calls, _ = ROUTES[route]
+    assert [c["arguments"] for c in calls(response.content, False)] == [{"command": ALLOWED}]
+    assert len(upstream.requests) == 4
+    assert [r["decision"] for r in proxy.rows("SELECT decision FROM tool_calls ORDER BY attempt")] == [
+        "reject", "reject", "reject", "allow"]

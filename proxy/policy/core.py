@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["FILTER_PROGRAMS", "Core", "find_core", "split_tokens"]
+__all__ = ["FILTER_PROGRAMS", "Core", "Token", "find_core", "split_tokens"]
 
 # Programs that only shape output the script already printed: dropping them loses nothing the model needs.
 FILTER_PROGRAMS = frozenset({
