@@ -76,6 +76,7 @@ class StoreWriter:
         self._flush_seconds = max(0.0, flush_seconds)
         self._max_queue = max(1, max_queue)
         self._queue: deque[_Item] = deque()
+        self._in_flight: list[_Item] = []  # the batch being written now
         self._wakeup = asyncio.Event()  # set by every put
         self._urgent = asyncio.Event()  # someone waits, a batch is full, or the writer is closing
         self._idle = asyncio.Event()
@@ -131,11 +132,14 @@ class StoreWriter:
 
     async def commit(self, timeout: float | None = None) -> None:
         """Wait until every row queued so far is committed; raises StoreFailure when it was not."""
-        if not self._queue:
+        if self._queue:
+            tail = self._queue[-1]
+        elif self._in_flight:
+            tail = self._in_flight[-1]
+        else:
             if self.failing is not None:
                 raise StoreFailure(self.failing)
             return
-        tail = self._queue[-1]
         if tail.waiter is None:
             tail.waiter = asyncio.get_running_loop().create_future()
         waiter = tail.waiter
@@ -221,6 +225,7 @@ class StoreWriter:
                         await asyncio.wait_for(self._urgent.wait(), timeout=remaining)
             self._urgent.clear()
             batch = [self._queue.popleft() for _ in range(min(self._batch_size, len(self._queue)))]
+            self._in_flight = batch
             try:
                 await self._write(batch)
             except asyncio.CancelledError:
@@ -239,10 +244,14 @@ class StoreWriter:
                         self._drop(batch, "store down at shutdown")
                     else:
                         self._queue.extendleft(reversed(batch))
+                    self._in_flight = []
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
                     STORE_QUEUE_DEPTH.set(len(self._queue))
                     continue
+            finally:
+                if self._in_flight is batch:
+                    self._in_flight = []
             backoff = 0.1
             self._mark_ok()
             STORE_QUEUE_DEPTH.set(len(self._queue))
