@@ -53,7 +53,6 @@ _TABLE_ORDER = {t.name: i for i, t in enumerate(
 )}
 # Rows of these tables may be written again by another request or replica: first one wins.
 _INSERT_OR_IGNORE = {"sessions", "session_lineage", "request_journal"}
-_PROBE_ID = "__writer_probe__"
 
 
 class StoreFailure(Exception):
@@ -86,7 +85,9 @@ class StoreWriter:
         self._sqlite_file = _sqlite_file(engine)
         self._sqlite_identity: tuple[int, int] | None = None
         # Who wrote a journal entry: a restarted proxy recovers the entries of owners that are gone.
-        self.owner = f"{socket.gethostname()[:64]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        nonce = uuid.uuid4().hex[:12]
+        self.owner = f"{socket.gethostname()[:64]}:{os.getpid()}:{nonce}"
+        self._probe_id = f"probe:{nonce}"  # its own row: replicas probing one database never wait on each other
         self.rows_written = 0
         self.rows_rejected = 0
         self.rows_lost = 0
@@ -185,8 +186,8 @@ class StoreWriter:
             self._check_file()
             async with self._engine.begin() as conn:
                 await conn.execute(tables.request_journal.insert(), {
-                    "id": _PROBE_ID, "owner": self.owner, "created_at": time.time(), "row": "{}"})
-                await conn.execute(delete(tables.request_journal).where(tables.request_journal.c.id == _PROBE_ID))
+                    "id": self._probe_id, "owner": self.owner, "created_at": time.time(), "row": "{}"})
+                await conn.execute(delete(tables.request_journal).where(tables.request_journal.c.id == self._probe_id))
         except Exception as exc:  # whatever the driver raises, the store cannot write
             self._mark_failing(exc)
             return False
