@@ -1,7 +1,7 @@
 """Overhead of the proxy over a direct connection, side by side with a bare FastAPI+httpx passthrough
 (and LiteLLM's proxy when installed), interleaved in one run on the same scripted upstream.
 
-    python bench/overhead.py [--requests N] [--levels 1,8,32,128] [--chunks 200]
+    python bench/overhead.py [--requests N] [--levels 1,8,32,128] [--chunks 200] [--audit-levels 1,6,32]
 
 LiteLLM is looked for at $LITELLM_BIN, else `litellm` on PATH; install it in a virtual environment of its
 own (`python3 -m venv /tmp/litellm-venv && /tmp/litellm-venv/bin/pip install 'litellm[proxy]'`).
@@ -11,6 +11,10 @@ back to back by one worker), the requests/s ratio, for streams the chunks/s rati
 first byte, the target's CPU time per request (what the added latency becomes once the CPUs are busy,
 and steadier than latency on a small shared machine), and the target's peak RSS while the level ran
 (sampled every 20 ms; `--levels 200` with streaming gives the RSS at 200 concurrent streams).
+
+Audit before release: then every answer carries one allowed tool call, so each waits in enforce mode until its
+rows are committed; printed per level are the proxy's added p50/p99 over direct, the calls released per second,
+and the release wait itself (mean, from the proxy's allowlist_proxy_release_wait_seconds histogram).
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ from _servers import Servers, free_port, rss_mb, wait_ready
 KEY = "sk-" + "5f0c3a9e" * 8
 BODY = {"model": "qwen3.5-27b", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 16}
 HERE = Path(__file__).resolve().parent
+# The tool the audit-before-release answers call (an offered tool; the call is one the strict policy allows).
+BASH_TOOL = {"type": "function", "function": {"name": "bash", "parameters": {
+    "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
 
 
 def pct(values: list[float], q: float) -> float:
@@ -42,8 +49,9 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def one(client: httpx.AsyncClient, base: str, stream: bool) -> tuple[float, float, int]:
-    body = dict(BODY, stream=stream)
+async def one(client: httpx.AsyncClient, base: str, stream: bool,
+              extra: dict | None = None) -> tuple[float, float, int]:
+    body = dict(BODY, stream=stream, **(extra or {}))
     start = time.perf_counter()
     first = None
     chunks = 0
@@ -62,14 +70,14 @@ async def one(client: httpx.AsyncClient, base: str, stream: bool) -> tuple[float
 
 
 async def level(direct: str, targets: dict[str, tuple[str, int]], concurrency: int, requests: int,
-                stream: bool) -> dict[str, dict[str, float]]:
+                stream: bool, extra: dict | None = None) -> dict[str, dict[str, float]]:
     limits = httpx.Limits(max_connections=concurrency * 4, max_keepalive_connections=concurrency * 4)
     headers = {"authorization": f"Bearer {KEY}"}
     peak = {name: 0.0 for name in targets}
     sampler = asyncio.create_task(sample_rss(targets, peak))
     async with httpx.AsyncClient(limits=limits, timeout=120, headers=headers) as client:
         for base in [direct, *(url for url, _ in targets.values())]:  # warm every pool
-            await asyncio.gather(*(one(client, base, stream) for _ in range(concurrency)))
+            await asyncio.gather(*(one(client, base, stream, extra) for _ in range(concurrency)))
         added = {name: [] for name in targets}
         cpu_before = {name: cpu_seconds(pid) for name, (_, pid) in targets.items()}
         added_first = {name: [] for name in targets}
@@ -80,11 +88,11 @@ async def level(direct: str, targets: dict[str, tuple[str, int]], concurrency: i
         async def worker() -> None:
             while remaining[0] > 0:
                 remaining[0] -= 1
-                d_total, d_first, d_chunks = await one(client, direct, stream)
+                d_total, d_first, d_chunks = await one(client, direct, stream, extra)
                 totals["direct"] += d_total
                 chunks["direct"] += d_chunks
                 for name, (url, _) in targets.items():
-                    total, first, n = await one(client, url, stream)
+                    total, first, n = await one(client, url, stream, extra)
                     added[name].append((total - d_total) * 1000)
                     added_first[name].append((first - d_first) * 1000)
                     totals[name] += total
@@ -97,7 +105,9 @@ async def level(direct: str, targets: dict[str, tuple[str, int]], concurrency: i
     for name, (_, pid) in targets.items():
         row = {"p50": statistics.median(added[name]), "p99": pct(added[name], 0.99),
                "rps": totals["direct"] / totals[name], "ttfb": statistics.median(added_first[name]),
-               "cpu": cpu[name] * 1000 / requests, "rss": max(peak[name], rss_mb(pid))}
+               "cpu": cpu[name] * 1000 / requests, "rss": max(peak[name], rss_mb(pid)),
+               # answers per second the target sustains at this concurrency: workers over the mean latency
+               "calls": concurrency * requests / totals[name]}
         if stream:
             row["chunks"] = (chunks[name] / totals[name]) / (chunks["direct"] / totals["direct"])
         out[name] = row
@@ -153,13 +163,44 @@ litellm_settings:
     return proc, f"http://127.0.0.1:{port}/v1"
 
 
+def release_wait(proxy: str) -> tuple[float, float]:
+    """(sum of seconds, count) of the proxy's release-wait histogram so far."""
+    text = httpx.get(proxy.removesuffix("/v1") + "/metrics", timeout=10).text
+    values = {}
+    for line in text.splitlines():
+        if line.startswith(("allowlist_proxy_release_wait_seconds_sum", "allowlist_proxy_release_wait_seconds_count")):
+            name, value = line.split()
+            values[name.rsplit("_", 1)[1]] = float(value)
+    return values.get("sum", 0.0), values.get("count", 0.0)
+
+
+async def audit_before_release(chunks: int, levels: list[int], requests: int) -> None:
+    with Servers(chunks=chunks, tool_call=True) as servers:
+        targets = {"allowlist-proxy": (servers.proxy, servers.proxy_pid)}
+        for stream in (False, True):
+            kind = "streaming" if stream else "non-streaming"
+            print(f"\naudit before release ({kind}, one allowed tool call per answer, SQLite store)")
+            print(f"{'conc':>5} {'added p50 ms':>13} {'added p99 ms':>13} {'calls/s':>9} {'release wait ms':>16}")
+            for concurrency in levels:
+                before = release_wait(servers.proxy)
+                result = (await level(servers.upstream, targets, concurrency, max(requests, concurrency * 4),
+                                      stream, {"tools": [BASH_TOOL]}))["allowlist-proxy"]
+                after = release_wait(servers.proxy)
+                count = after[1] - before[1]
+                wait = (after[0] - before[0]) / count * 1000 if count else float("nan")
+                print(f"{concurrency:>5} {result['p50']:>13.2f} {result['p99']:>13.2f} {result['calls']:>9.0f} "
+                      f"{wait:>16.2f}")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--levels", default="1,8,32,128")
     parser.add_argument("--chunks", type=int, default=200)
+    parser.add_argument("--audit-levels", default="1,6,32")
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
+    await audit_before_release(args.chunks, [int(x) for x in args.audit_levels.split(",")], args.requests)
     with Servers(chunks=args.chunks) as servers, tempfile.TemporaryDirectory() as tmp:
         bare, bare_url = start_bare(servers.upstream)
         litellm, litellm_url = start_litellm(servers.upstream, tmp)

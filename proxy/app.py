@@ -59,7 +59,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         owner_lock = OwnerLock(engine, writer.owner)
         await owner_lock.acquire()
         # The requests of calls released by a proxy that died are on record before anything new is.
-        await recover(engine, writer.owner)
+        try:
+            await recover(engine, writer.owner)
+        except Exception as exc:  # a store that cannot be written: the writer's probe reports it in /health
+            log.error("store.journal_recovery_failed", error=str(exc))
         await writer.start()
         upstream = Upstreams(settings)
         state = ProxyState(
@@ -154,9 +157,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.get("/health")
     async def _health(request: Request) -> JSONResponse:
-        # 503 where a load balancer should send elsewhere (the store cannot record while enforce mode refuses
-        # unrecorded answers, or the upstream is unreachable); 200 "degraded" where this proxy still serves
-        # well (a refused policy reload: the last good policy keeps serving).
+        # 503 where a load balancer should send elsewhere: this replica's store cannot record while enforce
+        # mode refuses unrecorded answers. 200 "degraded" where sending elsewhere would not help or the proxy
+        # still serves: an unreachable upstream (shared by the replicas; requests get 502 meanwhile), a refused
+        # policy reload (the last good policy keeps serving).
         state = state_of(request)
         reasons: dict[str, str] = {}
         if (store := await state.writer.check()) is not None:
@@ -167,7 +171,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if errors := state.policies.status()["errors"]:
             first = errors[0]
             reasons["policy"] = f"{first['file']}:{first['line']}: {first['message']} (the last good policy serves)"
-        stop_sending = not reachable or ("store" in reasons and settings.on_store_failure == "refuse")
+        stop_sending = "store" in reasons and settings.on_store_failure == "refuse"
         body = {"status": "degraded" if reasons else "ok", "reasons": reasons, "upstream": state.upstream.base_url,
                 "upstream_reachable": reachable, "policy": state.policies.current().name,
                 "store_queue": state.writer.depth, "store_rows_lost": state.writer.rows_lost,

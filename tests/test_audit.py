@@ -312,3 +312,15 @@ def test_the_record_says_what_the_client_got(upstream, proxy):
         response = client.post("/v1/chat/completions", json=chat(), headers={"x-session-id": "ses_deep"})
     rows = proxy.rows("SELECT status FROM requests WHERE session_id = 'ses_deep'")
     assert [r[0] for r in rows] == [response.status_code]
+
+
+def test_arguments_are_stored_once_and_a_huge_one_is_capped(upstream, proxy):
+    upstream.script(Reply(tool_calls=[("write", {"filePath": "notes.md", "content": "x" * 1_000_000}),
+                                      ("bash", {"command": ALLOWED})], arguments_chunk=65536))
+    with proxy.client() as client:
+        response = client.post("/v1/chat/completions", json=chat(tools=OPENCODE_TOOLS))
+    assert len(response.json()["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]) > 1_000_000
+    rows = proxy.rows("SELECT tool_name, arguments_raw, arguments_json, command FROM tool_calls ORDER BY call_index")
+    (_, raw, parsed, _), (_, small_raw, small_parsed, command) = rows
+    assert len(raw) <= 65_536 and raw.endswith(CUT_MARKER) and len(parsed or "") <= 65_536
+    assert json.loads(small_raw) == {"command": ALLOWED} and small_parsed is None and command == ALLOWED

@@ -159,8 +159,12 @@ async def release_calls(writer: StoreWriter, record: RequestRecord, policy: Load
     enforce = policy.policy.mode == "enforce"
     if enforce and on_store_failure == "refuse" and not writer.accepting:
         _refuse(writer, record, attempt, rows, writer.health() or "the store is not accepting")
+    known_down = not writer.accepting
     writer.put_many(_with_journal(writer, record, rows))
     if not enforce or not judged:
+        return
+    if known_down:  # continue mode, store known down: waiting would only delay the answer
+        _released_unrecorded(record, len(judged), writer.health() or "the store is not accepting")
         return
     started = time.perf_counter()
     try:
@@ -168,10 +172,14 @@ async def release_calls(writer: StoreWriter, record: RequestRecord, policy: Load
     except StoreFailure as exc:
         if on_store_failure == "refuse":
             _refuse(writer, record, attempt, rows, str(exc), queued=True)
-        STORE_UNRECORDED_RELEASES.labels(record.model).inc(len(judged))
-        log.error("store.released_unrecorded", request_id=record.id, calls=len(judged), reason=str(exc))
+        _released_unrecorded(record, len(judged), str(exc))
     finally:
         RELEASE_WAIT.observe(time.perf_counter() - started)
+
+
+def _released_unrecorded(record: RequestRecord, calls: int, reason: str) -> None:
+    STORE_UNRECORDED_RELEASES.labels(record.model).inc(calls)
+    log.error("store.released_unrecorded", request_id=record.id, calls=calls, reason=reason)
 
 
 def _refuse(writer: StoreWriter, record: RequestRecord, attempt: int, rows: Rows, reason: str, *,

@@ -53,7 +53,6 @@ _TABLE_ORDER = {t.name: i for i, t in enumerate(
 )}
 # Rows of these tables may be written again by another request or replica: first one wins.
 _INSERT_OR_IGNORE = {"sessions", "session_lineage", "request_journal"}
-_PROBE_ID = "__writer_probe__"
 
 
 class StoreFailure(Exception):
@@ -76,6 +75,7 @@ class StoreWriter:
         self._flush_seconds = max(0.0, flush_seconds)
         self._max_queue = max(1, max_queue)
         self._queue: deque[_Item] = deque()
+        self._in_flight: list[_Item] = []  # the batch being written now
         self._wakeup = asyncio.Event()  # set by every put
         self._urgent = asyncio.Event()  # someone waits, a batch is full, or the writer is closing
         self._idle = asyncio.Event()
@@ -85,7 +85,9 @@ class StoreWriter:
         self._sqlite_file = _sqlite_file(engine)
         self._sqlite_identity: tuple[int, int] | None = None
         # Who wrote a journal entry: a restarted proxy recovers the entries of owners that are gone.
-        self.owner = f"{socket.gethostname()[:64]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        nonce = uuid.uuid4().hex[:12]
+        self.owner = f"{socket.gethostname()[:64]}:{os.getpid()}:{nonce}"
+        self._probe_id = f"probe:{nonce}"  # its own row: replicas probing one database never wait on each other
         self.rows_written = 0
         self.rows_rejected = 0
         self.rows_lost = 0
@@ -131,11 +133,14 @@ class StoreWriter:
 
     async def commit(self, timeout: float | None = None) -> None:
         """Wait until every row queued so far is committed; raises StoreFailure when it was not."""
-        if not self._queue:
+        if self._queue:
+            tail = self._queue[-1]
+        elif self._in_flight:
+            tail = self._in_flight[-1]
+        else:
             if self.failing is not None:
                 raise StoreFailure(self.failing)
             return
-        tail = self._queue[-1]
         if tail.waiter is None:
             tail.waiter = asyncio.get_running_loop().create_future()
         waiter = tail.waiter
@@ -181,8 +186,8 @@ class StoreWriter:
             self._check_file()
             async with self._engine.begin() as conn:
                 await conn.execute(tables.request_journal.insert(), {
-                    "id": _PROBE_ID, "owner": self.owner, "created_at": time.time(), "row": "{}"})
-                await conn.execute(delete(tables.request_journal).where(tables.request_journal.c.id == _PROBE_ID))
+                    "id": self._probe_id, "owner": self.owner, "created_at": time.time(), "row": "{}"})
+                await conn.execute(delete(tables.request_journal).where(tables.request_journal.c.id == self._probe_id))
         except Exception as exc:  # whatever the driver raises, the store cannot write
             self._mark_failing(exc)
             return False
@@ -221,6 +226,7 @@ class StoreWriter:
                         await asyncio.wait_for(self._urgent.wait(), timeout=remaining)
             self._urgent.clear()
             batch = [self._queue.popleft() for _ in range(min(self._batch_size, len(self._queue)))]
+            self._in_flight = batch
             try:
                 await self._write(batch)
             except asyncio.CancelledError:
@@ -239,10 +245,14 @@ class StoreWriter:
                         self._drop(batch, "store down at shutdown")
                     else:
                         self._queue.extendleft(reversed(batch))
+                    self._in_flight = []
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
                     STORE_QUEUE_DEPTH.set(len(self._queue))
                     continue
+            finally:
+                if self._in_flight is batch:
+                    self._in_flight = []
             backoff = 0.1
             self._mark_ok()
             STORE_QUEUE_DEPTH.set(len(self._queue))
