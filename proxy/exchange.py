@@ -4,7 +4,7 @@ policy, the upstream attempts made for it, and its end."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.actions import judge_output
+from proxy.body import read_body, read_json_object
 from proxy.enforce import turn_allowed
 from proxy.errors import BadRequest, ProxyError, UpstreamUnjudgeable, error_response
 from proxy.judging import JudgedCall, record_calls
@@ -25,8 +26,9 @@ from proxy.state import ProxyState
 from proxy.toolcalls import ToolCall
 from proxy.upstream import response_headers
 
-__all__ = ["BLOCKED", "DELIVER", "RETRY", "Exchange", "finish_exchange", "normalize_stream", "open_stream_attempt",
-           "pick_policy", "refused_status", "request_attempt", "upstream_events"]
+__all__ = ["BLOCKED", "DELIVER", "RETRY", "Exchange", "RouteShape", "finish_exchange", "normalize_stream",
+           "open_exchange", "open_stream_attempt", "pick_policy", "refused_status", "request_attempt",
+           "upstream_events"]
 
 log = get_logger("proxy.exchange")
 
@@ -49,6 +51,7 @@ class Exchange:
     offered: set[str]
     client_wants_usage: bool
     extra_messages: list[dict[str, Any]] = field(default_factory=list)
+    conversation: list[dict[str, Any]] | None = None  # the request's conversation as chat messages (lineage)
 
     @property
     def enforce(self) -> bool:
@@ -99,6 +102,51 @@ class Exchange:
             return BLOCKED
         RETRIES.labels(self.record.model).inc()
         return RETRY
+
+
+@dataclass(frozen=True)
+class RouteShape:
+    """What sets one judged route's requests apart before the first attempt; the rest is `open_exchange`."""
+
+    name: str  # the `route` recorded with every request and call
+    validate: Callable[[dict[str, Any]], None]  # raise BadRequest for a malformed conversation
+    conversation: Callable[[dict[str, Any]], list[dict[str, Any]] | None]  # chat messages for the lineage
+    tools: Callable[[dict[str, Any]], tuple[list[dict[str, Any]] | None, set[str]]]  # tool schemas, offered names
+    asks_usage: bool = True  # streams get `stream_options.include_usage` (the statistics count tokens)
+
+
+async def open_exchange(request: Request, state: ProxyState, shape: RouteShape,
+                        make: Callable[..., Exchange] | None = None, **extra: Any) -> Any:
+    """The one request prelude of every judged route: the body read and checked, the model resolved, the
+    policy and the session picked, the `stream` decided, the request counted in and its record begun."""
+    body = await read_body(request, state.settings.max_body_bytes)
+    payload = read_json_object(body)
+    model = payload.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("`model` must be a non-empty string", param="model")
+    shape.validate(payload)
+    headers = state.upstream.headers(request.headers)
+    upstream_model = await state.models.resolve(model, headers)
+    policy = pick_policy(request, state)
+    conversation = shape.conversation(payload)
+    session = await state.sessions.aresolve(request.headers, conversation)  # replicas share the lineage
+    stream, changed = normalize_stream(payload)
+    if upstream_model != model:
+        payload["model"] = upstream_model
+        changed = True
+    options = payload.get("stream_options")
+    client_wants_usage = isinstance(options, dict) and options.get("include_usage") is True
+    if shape.asks_usage and stream and not client_wants_usage:
+        # Usage is what the statistics count; the client that did not ask never sees it.
+        payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+        changed = True
+    tools, offered = shape.tools(payload)
+    record = RequestRecord(session=session, model=upstream_model, route=shape.name, upstream=state.upstream.base_url,
+                           stream=stream, concurrency=state.enter(upstream_model))
+    record.policy_name, record.policy_hash, record.mode = policy.name, policy.hash, policy.policy.mode
+    return (make or Exchange)(state=state, record=record, payload=payload, original_body=body, body_changed=changed,
+                              headers=headers, policy=policy, tools=tools, offered=offered,
+                              client_wants_usage=client_wants_usage, conversation=conversation, **extra)
 
 
 # pydantic's lax booleans, which vLLM applies to `stream`: the proxy must read the value as vLLM will.
