@@ -30,6 +30,7 @@ from proxy.exchange import (
     finish_exchange,
     open_exchange,
     open_stream_attempt,
+    refused_stream,
     request_attempt,
     upstream_events,
 )
@@ -294,6 +295,11 @@ class _StreamRelay:
                 except ProxyError as exc:
                     yield self._error(exc.message, exc.error_type, exc.code)
                     record.fail("upstream_error", exc.message)
+                    break
+                refused = refused_stream(current) if ex.enforce and current.status_code == 200 else None
+                if refused is not None:
+                    yield self._error(refused.message, refused.error_type, refused.code)
+                    record.fail("upstream_error", refused.message)
                     break
                 if current.status_code != 200:
                     content = await current.aread()

@@ -36,7 +36,7 @@ from proxy.exchange import (
     RouteShape,
     finish_exchange,
     open_exchange,
-    refused_status,
+    refused_stream,
     request_attempt,
     upstream_events,
 )
@@ -314,7 +314,7 @@ async def _stream(ex: DialectExchange) -> Response:
         finish_exchange(ex)
         raise
     record.status = response.status_code
-    refused = refused_status(response.status_code) if ex.enforce else None
+    refused = refused_stream(response) if ex.enforce else None
     if refused is not None:
         await response.aclose()
         answer = ex.refuse(refused)
@@ -374,6 +374,11 @@ class _Relay:
                 except ProxyError as exc:
                     yield stream.error(exc.message, exc.error_type, exc.code)
                     stream.fail(exc.message)
+                    break
+                refused = refused_stream(current) if ex.enforce and current.status_code == 200 else None
+                if refused is not None:
+                    yield stream.error(refused.message, refused.error_type, refused.code)
+                    stream.fail(refused.message)
                     break
                 if current.status_code != 200:
                     content = (await current.aread()).decode("utf-8", "replace")

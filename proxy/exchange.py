@@ -27,7 +27,7 @@ from proxy.toolcalls import ToolCall
 from proxy.upstream import response_headers
 
 __all__ = ["BLOCKED", "DELIVER", "RETRY", "Exchange", "RouteShape", "finish_exchange", "normalize_stream",
-           "open_exchange", "open_stream_attempt", "pick_policy", "refused_status", "request_attempt",
+           "open_exchange", "open_stream_attempt", "pick_policy", "refused_status", "refused_stream", "request_attempt",
            "upstream_events"]
 
 log = get_logger("proxy.exchange")
@@ -179,6 +179,18 @@ def refused_status(status: int) -> UpstreamUnjudgeable | None:
     return UpstreamUnjudgeable(f"unjudgeable: upstream answered HTTP {status}; the proxy relays only 200 or errors")
 
 
+def refused_stream(response: httpx.Response) -> UpstreamUnjudgeable | None:
+    """`refused_status` for a streamed request, and a 200 that is not an event stream: the proxy would find no
+    event in it to judge, while a client might read it as a whole answer."""
+    if response.status_code == 200:
+        kind = response.headers.get("content-type", "")
+        if kind.split(";", 1)[0].strip().lower() == "text/event-stream":
+            return None
+        return UpstreamUnjudgeable(f"unjudgeable: upstream answered a streamed request with {kind[:80]!r}, "
+                                   "not an event stream")
+    return refused_status(response.status_code)
+
+
 def pick_policy(request: Request, state: ProxyState) -> LoadedPolicy:
     manager = state.policies
     wanted = request.headers.get("x-allowlist-policy")
@@ -234,9 +246,9 @@ async def open_stream_attempt(ex: Exchange, path: str) -> httpx.Response | Respo
         finish_exchange(ex)
         raise
     record.status = response.status_code
-    if response.status_code == 200:
+    refused = refused_stream(response) if ex.enforce else None
+    if response.status_code == 200 and refused is None:
         return response
-    refused = refused_status(response.status_code) if ex.enforce else None
     if refused is not None:
         await response.aclose()
         answer = ex.refuse(refused)
