@@ -19,7 +19,6 @@ from starlette.responses import Response, StreamingResponse
 
 from proxy import strict
 from proxy.actions import unjudgeable_call
-from proxy.body import read_body, read_json_object
 from proxy.chunk_shape import TextFrame
 from proxy.enforce import blocked_message, retry_messages, tool_call_delta
 from proxy.errors import BadRequest, ProxyError, UpstreamUnjudgeable, error_body
@@ -27,16 +26,16 @@ from proxy.exchange import (
     BLOCKED,
     DELIVER,
     Exchange,
+    RouteShape,
     finish_exchange,
-    normalize_stream,
+    open_exchange,
     open_stream_attempt,
-    pick_policy,
+    refused_stream,
     request_attempt,
     upstream_events,
 )
 from proxy.judging import JudgedCall, apply_repairs
 from proxy.logs import get_logger
-from proxy.record import RequestRecord
 from proxy.shapes import choice_problem
 from proxy.sse import DONE, SSEEvent
 from proxy.state import ProxyState
@@ -71,12 +70,7 @@ def _offered_tools(tools: Any) -> tuple[list[dict[str, Any]] | None, set[str]]:
     return tools, names
 
 
-async def chat_completions(request: Request, state: ProxyState) -> Response:
-    body = await read_body(request, state.settings.max_body_bytes)
-    payload = read_json_object(body)
-    model = payload.get("model")
-    if not isinstance(model, str) or not model:
-        raise BadRequest("`model` must be a non-empty string", param="model")
+def _validate(payload: dict[str, Any]) -> None:
     messages = payload.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("`messages` must be a non-empty list", param="messages")
@@ -84,29 +78,16 @@ async def chat_completions(request: Request, state: ProxyState) -> Response:
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise BadRequest(f"`messages[{position}]` must be an object with a string `role`",
                              param=f"messages[{position}]")
-    headers = state.upstream.headers(request.headers)
-    upstream_model = await state.models.resolve(model, headers)
-    policy = pick_policy(request, state)
-    session = await state.sessions.aresolve(request.headers, messages)
-    stream, changed = normalize_stream(payload)
 
-    if upstream_model != model:
-        payload["model"] = upstream_model
-        changed = True
-    options = payload.get("stream_options")
-    client_wants_usage = isinstance(options, dict) and options.get("include_usage") is True
-    if stream and not client_wants_usage:
-        # Usage is what the statistics count; the client that did not ask never sees it.
-        payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
-        changed = True
-    tools, offered = _offered_tools(payload.get("tools"))
 
-    record = RequestRecord(session=session, model=upstream_model, route="chat", upstream=state.upstream.base_url,
-                           stream=stream, concurrency=state.enter(upstream_model))
-    record.policy_name, record.policy_hash, record.mode = policy.name, policy.hash, policy.policy.mode
-    exchange = Exchange(state, record, payload, body, changed, headers, policy, tools, offered, client_wants_usage,
-                        client=request)
-    if stream:
+CHAT = RouteShape("chat", _validate, lambda payload: payload["messages"],
+                  lambda payload: _offered_tools(payload.get("tools")))
+
+
+async def chat_completions(request: Request, state: ProxyState) -> Response:
+    exchange = await open_exchange(request, state, CHAT)
+    messages = exchange.conversation
+    if exchange.record.stream:
         return await _stream(exchange, messages)
     try:
         return await _complete(exchange, messages)
@@ -318,6 +299,11 @@ class _StreamRelay:
                 except ProxyError as exc:
                     yield self._error(exc.message, exc.error_type, exc.code)
                     record.fail("upstream_error", exc.message)
+                    break
+                refused = refused_stream(current) if ex.enforce and current.status_code == 200 else None
+                if refused is not None:
+                    yield self._error(refused.message, refused.error_type, refused.code)
+                    record.fail("upstream_error", refused.message)
                     break
                 if current.status_code != 200:
                     content = await current.aread()

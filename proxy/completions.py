@@ -24,20 +24,18 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from proxy import strict
 from proxy.actions import judge_output, unjudgeable_call
-from proxy.body import read_body, read_json_object
 from proxy.enforce import blocked_message, turn_allowed
-from proxy.errors import BadRequest, ProxyError, UpstreamUnjudgeable, error_body
+from proxy.errors import ProxyError, UpstreamUnjudgeable, error_body
 from proxy.exchange import (
     Exchange,
+    RouteShape,
     finish_exchange,
-    normalize_stream,
+    open_exchange,
     open_stream_attempt,
-    pick_policy,
     request_attempt,
     upstream_events,
 )
 from proxy.judging import JudgedCall
-from proxy.record import RequestRecord
 from proxy.shapes import choice_problem
 from proxy.sse import DONE, SSEEvent
 from proxy.state import ProxyState
@@ -53,34 +51,13 @@ REJECTED_CODE = "tool_call_rejected"
 _COMPACT = (",", ":")
 
 
+# No tools are offered on this route: no call is `unknown_tool`. A raw prompt has no turns for lineage to follow.
+COMPLETIONS = RouteShape("completions", lambda payload: None, lambda payload: None, lambda payload: (None, set()))
+
+
 async def completions(request: Request, state: ProxyState) -> Response:
-    body = await read_body(request, state.settings.max_body_bytes)
-    payload = read_json_object(body)
-    model = payload.get("model")
-    if not isinstance(model, str) or not model:
-        raise BadRequest("`model` must be a non-empty string", param="model")
-    headers = state.upstream.headers(request.headers)
-    upstream_model = await state.models.resolve(model, headers)
-    policy = pick_policy(request, state)
-    session = await state.sessions.aresolve(request.headers, None)  # a raw prompt has no turns to follow
-    stream, normalized = normalize_stream(payload)
-    changed = upstream_model != model or normalized
-    if upstream_model != model:
-        payload["model"] = upstream_model
-    options = payload.get("stream_options")
-    client_wants_usage = isinstance(options, dict) and options.get("include_usage") is True
-    if stream and not client_wants_usage:
-        # Usage is what the statistics count; the client that did not ask never sees it.
-        payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
-        changed = True
-    record = RequestRecord(session=session, model=upstream_model, route="completions",
-                           upstream=state.upstream.base_url, stream=stream, concurrency=state.enter(upstream_model))
-    record.policy_name, record.policy_hash, record.mode = policy.name, policy.hash, policy.policy.mode
-    # No tools are offered on this route: `offered` stays None when judging, so no call is `unknown_tool`.
-    ex = Exchange(state=state, record=record, payload=payload, original_body=body, body_changed=changed,
-                  headers=headers, policy=policy, tools=None, offered=set(), client_wants_usage=client_wants_usage,
-                  client=request)
-    if stream:
+    ex = await open_exchange(request, state, COMPLETIONS)
+    if ex.record.stream:
         return await _stream(ex)
     try:
         return await _complete(ex)

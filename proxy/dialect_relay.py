@@ -27,21 +27,20 @@ from starlette.responses import Response, StreamingResponse
 
 from proxy import strict
 from proxy.actions import unjudgeable_call
-from proxy.body import read_body, read_json_object
 from proxy.enforce import blocked_message, retry_messages
-from proxy.errors import BadRequest, ProxyError, UpstreamProtocolError, UpstreamUnjudgeable, error_response
+from proxy.errors import ProxyError, UpstreamProtocolError, UpstreamUnjudgeable, error_response
 from proxy.exchange import (
     BLOCKED,
     DELIVER,
     Exchange,
+    RouteShape,
     finish_exchange,
-    normalize_stream,
-    pick_policy,
-    refused_status,
+    open_exchange,
+    refused_stream,
     request_attempt,
     upstream_events,
 )
-from proxy.record import RequestRecord, Usage
+from proxy.record import Usage
 from proxy.sse import SSEEvent
 from proxy.state import ProxyState
 from proxy.toolcalls import ToolCall
@@ -115,7 +114,6 @@ class DialectExchange(Exchange):
     """Chat's Exchange, whose retries append to the dialect's conversation field instead of `messages`."""
 
     dialect: Dialect | None = None
-    conversation: list[dict[str, Any]] | None = None
 
     @property
     def spec(self) -> Dialect:
@@ -251,28 +249,10 @@ async def handle(request: Request, state: ProxyState, dialect: Dialect) -> Respo
 
 
 async def _exchange(request: Request, state: ProxyState, dialect: Dialect) -> DialectExchange:
-    body = await read_body(request, state.settings.max_body_bytes)
-    payload = read_json_object(body)
-    model = payload.get("model")
-    if not isinstance(model, str) or not model:
-        raise BadRequest("`model` must be a non-empty string", param="model")
-    dialect.validate(payload)
-    headers = state.upstream.headers(request.headers)
-    upstream_model = await state.models.resolve(model, headers)
-    policy = pick_policy(request, state)
-    conversation = dialect.conversation(payload)
-    session = await state.sessions.aresolve(request.headers, conversation)  # replicas share the lineage
-    stream, normalized = normalize_stream(payload)
-    changed = upstream_model != model or normalized
-    if upstream_model != model:
-        payload["model"] = upstream_model
-    record = RequestRecord(session=session, model=upstream_model, route=dialect.route,
-                           upstream=state.upstream.base_url, stream=stream,
-                           concurrency=state.enter(upstream_model))
-    record.policy_name, record.policy_hash, record.mode = policy.name, policy.hash, policy.policy.mode
-    return DialectExchange(state=state, record=record, payload=payload, original_body=body, body_changed=changed,
-                           headers=headers, policy=policy, tools=None, offered=dialect.offered(payload),
-                           client_wants_usage=False, client=request, dialect=dialect, conversation=conversation)
+    shape = RouteShape(dialect.route, dialect.validate, dialect.conversation,
+                       lambda payload: (None, dialect.offered(payload)), asks_usage=False)
+    exchange: DialectExchange = await open_exchange(request, state, shape, DialectExchange, dialect=dialect)
+    return exchange
 
 
 # ---------------------------------------------------------------- non-streaming
@@ -334,7 +314,7 @@ async def _stream(ex: DialectExchange) -> Response:
         finish_exchange(ex)
         raise
     record.status = response.status_code
-    refused = refused_status(response.status_code) if ex.enforce else None
+    refused = refused_stream(response) if ex.enforce else None
     if refused is not None:
         await response.aclose()
         answer = ex.refuse(refused)
@@ -394,6 +374,11 @@ class _Relay:
                 except ProxyError as exc:
                     yield stream.error(exc.message, exc.error_type, exc.code)
                     stream.fail(exc.message)
+                    break
+                refused = refused_stream(current) if ex.enforce and current.status_code == 200 else None
+                if refused is not None:
+                    yield stream.error(refused.message, refused.error_type, refused.code)
+                    stream.fail(refused.message)
                     break
                 if current.status_code != 200:
                     content = (await current.aread()).decode("utf-8", "replace")

@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.actions import judge_output
+from proxy.body import read_body, read_json_object
 from proxy.enforce import turn_allowed
 from proxy.errors import (
     BadRequest,
@@ -40,8 +41,9 @@ from proxy.toolcalls import ToolCall
 from proxy.toolcalls.families import XmlRules
 from proxy.upstream import response_headers
 
-__all__ = ["BLOCKED", "DELIVER", "RETRY", "Exchange", "finish_exchange", "normalize_stream", "open_stream_attempt",
-           "pick_policy", "refused_status", "request_attempt", "upstream_events"]
+__all__ = ["BLOCKED", "DELIVER", "RETRY", "Exchange", "RouteShape", "finish_exchange", "normalize_stream",
+           "open_exchange", "open_stream_attempt", "pick_policy", "refused_status", "refused_stream", "request_attempt",
+           "upstream_events"]
 
 T = TypeVar("T")
 
@@ -76,6 +78,7 @@ class Exchange:
     def __post_init__(self) -> None:
         self.toolset = request_tools(self.policy, self.record, self.payload, self.headers,
                                      root_header=getattr(self.state.settings, "project_root_header", None))
+    conversation: list[dict[str, Any]] | None = None  # the request's conversation as chat messages (lineage)
 
     @property
     def enforce(self) -> bool:
@@ -202,6 +205,52 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
+@dataclass(frozen=True)
+class RouteShape:
+    """What sets one judged route's requests apart before the first attempt; the rest is `open_exchange`."""
+
+    name: str  # the `route` recorded with every request and call
+    validate: Callable[[dict[str, Any]], None]  # raise BadRequest for a malformed conversation
+    conversation: Callable[[dict[str, Any]], list[dict[str, Any]] | None]  # chat messages for the lineage
+    tools: Callable[[dict[str, Any]], tuple[list[dict[str, Any]] | None, set[str]]]  # tool schemas, offered names
+    asks_usage: bool = True  # streams get `stream_options.include_usage` (the statistics count tokens)
+
+
+async def open_exchange(request: Request, state: ProxyState, shape: RouteShape,
+                        make: Callable[..., Exchange] | None = None, **extra: Any) -> Any:
+    """The one request prelude of every judged route: the body read and checked, the model resolved, the
+    policy and the session picked, the `stream` decided, the request counted in and its record begun."""
+    body = await read_body(request, state.settings.max_body_bytes)
+    payload = read_json_object(body)
+    model = payload.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("`model` must be a non-empty string", param="model")
+    shape.validate(payload)
+    headers = state.upstream.headers(request.headers)
+    upstream_model = await state.models.resolve(model, headers)
+    policy = pick_policy(request, state)
+    conversation = shape.conversation(payload)
+    session = await state.sessions.aresolve(request.headers, conversation)  # replicas share the lineage
+    stream, changed = normalize_stream(payload)
+    if upstream_model != model:
+        payload["model"] = upstream_model
+        changed = True
+    options = payload.get("stream_options")
+    client_wants_usage = isinstance(options, dict) and options.get("include_usage") is True
+    if shape.asks_usage and stream and not client_wants_usage:
+        # Usage is what the statistics count; the client that did not ask never sees it.
+        payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+        changed = True
+    tools, offered = shape.tools(payload)
+    record = RequestRecord(session=session, model=upstream_model, route=shape.name, upstream=state.upstream.base_url,
+                           stream=stream, concurrency=state.enter(upstream_model))
+    record.policy_name, record.policy_hash, record.mode = policy.name, policy.hash, policy.policy.mode
+    return (make or Exchange)(state=state, record=record, payload=payload, original_body=body, body_changed=changed,
+                              headers=headers, policy=policy, tools=tools, offered=offered,
+                              client_wants_usage=client_wants_usage, conversation=conversation, client=request,
+                              **extra)
+
+
 # pydantic's lax booleans, which vLLM applies to `stream`: the proxy must read the value as vLLM will.
 _TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
 _FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
@@ -230,6 +279,18 @@ def refused_status(status: int) -> UpstreamUnjudgeable | None:
     if status == 200 or status >= 400:
         return None
     return UpstreamUnjudgeable(f"unjudgeable: upstream answered HTTP {status}; the proxy relays only 200 or errors")
+
+
+def refused_stream(response: httpx.Response) -> UpstreamUnjudgeable | None:
+    """`refused_status` for a streamed request, and a 200 that is not an event stream: the proxy would find no
+    event in it to judge, while a client might read it as a whole answer."""
+    if response.status_code == 200:
+        kind = response.headers.get("content-type", "")
+        if kind.split(";", 1)[0].strip().lower() == "text/event-stream":
+            return None
+        return UpstreamUnjudgeable(f"unjudgeable: upstream answered a streamed request with {kind[:80]!r}, "
+                                   "not an event stream")
+    return refused_status(response.status_code)
 
 
 def pick_policy(request: Request, state: ProxyState) -> LoadedPolicy:
@@ -309,9 +370,9 @@ async def open_stream_attempt(ex: Exchange, path: str) -> httpx.Response | Respo
         finish_exchange(ex)
         raise
     record.status = response.status_code
-    if response.status_code == 200:
+    refused = refused_stream(response) if ex.enforce else None
+    if response.status_code == 200 and refused is None:
         return response
-    refused = refused_status(response.status_code) if ex.enforce else None
     if refused is not None:
         await response.aclose()
         answer = ex.refuse(refused)

@@ -191,6 +191,10 @@ class _HeldBlock:
 
     def call(self, index: int) -> ToolCall:
         # No input_json_delta at all: the input is what the start gave (vLLM's `{}` for a call without arguments).
+        # Both a start input and deltas: clients differ on which wins, so the proxy judges neither.
+        if self.parts and self.block.get("input") not in (None, {}):
+            return unjudgeable_call("tool_use", "a tool_use block with both a start input and input deltas",
+                                    self.block)
         arguments: Any = "".join(self.parts) if self.parts else self.block.get("input")
         return structured_call(name=self.block.get("name"), arguments=arguments, call_id=self.block.get("id"),
                                index=index)

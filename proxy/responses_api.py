@@ -210,6 +210,9 @@ class _HeldCall:
 
     def call(self, index: int) -> ToolCall:
         item = self.done or self.item
+        disagree = self._disagreement()
+        if disagree is not None:
+            return unjudgeable_call(str(item.get("type"))[:80], disagree, item)
         if item.get("type") in ACTION_ITEMS:
             if self.done is None and item.get("type") == "custom_tool_call":
                 text = self.arguments if self.arguments is not None else "".join(self.parts)
@@ -219,6 +222,22 @@ class _HeldCall:
         if not isinstance(arguments, str):
             arguments = "".join(self.parts)
         return structured_call(name=item.get("name"), arguments=arguments, call_id=item.get("call_id"), index=index)
+
+    def _disagreement(self) -> str | None:
+        """A call a client may read in several places (the deltas, the `.done` event, the done item, the added
+        item) must read the same in each, or the proxy cannot know which one a client runs."""
+        kind = (self.done or self.item).get("type")
+        key = "input" if kind == "custom_tool_call" else "arguments" if kind == "function_call" else \
+            ACTION_ITEMS.get(str(kind)) or "action"
+        spellings = [json.dumps(v, sort_keys=True) for v in (
+            "".join(self.parts) if self.parts else None, self.arguments,
+            self.done.get(key) if self.done is not None else None,
+            self.item.get(key) or None) if v is not None]
+        if len(set(spellings)) > 1:
+            return "a call whose streamed, closing and item forms disagree"
+        if self.done is not None and self.done.get("name") != self.item.get("name"):
+            return "a call whose name changed while it streamed"
+        return None
 
 
 class _ResponsesStream(DialectStream):

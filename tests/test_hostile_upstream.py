@@ -196,6 +196,8 @@ CASES = [
     # -- status
     case("status-201", "chat", True, RawAnswer([data(chunk(CALL_DELTA)), FINISH, DONE], status=201),
          reason="unjudgeable"),
+    case("json-for-a-stream", "chat", True, whole(chat_whole({"content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": ARGS}}]})), reason="unjudgeable"),
     case("status-203-whole", "chat", False, whole(chat_whole({"content": XML}), status=203), reason="unjudgeable"),
     case("redirect-307", "chat", True, RawAnswer(b"", status=307, headers={"location": "/v1/chat/completions"}),
          reason="unjudgeable"),
@@ -276,6 +278,15 @@ CASES = [
                    "item": {**FUNCTION_ITEM, "arguments": "{\"command\":\"uv run scripts/search.py x\"}"}},
                   {"type": "response.output_item.done", "output_index": 0, "item": FUNCTION_ITEM}),
          reason="unjudgeable"),
+    case("responses-args-disagree", "responses", True,
+         r_stream({"type": "response.output_item.added", "output_index": 0, "item": {**FUNCTION_ITEM, "arguments": ""}},
+                  {"type": "response.function_call_arguments.delta", "output_index": 0, "item_id": "fc_1",
+                   "delta": "{\"command\":\"uv run scripts/search.py x\"}"},
+                  {"type": "response.function_call_arguments.done", "output_index": 0, "item_id": "fc_1",
+                   "arguments": ARGS},
+                  {"type": "response.output_item.done", "output_index": 0,
+                   "item": {**FUNCTION_ITEM, "arguments": "{\"command\":\"uv run scripts/search.py x\"}"}}),
+         reason="unjudgeable"),
     case("responses-after-completed", "responses", True, r_stream(after=r_item_events(FUNCTION_ITEM, 1)),
          reason="unjudgeable"),
     case("responses-unknown-event", "responses", True,
@@ -307,6 +318,9 @@ CASES = [
     case("messages-float-index", "messages", True, m_stream(*m_tool(0.0)), reason="unjudgeable"),
     case("messages-object-partial-json", "messages", True, m_stream(*m_tool(0, {"command": EVIL})),
          reason="unjudgeable"),
+    case("messages-start-input-and-deltas", "messages", True,
+         m_stream(*m_tool(0, "{\"command\":\"uv run scripts/search.py x\"}",
+                          {**TOOL_USE, "input": {"command": EVIL}})), reason="unjudgeable"),
     case("messages-after-stop", "messages", True, m_stream(after=m_tool(0)), reason="unjudgeable"),
     case("messages-server-tool", "messages", True,
          m_stream(*m_tool(0, ARGS, {"type": "server_tool_use", "id": "s1", "name": "bash", "input": {}})),
@@ -448,7 +462,10 @@ def test_enforce_mode_lets_no_rejected_call_through(c: Case, raw_upstream: RawUp
         assert c.reason in reasons or c.reason in errors, (requests, calls)
 
 
-OBSERVED = [c for c in CASES if c.answers[0].status == 200]
+# Observe mode passes statuses on as they are, and reads a stream only as events (a JSON body answering a
+# streamed request has none to relay).
+OBSERVED = [c for c in CASES if c.answers[0].status == 200
+            and not (c.stream and c.answers[0].content_type != "text/event-stream")]
 
 
 @pytest.mark.parametrize("c", OBSERVED, ids=[c.name for c in OBSERVED])
