@@ -108,5 +108,7 @@ def render(report: dict[str, Any]) -> str:
     policy = report["policy"]
     lines.append(f"  policy      {policy['name']} ({policy['mode']}) from {policy['file'] or 'the package'}")
     lines.append(f"  store       {report['store']}")
+    if report.get("xml_rules"):  # how XML calls in content are read, where the proxy knows the upstream's vLLM
+        lines.append(f"  xml rules   {report['xml_rules']}")
     lines += [f"  warning: {w}" for w in report["warnings"]]
     return "\n".join(lines)

@@ -25,7 +25,8 @@ import pytest
 import yaml
 
 from proxy.config import Settings
-from proxy.testing.server import free_port
+from proxy.testing.scripted_upstream import ScriptedUpstream
+from proxy.testing.server import ServerThread, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKER = ROOT / "docker"
@@ -135,7 +136,15 @@ def test_hadolint_is_clean():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_the_copied_files_serve_and_pass_the_images_own_healthcheck(tmp_path: Path):
+@pytest.fixture
+def vllm_stand_in() -> Any:
+    # A health check may fail while the upstream is down (the proxy then says so), so one answers here.
+    scripted = ScriptedUpstream()
+    with ServerThread(scripted.app) as server:
+        yield server.url + "/v1"
+
+
+def test_the_copied_files_serve_and_pass_the_images_own_healthcheck(tmp_path: Path, vllm_stand_in: str):
     """Lay out /app from the Dockerfile's COPY lines only, serve it as CMD does, probe it as HEALTHCHECK does."""
     app = tmp_path / "app"
     app.mkdir()
@@ -151,7 +160,7 @@ def test_the_copied_files_serve_and_pass_the_images_own_healthcheck(tmp_path: Pa
     env = {**os.environ, **dockerfile_env(), "PYTHONPATH": str(app), "ALLOWLIST_PROXY_HOST": "127.0.0.1",
            "ALLOWLIST_PROXY_PORT": str(port), "ALLOWLIST_PROXY_DB": f"sqlite:///{tmp_path / 'data.db'}",
            "ALLOWLIST_PROXY_POLICY": str(app / "policies" / Path(dockerfile_env()["ALLOWLIST_PROXY_POLICY"]).name),
-           "ALLOWLIST_PROXY_UPSTREAM": f"http://127.0.0.1:{free_port()}/v1"}
+           "ALLOWLIST_PROXY_UPSTREAM": vllm_stand_in}
     where = subprocess.run([sys.executable, "-c", "import proxy.store.db as d; print(d.MIGRATIONS_DIR)"],
                            cwd=app, env=env, capture_output=True, text=True, timeout=60)
     assert where.stdout.strip() == str(app / "proxy" / "migrations"), where.stderr
