@@ -87,7 +87,10 @@ def _probes(old: Policy, new: Policy) -> Iterator[tuple[str, dict[str, Any]]]:
         yield tool, {argument: "uv run scripts/search.py", "workdir": "../elsewhere"}
     path_tools: set[tuple[str, str]] = set()
     for policy in policies:
-        for tool, arguments in (getattr(policy, "paths", None) or {}).items():
+        paths = getattr(policy, "paths", None)
+        # `paths:` is PathRules (project roots and the older tool -> argument map), or a plain map.
+        tool_map = getattr(paths, "tools", paths) or {}
+        for tool, arguments in tool_map.items():
             for argument in [arguments] if isinstance(arguments, str) else list(arguments):
                 path_tools.add((tool, argument))
     for tool, argument in sorted(path_tools):

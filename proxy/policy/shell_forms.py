@@ -12,7 +12,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["argv_command", "commands_of"]
+from .lexer import lex
+
+__all__ = ["argv_command", "commands_of", "unwrap_shell"]
 
 # The shells whose `-c STRING` runs STRING: the judged language means the same in each of them.
 _SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "ash"})
@@ -48,17 +50,28 @@ def argv_command(argv: list[str]) -> str | None:
     return " ".join(w for w in words if w is not None)
 
 
+def unwrap_shell(command: str) -> str:
+    """`bash -lc 'CMD'` written as one string -> `CMD`, when the string is exactly that in the judged
+    language (so bash, dash and zsh all read it so); any other string stays as it is, and is judged whole."""
+    argv = lex(command)
+    if argv and argv[0].rsplit("/", 1)[-1] in _SHELLS:
+        inner = argv_command(argv)
+        if inner is not None and len(argv) >= 3 and _WITH_C.fullmatch(argv[-2]):
+            return inner
+    return command
+
+
 def commands_of(value: Any, *, each: bool) -> list[str] | None:
     """The command strings in a shell argument; None when the value is not a command in any form.
 
     `each`: a list is a list of commands (`run_commands`), else a list is one argv.
     """
     if isinstance(value, str):
-        return [value]
+        return [unwrap_shell(value)]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         return None
     if each:
-        return list(value)
+        return [unwrap_shell(v) for v in value]
     command = argv_command(value)
     # An argv that no command line spells (a word with both quote kinds and a `$`) is judged as the
     # joined words, which the rules refuse for what they contain.

@@ -54,8 +54,10 @@ def _write(path: Path, text: str) -> None:
 
 
 def test_a_live_file_cut_after_a_path_rule_is_refused_and_a_complete_widening_is_taken(tmp_path: Path) -> None:
+    # The policy format the first release shipped (`bash:`, `paths: {tool: argument}`), which operators'
+    # files still use: there a cut after `edit: filePath` drops the `write` rule.
     policy = tmp_path / "strict.yaml"
-    full = STRICT.read_text()
+    full = (Path(__file__).parent / "strict_legacy_format.yaml").read_text()
     _write(policy, full)
     manager = PolicyManager(policy)
     served = manager.current().hash
