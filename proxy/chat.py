@@ -21,7 +21,7 @@ from proxy import strict
 from proxy.actions import unjudgeable_call
 from proxy.chunk_shape import TextFrame
 from proxy.enforce import blocked_message, retry_messages, tool_call_delta
-from proxy.errors import BadRequest, ProxyError, UpstreamUnjudgeable, error_body
+from proxy.errors import BadRequest, ProxyError, StoreUnavailable, UpstreamUnjudgeable, error_body
 from proxy.exchange import (
     BLOCKED,
     DELIVER,
@@ -276,7 +276,11 @@ class _StreamRelay:
                         yield piece
                     break
                 judged = self._judge_attempt()
-                outcome = await ex.settle(self.attempt, judged)
+                try:
+                    outcome = await ex.settle(self.attempt, judged)
+                except StoreUnavailable as exc:  # nothing goes out unrecorded: an error event instead
+                    yield self._error(exc.message, exc.error_type, exc.code)
+                    break
                 if outcome == DELIVER:
                     for piece in held:
                         yield piece
@@ -345,14 +349,21 @@ class _StreamRelay:
         finally:
             if self.attempt_usage is not None:
                 record.usage.add(self.attempt_usage)
+        cut_short = False
         for index, choice in self.choices.items():
             if choice.finish_reason is None:
-                # The stream ended without finishing this choice: release what it held.
+                # The stream ended without finishing this choice: what it completed is judged either way.
                 events = choice.stream.finish()
                 choice.pending.extend(e.call for e in events if isinstance(e, CompletedCall))
-                out = self._rebuild(None, [(index, choice, {"index": index}, events)])
-                if out:
-                    yield out
+                cut_short = True
+                if not ex.enforce:  # observe mode relays (and records) what came
+                    out = self._rebuild(None, [(index, choice, {"index": index}, events)])
+                    if out:
+                        yield out
+        if cut_short and ex.enforce:
+            # An upstream error, not a turn: its calls are recorded as not delivered and none is released.
+            ex.settle_truncated(self.attempt, self._judge_attempt())
+            yield self._error("the upstream stream ended without a finish_reason", "upstream_error", None)
 
     def _event(self, event: SSEEvent) -> bytes | None:
         frame = self.frame

@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from proxy import strict
 from proxy.actions import judge_output, unjudgeable_call
 from proxy.enforce import blocked_message, turn_allowed
-from proxy.errors import ProxyError, UpstreamUnjudgeable, error_body
+from proxy.errors import ProxyError, StoreUnavailable, UpstreamUnjudgeable, error_body
 from proxy.exchange import (
     Exchange,
     RouteShape,
@@ -120,7 +120,7 @@ async def _complete(ex: Exchange) -> Response:
     record.mark_first_token()
     judged = _judge(ex, _text_calls(obj, ex.rules))
     if not ex.enforce or turn_allowed(judged):
-        ex.keep(1, judged, delivered=True)
+        await ex.release(1, judged)  # on record before the answer goes out (enforce mode)
         if ex.enforce:
             return Response(strict.dumps(obj).encode(), status_code=200, media_type="application/json")
         return Response(response.content, status_code=200, headers=headers)
@@ -154,6 +154,7 @@ class _Relay:
         self.ex = ex
         self.choices: dict[int, _Choice] = {}
         self.judged: list[JudgedCall] = []
+        self.released = 0  # how many of `judged` are on record as delivered
         self.rejected = False
         self.upstream_error = False
         self.usage: Any = None
@@ -168,6 +169,7 @@ class _Relay:
                     async for event in events:
                         out = self._event(event)
                         if out:
+                            await self._release()
                             yield out
                         if self.rejected or self.upstream_error:
                             break
@@ -180,7 +182,12 @@ class _Relay:
                 # The stream ended without finishing a choice: decide what it still held.
                 out = self._finish_all()
                 if out:
+                    await self._release()
                     yield out
+            self.done = True
+        except StoreUnavailable as exc:  # nothing goes out unrecorded: an error event instead
+            yield strict.encode_event(error_body(exc.message, exc.error_type, code=exc.code))
+            yield DONE
             self.done = True
         finally:
             if not self.done and record.outcome == "ok":
@@ -189,18 +196,18 @@ class _Relay:
                 await response.aclose()
                 if self.usage is not None:
                     record.usage.add(self.usage)
-                delivered = not (ex.enforce and self.rejected)
-                # In enforce mode the calls sent before a rejected one did reach the client.
-                for attempt_calls, sent in self._split(delivered):
-                    if attempt_calls:
-                        ex.keep(1, attempt_calls, delivered=sent)
+                # Calls never released never reached the client in enforce mode (observe relays everything).
+                rest = self.judged[self.released:]
+                if rest:
+                    ex.keep(1, rest, delivered=not ex.enforce)
                 finish_exchange(ex)
 
-    def _split(self, delivered: bool) -> list[tuple[list[JudgedCall], bool]]:
-        if delivered:
-            return [(self.judged, True)]
-        first_bad = next(i for i, j in enumerate(self.judged) if not j.allowed)
-        return [(self.judged[:first_bad], True), (self.judged[first_bad:], False)]
+    async def _release(self) -> None:
+        """Audit before release: the calls judged so far are on record before text that carries them goes out."""
+        if self.rejected or len(self.judged) == self.released:
+            return
+        new, self.released = self.judged[self.released:], len(self.judged)
+        await self.ex.release(1, new)
 
     def _event(self, event: SSEEvent) -> bytes | None:
         enforce = self.ex.enforce

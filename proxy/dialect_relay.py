@@ -28,7 +28,7 @@ from starlette.responses import Response, StreamingResponse
 from proxy import strict
 from proxy.actions import unjudgeable_call
 from proxy.enforce import blocked_message, retry_messages
-from proxy.errors import ProxyError, UpstreamProtocolError, UpstreamUnjudgeable, error_response
+from proxy.errors import ProxyError, StoreUnavailable, UpstreamProtocolError, UpstreamUnjudgeable, error_response
 from proxy.exchange import (
     BLOCKED,
     DELIVER,
@@ -355,7 +355,11 @@ class _Relay:
                 if stream.upstream_error:
                     break
                 judged = ex.judge(stream.calls())
-                outcome = await ex.settle(stream.attempt, judged)
+                try:
+                    outcome = await ex.settle(stream.attempt, judged)
+                except StoreUnavailable as exc:  # nothing goes out unrecorded: an error event instead
+                    yield stream.error(exc.message, exc.error_type, exc.code)
+                    break
                 if outcome == DELIVER:
                     if ex.enforce:
                         for piece in stream.release():

@@ -534,3 +534,21 @@ def test_the_ai_sdk_runs_no_rejected_call(raw_upstream: RawUpstream, enforcing: 
         if runs:
             leaks.append((name, runs))
     assert not leaks
+
+
+def test_a_stream_cut_short_releases_no_call_and_records_it_undelivered(raw_upstream: RawUpstream,
+                                                                        enforcing: RunningProxy):
+    # An allowed call, but the stream ends with neither a finish_reason nor [DONE]: an upstream error, not a
+    # turn. The call is judged and recorded as not delivered, and the client gets an error, not the call.
+    allowed = json.dumps({"command": 'uv run scripts/search.py "rust async"'})
+    delta = {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                             "function": {"name": "bash", "arguments": allowed}}]}
+    raw_upstream.script(chat_stream(START, data(chunk(delta))))
+    c = case("cut-short", "chat", True)
+    response = request(enforcing, c, "ses_cut_short")
+    payloads = lenient_payloads(response.content, True)
+    assert not any(isinstance(p, dict) and "tool_calls" in json.dumps(p) for p in payloads), response.content
+    assert any(isinstance(p, dict) and "error" in p for p in payloads), response.content
+    requests, calls = records(enforcing, "ses_cut_short")
+    assert [r["outcome"] for r in requests] == ["upstream_error"]
+    assert [(r["decision"], bool(r["delivered"])) for r in calls] == [("allow", False)]
