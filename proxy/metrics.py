@@ -130,7 +130,7 @@ MODEL_NOT_FOUND = Counter(
 )
 UNGOVERNED_REQUESTS = Counter(
     "allowlist_proxy_ungoverned_requests",
-    "Requests offering tools none of which a tool profile (or the shell heuristic) governs", ["model"],
+    "Requests offering tools none of which a tool profile (or the shell heuristic) governs", ["model_name"],
     registry=REGISTRY,
 )
 
@@ -145,11 +145,11 @@ STORE_ROWS_REPAIRED = Counter(
 )
 STORE_UNRECORDED_RELEASES = Counter(
     "allowlist_proxy_store_unrecorded_releases",
-    "Calls released before the store committed them (on_store_failure: continue)", ["model"], registry=REGISTRY,
+    "Calls released before the store committed them (on_store_failure: continue)", ["model_name"], registry=REGISTRY,
 )
 STORE_REFUSALS = Counter(
     "allowlist_proxy_store_refusals",
-    "Requests refused with 503 because the store could not record (on_store_failure: refuse)", ["model"],
+    "Requests refused with 503 because the store could not record (on_store_failure: refuse)", ["model_name"],
     registry=REGISTRY,
 )
 RELEASE_WAIT = Histogram(

@@ -175,7 +175,7 @@ def test_continue_mode_delivers_when_the_store_fails_and_counts_it(upstream, sta
         response = client.post("/v1/chat/completions", json=chat(tools=OPENCODE_TOOLS))
         assert response.status_code == 200 and response.json()["choices"][0]["message"]["tool_calls"]
         metrics = client.get("/metrics").text
-    assert 'allowlist_proxy_store_unrecorded_releases_total{model="qwen3.5-27b"} 1.0' in metrics
+    assert 'allowlist_proxy_store_unrecorded_releases_total{model_name="qwen3.5-27b"} 1.0' in metrics
     health = _health(proxy)
     assert health.status_code == 200 and health.json()["status"] == "degraded"
 
