@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,12 +31,11 @@ from proxy.exchange import (
     open_stream_attempt,
     refused_stream,
     request_attempt,
-    upstream_events,
 )
 from proxy.judging import JudgedCall, apply_repairs
 from proxy.logs import get_logger
 from proxy.shapes import choice_problem
-from proxy.sse import DONE, SSEEvent
+from proxy.sse import DONE, SSEDecoder, SSEEvent
 from proxy.state import ProxyState
 from proxy.toolcalls import ChoiceStream, CompletedCall, TextDelta, ToolCall, extract_from_response
 from proxy.upstream import response_headers
@@ -333,14 +331,25 @@ class _StreamRelay:
     async def _relay_attempt(self, response: Any) -> AsyncIterator[bytes]:
         ex, record = self.ex, self.ex.record
         self.attempt_usage = None
+        decoder = SSEDecoder()
+        event_of = self._event
         try:
-            async with aclosing(upstream_events(ex, response)) as events:
-                async for event in events:
-                    out = self._event(event)
-                    if out:
-                        yield out
-                    if self.upstream_error:
-                        return
+            # upstream_events, inlined: one generator less for each of a stream's many chunks.
+            with ex.state.upstream.errors_translated():
+                async for chunk in response.aiter_raw():
+                    record.mark_first_byte()
+                    for event in decoder.feed(chunk):
+                        out = event_of(event)
+                        if out:
+                            yield out
+                        if self.upstream_error:
+                            return
+            for event in decoder.close():
+                out = event_of(event)
+                if out:
+                    yield out
+                if self.upstream_error:
+                    return
         except ProxyError as exc:
             self.upstream_error = True
             record.fail("upstream_error", exc.message)

@@ -42,6 +42,7 @@ HINTS: dict[str, str] = {
     "path_escape": "Stay inside the project: no `..` above the root and no `~`.",
     "unknown_tool": "Call only the tools you were given.",
     "bad_arguments": "Send the arguments as a JSON object with every required field.",
+    "unjudgeable": "Call only the tools you were given, as plain function calls: that output could not be judged.",
 }
 _PLACEHOLDER = re.compile(r"\{(reasons|scripts|command|tool|shape|hint|decision|suggestion)\}")
 _MAX_COMMAND = 300
