@@ -155,7 +155,7 @@ class Settings(BaseSettings):
         "or continue (deliver; counted and logged)."
     )
     store_release_timeout_seconds: float = Field(
-        5.0, description="Longest a judged call waits for its rows to be committed before on_store_failure applies."
+        30.0, description="Longest a judged call waits for its rows to be committed before on_store_failure applies."
     )
     header_timeout_seconds: float = Field(
         10.0, description="A client connection that sends no complete request head within this is closed."
