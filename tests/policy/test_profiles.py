@@ -143,11 +143,11 @@ def test_codex_shell_argument_must_be_a_shell(rooted: Policy) -> None:
 
 
 def test_project_root_from_a_header(shipped: Policy) -> None:
-    headers = {"user-agent": "QwenCode/0.15.10", "X-Project-Root": "/srv/work/app/"}
+    headers = {"user-agent": "QwenCode/0.15.10", "X-Project-Root": "/srv/projects/app/"}
     tools = ToolSet.for_request(shipped, _payload("qwen-code"), headers, root_header="x-project-root")
-    assert tools.roots == ("/srv/work/app",)
-    assert judge_call(shipped, "read_file", {"file_path": "/srv/work/app/a.py"}, tools=tools).allowed
-    assert not judge_call(shipped, "read_file", {"file_path": "/srv/work/other"}, tools=tools).allowed
+    assert tools.roots == ("/srv/projects/app",)
+    assert judge_call(shipped, "read_file", {"file_path": "/srv/projects/app/a.py"}, tools=tools).allowed
+    assert not judge_call(shipped, "read_file", {"file_path": "/srv/projects/other"}, tools=tools).allowed
     # A header naming `/` or a relative directory names no root.
     for bad in ("/", "relative/dir", "/../"):
         headers = {"x-project-root": bad}
