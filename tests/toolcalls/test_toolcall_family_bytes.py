@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 
 from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
-from proxy.testing.server import ServerThread
 from tests.conftest import MODEL, RunningProxy, chat, sse_json
 
 from .toolcall_cases import OPENCODE_TOOLS
@@ -22,20 +21,6 @@ TARGETS = [(family, parser) for family in ("0.19", "0.23", "0.24", "0.27", "0.34
            for parser in ("qwen3_coder", "qwen3_xml")]
 
 
-@pytest.fixture
-def family_upstream() -> Iterator[Callable[..., ScriptedUpstream]]:
-    servers: list[ServerThread] = []
-
-    def start(family: str, parser: str, **options: Any) -> ScriptedUpstream:
-        scripted = ScriptedUpstream(models=[MODEL], family=family, tool_parser=parser, **options)
-        server = ServerThread(scripted.app).start()
-        servers.append(server)
-        scripted.url = server.url + "/v1"
-        return scripted
-
-    yield start
-    for server in servers:
-        server.stop()
 
 
 def stream_from(url: str, body: dict[str, Any]) -> bytes:

@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from proxy.config import Settings
 from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
-from proxy.testing.server import ServerThread
 from proxy.toolcalls.families import FAMILIES, family_of, rules_for
 from proxy.vllm_version import version_url
-from tests.conftest import MODEL, RunningProxy, chat, sse_json, wait_until
+from tests.conftest import RunningProxy, chat, sse_json, wait_until
 
 from .toolcall_cases import OPENCODE_TOOLS
 
@@ -26,20 +25,6 @@ XML = f"<tool_call>\n<function=write>\n<parameter=filePath>\na.py\n</parameter>\
       "</parameter>\n</function>\n</tool_call>"
 
 
-@pytest.fixture
-def family_upstream() -> Iterator[Callable[..., ScriptedUpstream]]:
-    servers: list[ServerThread] = []
-
-    def start(family: str | None = None, **options: Any) -> ScriptedUpstream:
-        scripted = ScriptedUpstream(models=[MODEL], family=family, **options)
-        server = ServerThread(scripted.app).start()
-        servers.append(server)
-        scripted.url = server.url + "/v1"
-        return scripted
-
-    yield start
-    for server in servers:
-        server.stop()
 
 
 def written(proxy: RunningProxy, *, stream: bool) -> dict[str, Any]:
