@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tests.e2e.harness import run_cli
 
 __all__ = ["CLIENTS", "AgentWorld", "ClientRun", "ClientSpec", "find_client"]
 
@@ -186,20 +186,12 @@ class AgentWorld:
         return env
 
     def run(self, base_url: str, prompt: str, *, timeout: float = 150.0) -> ClientRun:
-        started = time.monotonic()
-        # A process group of its own, so a timeout takes down the client's shells too.
-        proc = subprocess.Popen(self.spec.argv(self, prompt), cwd=self.project, env=self.env(base_url),
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
-        try:
-            stdout, stderr = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            stdout, stderr = proc.communicate()
-            run = ClientRun(-9, stdout, stderr, time.monotonic() - started)
+        returncode, stdout, stderr, seconds = run_cli(self.spec.argv(self, prompt), cwd=self.project,
+                                                      env=self.env(base_url), timeout=timeout)
+        run = ClientRun(-9 if returncode is None else returncode, stdout, stderr, seconds)
+        if returncode is None:
             self.runs.append(run)
-            raise AssertionError(f"{self.spec.name} did not finish in {timeout}s\n{run.describe()}") from None
-        run = ClientRun(proc.returncode, stdout, stderr, time.monotonic() - started)
+            raise AssertionError(f"{self.spec.name} did not finish in {timeout}s\n{run.describe()}")
         self.runs.append(run)
         return run
 

@@ -183,25 +183,32 @@ class OpenCodeWorld:
     def run(self, prompt: str, *, timeout: float = 120.0) -> OpenCodeRun:
         argv = [str(self.binary), "run", "--pure", "--format", "json", "--print-logs", "--log-level", "INFO",
                 "-m", f"{PROVIDER}/{self.model}", prompt]
-        started = time.monotonic()
-        # A session of its own, so a timeout takes down OpenCode's shells too.
-        proc = subprocess.Popen(argv, cwd=self.project, env=self.env(), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
-        try:
-            stdout, stderr = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            stdout, stderr = proc.communicate()
-            run = OpenCodeRun(-9, stdout, stderr, time.monotonic() - started)
+        returncode, stdout, stderr, seconds = run_cli(argv, cwd=self.project, env=self.env(), timeout=timeout)
+        if returncode is None:
+            run = OpenCodeRun(-9, stdout, stderr, seconds)
             self.runs.append(run)
-            raise AssertionError(f"OpenCode did not finish in {timeout}s\n{run.describe()}") from None
+            raise AssertionError(f"OpenCode did not finish in {timeout}s\n{run.describe()}")
         events = []
         for line in stdout.splitlines():
             line = line.strip()
             if line.startswith("{"):
                 with contextlib.suppress(ValueError):
                     events.append(json.loads(line))
-        run = OpenCodeRun(proc.returncode, stdout, stderr, time.monotonic() - started, events)
+        run = OpenCodeRun(returncode, stdout, stderr, seconds, events)
         self.runs.append(run)
         return run
+
+
+def run_cli(argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float) -> tuple[int | None, str, str, float]:
+    """Runs an agent CLI to its end: (exit code, stdout, stderr, seconds); the code is None when it ran past
+    `timeout`. A session of its own, so a timeout takes down the client's shells too."""
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        return None, stdout, stderr, time.monotonic() - started
+    return proc.returncode, stdout, stderr, time.monotonic() - started
