@@ -32,8 +32,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from proxy.app import create_app  # noqa: E402
 from proxy.config import Settings  # noqa: E402
+from proxy.http.app import create_app  # noqa: E402
 from proxy.testing.characters import OPENCODE_TOOLS  # noqa: E402
 from proxy.testing.scripted_upstream import Reply, ScriptedUpstream  # noqa: E402
 from proxy.testing.server import ServerThread  # noqa: E402

@@ -1,7 +1,7 @@
 """How fast `/stats/models` answers over a large store.
 
 Seeds a temporary SQLite store (made by the real migrations) with N tool calls (default 1,000,000), their
-reason rows, requests and sessions, then times `proxy.stats.model_stats` over all of it (median of a few
+reason rows, requests and sessions, then times `proxy.stats.models.model_stats` over all of it (median of a few
 runs) and each of its queries on its own, and prints the figures.
 
     python bench/stats_bench.py [--calls 1000000] [--runs 5] [--keep store.db]
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from proxy.stats import model_stats
+from proxy.stats.models import model_stats
 from proxy.store import figures, queries, rollups
 from proxy.store.db import create_engine, migrate
 from proxy.store.queries import Filters

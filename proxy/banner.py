@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from proxy import __version__
 from proxy.config import Settings
-from proxy.state import ProxyState
+from proxy.services import ProxyState
 
 __all__ = ["config_warnings", "is_loopback", "render", "startup_report"]
 

@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.app import create_app
 from proxy.config import Settings
-from proxy.connections import server_options
+from proxy.http.app import create_app
+from proxy.http.connections import server_options
 from proxy.testing.scripted_upstream import ScriptedUpstream
 from proxy.testing.server import ServerThread
 from tests.databases import BACKENDS, database_url

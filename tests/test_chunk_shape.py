@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from proxy.chunk_shape import TextFrame
-from proxy.strict import dumps
+from proxy.upstream.strict import dumps
+from proxy.upstream.text_frame import TextFrame
 
 HEAD = '{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
 TAIL = ',"logprobs":null,"finish_reason":null}]}'

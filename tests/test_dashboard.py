@@ -25,8 +25,8 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.app import create_app
 from proxy.config import Settings
+from proxy.http.app import create_app
 from proxy.testing.characters import OPENCODE_TOOLS
 from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
 from proxy.testing.server import ServerThread
@@ -213,7 +213,7 @@ def test_dashboard_draws_the_stats_live_and_stays_on_host(
     _seed(upstream, proxy)
 
     def live_windows() -> bool:
-        future = asyncio.run_coroutine_threadsafe(live_throughput(proxy.state.engine), proxy.app.state.loop)
+        future = asyncio.run_coroutine_threadsafe(live_throughput(proxy.services.engine), proxy.http.app.state.loop)
         return bool(future.result(10).get(MODEL, {}).get("concurrency"))
 
     assert wait_until(live_windows, timeout=5), "no throughput window was written"

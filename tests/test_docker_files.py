@@ -308,7 +308,7 @@ def test_opencode_example_points_at_the_proxy_and_the_served_models(compose: dic
 
 
 def test_the_grafana_dashboard_reads_only_metrics_the_proxy_or_vllm_export():
-    from proxy.metrics import REGISTRY
+    from proxy.stats.prometheus import REGISTRY
 
     board = json.loads((DOCKER / "grafana" / "allowlist-proxy.json").read_text())
     exported = {sample for metric in REGISTRY.collect() for sample in

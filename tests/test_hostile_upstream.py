@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from proxy.app import create_app
 from proxy.config import Settings
+from proxy.http.app import create_app
 from proxy.testing.raw_upstream import RawAnswer, RawUpstream
 from proxy.testing.server import ServerThread
 from tests.conftest import MODEL, ROOT, STRICT_POLICY, RunningProxy

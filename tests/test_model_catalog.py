@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from proxy.errors import UpstreamUnavailable
-from proxy.models import ModelCatalog
+from proxy.upstream.model_catalog import ModelCatalog
 
 
 class SlowUpstream:

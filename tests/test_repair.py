@@ -153,7 +153,7 @@ def test_session_reads_its_variant_and_it_is_recorded(upstream, start_proxy, tmp
 @pytest.mark.parametrize("route", ["responses", "messages"])
 def test_dialect_relays_do_not_repair_until_they_deliver_repaired_calls(upstream, start_proxy, tmp_path, route):
     # Fail closed: these relays forward the upstream's own bytes for an allowed first attempt, so a repaired
-    # call would reach the client unrepaired; they judge without repair (proxy/exchange.py) and retry.
+    # call would reach the client unrepaired; they judge without repair (proxy/enforce/exchange.py) and retry.
     from tests.test_dialects import ROUTES, ask
 
     proxy = start_proxy(upstream.url, policy=str(_policy_file(tmp_path, REPAIRS)))

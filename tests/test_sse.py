@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.sse import SSEDecoder
+from proxy.upstream.sse import SSEDecoder
 
 STREAM = (b'data: {"a":1}\n\n: keep-alive\n\nevent: message_start\ndata: {"b":"\xc3\xa9"}\n\n'
           b'data: line one\ndata: line two\n\ndata: {"c":3}\r\n\r\ndata: [DONE]\n\n')

@@ -8,8 +8,8 @@ import socket
 import httpx
 
 from proxy.config import Settings
-from proxy.upstream import Upstream
-from proxy.upstream_transport import PollingBackend, _readable, upstream_transport
+from proxy.upstream.client import Upstream
+from proxy.upstream.transport import PollingBackend, _readable, upstream_transport
 
 
 def test_the_pool_uses_the_polling_backend():

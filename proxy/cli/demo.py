@@ -50,9 +50,9 @@ def _server_on(app: Any, port: int) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from proxy.app import create_app
     from proxy.config import Settings
-    from proxy.stats import loops_table, model_stats, reasons_table, seed_table
+    from proxy.http.app import create_app
+    from proxy.stats.models import loops_table, model_stats, reasons_table, seed_table
     from proxy.testing.demo_traffic import demo_upstream, drive_sessions
     from proxy.testing.server import ServerThread
 

@@ -116,7 +116,7 @@ def _judge(policy: Any, tool: str, arguments_json: str | None) -> Any:
         if not isinstance(arguments, dict):
             arguments = None  # valid JSON but not an object: malformed, as on the live path
         return judge_call(policy, tool, arguments, offered_tools=None)
-    except Exception:  # judging fails closed, as on the live path (proxy.judging)
+    except Exception:  # judging fails closed, as on the live path (proxy.enforce.judging)
         return Verdict("reject", ("parse_error",), "parse_error")
 
 
@@ -145,7 +145,7 @@ async def recheck(engine: Any, loaded: Any, *, since: float | None = None, until
 
 
 def render(result: RecheckResult, path: str, *, markdown: bool = False) -> str:
-    from proxy.stats import render_table
+    from proxy.stats.models import render_table
 
     def pct(rate: float) -> str:
         return f"{rate * 100:.1f}%"
@@ -172,7 +172,7 @@ def render(result: RecheckResult, path: str, *, markdown: bool = False) -> str:
 def run(args: argparse.Namespace) -> int:
     from proxy.cli.stats import read_store
     from proxy.policy import PolicyError, load_policy_file
-    from proxy.stats import parse_time
+    from proxy.stats.models import parse_time
 
     try:
         loaded = load_policy_file(args.policy)

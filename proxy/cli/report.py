@@ -47,8 +47,8 @@ def _vllm_tables(files: list[str], markdown: bool) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from proxy.cli.stats import read_store
-    from proxy.report import build_report, render_report
-    from proxy.stats import parse_time
+    from proxy.stats.models import parse_time
+    from proxy.stats.report import build_report, render_report
 
     try:
         since, until = parse_time(args.since), parse_time(args.until)

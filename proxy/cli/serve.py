@@ -94,8 +94,8 @@ async def preflight(settings: Settings) -> None:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from proxy.app import create_app
-    from proxy.connections import raise_open_file_limit, server_options
+    from proxy.http.app import create_app
+    from proxy.http.connections import raise_open_file_limit, server_options
 
     settings = settings_from(args)
     asyncio.run(preflight(settings))

@@ -97,7 +97,7 @@ def read_store(url: str, query: Callable[[Any], Awaitable[Any]]) -> tuple[Any, i
 
 
 def run(args: argparse.Namespace) -> int:
-    from proxy.stats import loops_table, model_stats, parse_time, reasons_table, seed_table
+    from proxy.stats.models import loops_table, model_stats, parse_time, reasons_table, seed_table
 
     url = args.db or Settings().db
     try:
@@ -143,7 +143,7 @@ def parse_pair(text: str) -> tuple[str, str]:
 
 
 def _compare(args: argparse.Namespace, url: str, since: float | None, until: float | None) -> int:
-    from proxy.stats_compare import compare_models, comparison_table
+    from proxy.stats.compare import compare_models, comparison_table
 
     try:
         pair = parse_pair(args.compare)

@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from ..metrics import POLICY_RELOAD_FAILURES, POLICY_VALID
+from ..stats.prometheus import POLICY_RELOAD_FAILURES, POLICY_VALID
 from .errors import PolicyError
 from .loader import LoadedPolicy, load_policy_file
 from .profiles import profile_table

@@ -48,7 +48,7 @@ DEFAULT_PATHS: dict[str, str | list[str]] = {
     "glob": "path",
     "grep": "path",
 }
-# The /v1/* routes forwarded as they are: none of them can carry a model's tool call (proxy/routes_policy.py).
+# The /v1/* routes forwarded as they are: none of them can carry a model's tool call (proxy/dialects/routes.py).
 DEFAULT_PASSTHROUGH_ROUTES = (
     "/v1/models",
     "/v1/tokenize",

@@ -20,18 +20,18 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Table
 
+from proxy.enforce.judging import JudgedCall, call_command
 from proxy.errors import StoreUnavailable
-from proxy.judging import JudgedCall, call_command
 from proxy.logs import get_logger
-from proxy.metrics import RELEASE_WAIT, STORE_REFUSALS, STORE_UNRECORDED_RELEASES
+from proxy.stats.prometheus import RELEASE_WAIT, STORE_REFUSALS, STORE_UNRECORDED_RELEASES
 from proxy.store import tables
 from proxy.store.safe_text import cut
 from proxy.store.writer import StoreFailure, StoreWriter
 
 if TYPE_CHECKING:
+    from proxy.enforce.record import RequestRecord
     from proxy.policy import LoadedPolicy
     from proxy.policy.profiles import ToolSet
-    from proxy.record import RequestRecord
 
 __all__ = ["ARGUMENT_CHARS", "journal_row", "queue_calls", "queue_lineage", "queue_request", "release_calls",
            "request_row"]

@@ -198,7 +198,7 @@ stats_sessions = Table(
 )
 
 # Calls and errors per session and hour (migration 0008): the units of the session bootstrap and the
-# permutation test (proxy/confidence.py), summed over whole hours without reading the calls.
+# permutation test (proxy/stats/confidence.py), summed over whole hours without reading the calls.
 stats_session_calls = Table(
     "stats_session_calls",
     metadata,

@@ -33,7 +33,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from proxy.logs import get_logger
-from proxy.metrics import (
+from proxy.stats.prometheus import (
     STORE_QUEUE_DEPTH,
     STORE_ROWS_LOST,
     STORE_ROWS_REPAIRED,

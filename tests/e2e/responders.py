@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from proxy.enforce import SIBLING_NOT_RUN
+from proxy.enforce.feedback_turns import SIBLING_NOT_RUN
 from proxy.testing.scripted_upstream import Reply
 
 __all__ = [

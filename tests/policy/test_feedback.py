@@ -79,8 +79,8 @@ def test_blocked_message_shows_every_clients_command() -> None:
     """The text a client gets when the budget is spent shows the command, whatever the shell tool."""
     import json
 
-    from proxy.enforce import blocked_message
-    from proxy.judging import JudgedCall
+    from proxy.enforce.feedback_turns import blocked_message
+    from proxy.enforce.judging import JudgedCall
     from proxy.policy import load_policy_file
     from proxy.toolcalls import ToolCall
 

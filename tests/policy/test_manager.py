@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.metrics import REGISTRY
 from proxy.policy import PolicyError, PolicyManager
+from proxy.stats.prometheus import REGISTRY
 
 from .conftest import ROOT
 

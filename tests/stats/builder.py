@@ -1,6 +1,6 @@
 """Builds store rows whose statistics are known by construction, judged by the real strict policy.
 
-Rows are what `proxy.judging.record_calls` and `proxy.record.RequestRecord.save` write: one `requests` row
+Rows are what `proxy.store.recorder` builds: one `requests` row
 per client request, one `tool_calls` row per call with its verdict, one `tool_call_reasons` row per reason.
 Time advances one second per call unless a call says otherwise, so the order of building is the order in
 the store; sessions built interleaved are interleaved in time too.

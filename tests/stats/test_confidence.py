@@ -7,15 +7,15 @@ import json
 
 import pytest
 
-from proxy.confidence import (
+from proxy.stats.compare import compare_counts
+from proxy.stats.confidence import (
     bootstrap_ratio,
     fisher_exact,
     newcombe_difference,
     permutation_difference,
     wilson,
 )
-from proxy.stats import model_stats
-from proxy.stats_compare import compare_counts
+from proxy.stats.models import model_stats
 
 from .builder import ALLOWED, PIPE, Store
 from .seed_data import build_seed
@@ -139,7 +139,7 @@ async def test_stats_compare_cli(capsys, seeded: str) -> None:  # noqa: F811
 def test_many_sessions_use_the_cluster_robust_normal_interval() -> None:
     # Past BOOTSTRAP_MAX_SESSIONS the resampling would cost too much; its normal limit is used instead,
     # and it agrees with the bootstrap where both apply.
-    from proxy.confidence import BOOTSTRAP_MAX_SESSIONS, cluster_normal_ratio
+    from proxy.stats.confidence import BOOTSTRAP_MAX_SESSIONS, cluster_normal_ratio
 
     few = [(10, 10)] * 10 + [(0, 10)] * 190
     assert len(few) <= BOOTSTRAP_MAX_SESSIONS

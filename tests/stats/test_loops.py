@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.policy import judge_call
-from proxy.stats import model_stats, session_detail, top_loops
+from proxy.stats.models import model_stats, session_detail, top_loops
 from proxy.store.db import create_engine, migrate
 from tests.databases import BACKENDS, database_url
 

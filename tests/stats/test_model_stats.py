@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.stats import model_stats, seed_table
+from proxy.stats.models import model_stats, seed_table
 
 from .builder import ALLOWED, PIPE, START, Store
 from .seed_data import SEED, SEED_TABLE, build_seed

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.stats_overview import error_timeline, loop_groups
+from proxy.stats.overview import error_timeline, loop_groups
 
 from .builder import ALLOWED, PIPE, START, Store
 

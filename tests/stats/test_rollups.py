@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from proxy.stats import model_stats, top_loops
+from proxy.stats.models import model_stats, top_loops
 from proxy.store import figures, queries, rollups
 from proxy.store.db import create_engine, migrate
 from proxy.store.latency_sketch import percentile, sketch

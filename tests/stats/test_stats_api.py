@@ -10,7 +10,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from proxy.stats_api import router
+from proxy.http.stats_routes import router
 
 from .builder import ALLOWED, PIPE, START, Store
 from .seed_data import SEED, build_seed

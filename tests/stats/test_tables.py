@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.stats import loops_table, median_from_histogram, parse_time, reasons_table, render_table, seed_table
+from proxy.stats.models import loops_table, median_from_histogram, parse_time, reasons_table, render_table, seed_table
 
 
 def test_parse_time():

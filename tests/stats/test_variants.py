@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from proxy.confidence import bootstrap_median, wilson
-from proxy.stats_variants import summarize_variant, variant_stats
+from proxy.stats.confidence import bootstrap_median, wilson
+from proxy.stats.variants import summarize_variant, variant_stats
 
 from .builder import ALLOWED, PIPE, Store
 from .test_loops import HEAD_10, TAIL_3

@@ -14,10 +14,10 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from proxy.app import create_app
 from proxy.config import Settings
-from proxy.record import RequestRecord
-from proxy.sessions import SessionRef
+from proxy.enforce.record import RequestRecord
+from proxy.http.app import create_app
+from proxy.sessions.resolve import SessionRef
 from proxy.store import tables
 from proxy.store.db import create_engine, migrate
 from proxy.store.writer import insert_rows
@@ -178,7 +178,7 @@ def live_proxy(upstream: ScriptedUpstream, db_url: str) -> Iterator[RunningProxy
 
 
 def on_app(proxy: RunningProxy, coro: Coroutine[Any, Any, Any]) -> Any:
-    return asyncio.run_coroutine_threadsafe(coro, proxy.app.state.loop).result(15)
+    return asyncio.run_coroutine_threadsafe(coro, proxy.http.app.state.loop).result(15)
 
 
 def _stream(client: Any) -> None:

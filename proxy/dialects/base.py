@@ -1,0 +1,420 @@
+"""The attempt loop of the structured-call dialects: `/v1/responses` (OpenAI Responses API) and `/v1/messages`
+(Anthropic Messages API).
+
+The rules are chat's (proxy/dialects/chat.py and DESIGN.md's data flow): every call of an attempt is judged; in enforce
+mode an attempt with a rejected or malformed call never reaches the client and the model is asked again, with
+the held turn and the reasons appended to the conversation in the dialect's own shape, within the policy's
+retry budget; budget spent => a text answer that explains the block. Streamed text goes to the client live;
+only the tool-call events are held until the attempt is judged.
+
+A `Dialect` says what its requests, whole responses and retries look like, and makes the `DialectStream` that
+reads its server-sent events; this module runs the loop, so both dialects share one implementation of it.
+The reasons a model reads come from the same `retry_messages` as chat, translated into the dialect's items.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Hashable
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from proxy.enforce.actions import unjudgeable_call
+from proxy.enforce.exchange import (
+    BLOCKED,
+    DELIVER,
+    Exchange,
+    RouteShape,
+    finish_exchange,
+    open_exchange,
+    refused_stream,
+    request_attempt,
+    upstream_events,
+)
+from proxy.enforce.feedback_turns import blocked_message, retry_messages
+from proxy.enforce.record import Usage
+from proxy.errors import ProxyError, StoreUnavailable, UpstreamProtocolError, UpstreamUnjudgeable, error_response
+from proxy.services import ProxyState
+from proxy.toolcalls import ToolCall
+from proxy.upstream import strict
+from proxy.upstream.client import response_headers
+from proxy.upstream.sse import SSEEvent
+
+__all__ = ["Dialect", "DialectExchange", "DialectStream", "IndexMap", "handle"]
+
+
+class Dialect(ABC):
+    """One API's shapes. Conversation and reply are also given as chat-shaped messages, which is what the
+    session resolver's lineage hashes."""
+
+    route: ClassVar[str]  # the `route` recorded with every request and call
+    path: ClassVar[str]  # the upstream path after /v1
+    history_key: ClassVar[str]  # the request field retries append to
+
+    @abstractmethod
+    def validate(self, payload: dict[str, Any]) -> None:
+        """Raise BadRequest when the conversation field is missing or of the wrong type."""
+
+    @abstractmethod
+    def offered(self, payload: dict[str, Any]) -> set[str]:
+        """The tool names the request offers; a call to any other is `unknown_tool`."""
+
+    @abstractmethod
+    def history(self, payload: dict[str, Any]) -> list[Any]:
+        """The conversation as a list the retry items can be appended to."""
+
+    @abstractmethod
+    def conversation(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
+        """The request's conversation as chat messages, for the session lineage."""
+
+    @abstractmethod
+    def calls(self, obj: dict[str, Any]) -> list[ToolCall]:
+        """The tool calls of a whole response, in order."""
+
+    @abstractmethod
+    def text(self, obj: dict[str, Any]) -> str:
+        """The visible text of a whole response (the held turn's content in a retry)."""
+
+    @abstractmethod
+    def usage(self, obj: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A usage object of this dialect as chat usage (`prompt_tokens`, ...), which `Usage.add` reads."""
+
+    @abstractmethod
+    def set_usage(self, obj: dict[str, Any], usage: Usage) -> None:
+        """Write the usage summed over the attempts into a response (the client pays for all of them)."""
+
+    @abstractmethod
+    def set_blocked(self, obj: dict[str, Any], text: str) -> None:
+        """Turn a whole response into one plain text answer."""
+
+    @abstractmethod
+    def retry_items(self, turn: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """`retry_messages`' chat turn (assistant with tool_calls, one tool message per call) in this dialect."""
+
+    @abstractmethod
+    def reply(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
+        """What the client got, as chat messages, for the session lineage."""
+
+    @abstractmethod
+    def stream(self, ex: DialectExchange) -> DialectStream:
+        """A reader for this request's events, across its attempts."""
+
+    def error_response(self, exc: ProxyError) -> Response:
+        return error_response(exc)
+
+
+@dataclass
+class DialectExchange(Exchange):
+    """Chat's Exchange, whose retries append to the dialect's conversation field instead of `messages`."""
+
+    dialect: Dialect | None = None
+
+    @property
+    def spec(self) -> Dialect:
+        assert self.dialect is not None
+        return self.dialect
+
+    def body(self) -> bytes:
+        if not self.extra_messages and not self.body_changed:
+            return self.original_body
+        payload = dict(self.payload)
+        if self.extra_messages:
+            payload[self.spec.history_key] = self.spec.history(self.payload) + self.extra_messages
+        return json.dumps(payload, ensure_ascii=False).encode()
+
+    def error_response(self, exc: ProxyError) -> Response:
+        return self.spec.error_response(exc)
+
+    def remember(self, reply: list[dict[str, Any]]) -> None:
+        """Let the client's next request (this conversation plus what it got) continue this session."""
+        if not reply:
+            return
+        messages = list(self.conversation or []) + reply[:-1]
+        self.state.sessions.remember(self.record.session, messages, reply[-1])
+
+
+class IndexMap:
+    """Positions of the items (output items, content blocks) of the current attempt -> the positions the
+    client sees. A client assigns positions in the order items start, so they are handed out in the order
+    items are sent: held items get theirs when released, a retry's items continue after the earlier ones."""
+
+    def __init__(self) -> None:
+        self.next = 0
+        self._map: dict[Hashable, int] = {}
+
+    def new_attempt(self) -> None:
+        self._map = {}
+
+    def client(self, key: Hashable) -> int:
+        found = self._map.get(key)
+        if found is None:
+            found = self._map[key] = self.next
+            self.next += 1
+        return found
+
+
+class DialectStream(ABC):
+    """Reads one request's server-sent events, attempt after attempt, and says what the client gets."""
+
+    def __init__(self, ex: DialectExchange) -> None:
+        self.ex = ex
+        self.attempt = 1
+        self.upstream_error = False
+        self.attempt_usage: dict[str, Any] | None = None  # chat-shaped, the latest seen this attempt
+        self.unjudged: list[ToolCall] = []  # the attempt's output the proxy cannot judge
+
+    @property
+    def enforce(self) -> bool:
+        return self.ex.enforce
+
+    def begin_attempt(self) -> None:
+        self.attempt += 1
+        self.attempt_usage = None
+        self.unjudged = []
+
+    def unjudgeable(self, what: str, detail: str, content: Any) -> None:
+        """Output of this attempt the proxy cannot judge: a call that is never allowed (enforce mode drops the
+        output itself; observe mode relays it), recorded with the attempt's calls."""
+        self.unjudged.append(unjudgeable_call(what, detail, content))
+
+    def read(self, event: SSEEvent) -> dict[str, Any] | None:
+        """The event's JSON object. Enforce mode refuses anything else (UpstreamUnjudgeable); observe mode
+        records it and gets None (the caller relays the bytes)."""
+        detail = event.invalid
+        if detail is None and event.data is not None:
+            try:
+                obj = strict.loads(event.data) if self.enforce else json.loads(event.data)
+            except ValueError as exc:
+                detail = f"an event that does not parse: {exc}"
+            else:
+                if isinstance(obj, dict):
+                    return obj
+                detail = f"an event that is a JSON {type(obj).__name__}"
+        detail = detail or "an event without data"
+        if self.enforce:
+            raise UpstreamUnjudgeable(f"unjudgeable: the upstream sent {detail}")
+        self.unjudgeable("event", detail, event.raw.decode("utf-8", "replace"))
+        return None
+
+    def fail(self, detail: str) -> None:
+        self.upstream_error = True
+        self.ex.record.fail("upstream_error", detail[:1000])
+
+    @abstractmethod
+    def event(self, event: SSEEvent) -> bytes | None:
+        """One upstream event: what to send now (None: nothing, or held)."""
+
+    @abstractmethod
+    def calls(self) -> list[ToolCall]:
+        """The calls of the attempt that just ended."""
+
+    @abstractmethod
+    def text(self) -> str:
+        """The visible text of the attempt that just ended."""
+
+    @abstractmethod
+    def release(self) -> list[bytes]:
+        """The attempt was delivered: its held events, then its end (enforce mode; observe sent them already)."""
+
+    @abstractmethod
+    def blocked(self, text: str) -> list[bytes]:
+        """The budget is spent: a text answer, then the end of the response."""
+
+    @abstractmethod
+    def error(self, message: str, type_: str, code: Any) -> bytes:
+        """An error event in this dialect."""
+
+    @abstractmethod
+    def reply(self) -> list[dict[str, Any]]:
+        """What the client got, as chat messages, for the session lineage."""
+
+
+# ---------------------------------------------------------------- the request
+
+
+async def handle(request: Request, state: ProxyState, dialect: Dialect) -> Response:
+    ex = await _exchange(request, state, dialect)
+    if ex.record.stream:
+        return await _stream(ex)
+    try:
+        return await _complete(ex)
+    finally:
+        finish_exchange(ex)
+
+
+async def _exchange(request: Request, state: ProxyState, dialect: Dialect) -> DialectExchange:
+    shape = RouteShape(dialect.route, dialect.validate, dialect.conversation,
+                       lambda payload: (None, dialect.offered(payload)), asks_usage=False)
+    exchange: DialectExchange = await open_exchange(request, state, shape, DialectExchange, dialect=dialect)
+    return exchange
+
+
+# ---------------------------------------------------------------- non-streaming
+
+
+async def _complete(ex: DialectExchange) -> Response:
+    record, dialect = ex.record, ex.spec
+    judged: list[Any] = []
+    obj: dict[str, Any] = {}
+    for attempt in range(1, ex.budget + 2):
+        record.attempts = attempt
+        response = await request_attempt(ex, dialect.path)  # an upstream error is already in the dialect's shape
+        if isinstance(response, Response):
+            return response
+        headers = response_headers(response.headers)
+        try:
+            obj = strict.loads(response.content) if ex.enforce else json.loads(response.content)
+            if not isinstance(obj, dict):
+                raise TypeError(f"a JSON {type(obj).__name__}")
+            calls = dialect.calls(obj)
+        except (ValueError, TypeError, AttributeError) as exc:
+            detail = f"upstream answered 200 with a body that is not a {dialect.route} response: {exc}"
+            if ex.enforce:
+                return ex.refuse(UpstreamUnjudgeable(f"unjudgeable: {detail}"))
+            record.fail("upstream_error", detail)
+            return Response(response.content, status_code=200, headers=headers)
+        record.usage.add(dialect.usage(obj.get("usage")))
+        record.mark_first_token()
+        judged = ex.judge(calls)
+        outcome = await ex.settle(attempt, judged)
+        if outcome == DELIVER:
+            ex.remember(dialect.reply(obj))
+            if attempt == 1 and not ex.enforce:
+                return Response(response.content, status_code=200, headers=headers)
+            dialect.set_usage(obj, record.usage)
+            return _json(obj)
+        if outcome == BLOCKED:
+            break
+        ex.extra_messages += dialect.retry_items(retry_messages(ex.policy, dialect.text(obj), judged))
+    dialect.set_blocked(obj, blocked_message(ex.policy, judged, record.attempts))
+    dialect.set_usage(obj, record.usage)
+    ex.remember(dialect.reply(obj))
+    return _json(obj)
+
+
+def _json(obj: dict[str, Any]) -> Response:
+    return Response(strict.dumps(obj).encode(), status_code=200, media_type="application/json")
+
+
+# ---------------------------------------------------------------- streaming
+
+
+async def _stream(ex: DialectExchange) -> Response:
+    record = ex.record
+    try:
+        response = await ex.state.upstream.open_stream("POST", ex.spec.path, headers=ex.headers, content=ex.body())
+    except ProxyError as exc:
+        record.fail("upstream_error", exc.message, exc.status_code)
+        finish_exchange(ex)
+        raise
+    record.status = response.status_code
+    refused = refused_stream(response) if ex.enforce else None
+    if refused is not None:
+        await response.aclose()
+        answer = ex.refuse(refused)
+        finish_exchange(ex)
+        return answer
+    if response.status_code != 200:
+        try:
+            content = await response.aread()
+        except Exception as exc:  # the error body itself broke off (httpx's error, not yet translated)
+            record.fail("upstream_error", f"upstream failed: {exc}")
+            finish_exchange(ex)
+            return ex.spec.error_response(UpstreamProtocolError(f"upstream failed: {exc}"))
+        finally:
+            await response.aclose()
+        record.fail("upstream_error", content.decode("utf-8", "replace")[:1000])
+        finish_exchange(ex)
+        return Response(content, status_code=response.status_code, headers=response_headers(response.headers))
+    relay = _Relay(ex, ex.spec.stream(ex))
+    return StreamingResponse(relay.run(response), media_type="text/event-stream",
+                             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+
+
+class _Relay:
+    def __init__(self, ex: DialectExchange, stream: DialectStream) -> None:
+        self.ex = ex
+        self.stream = stream
+        self.done = False
+
+    async def run(self, response: Any) -> AsyncIterator[bytes]:
+        ex, record, stream = self.ex, self.ex.record, self.stream
+        current = response
+        try:
+            while True:
+                async for piece in self._attempt(current):
+                    yield piece
+                await current.aclose()
+                current = None
+                if stream.upstream_error:
+                    break
+                judged = ex.judge(stream.calls())
+                try:
+                    outcome = await ex.settle(stream.attempt, judged)
+                except StoreUnavailable as exc:  # nothing goes out unrecorded: an error event instead
+                    yield stream.error(exc.message, exc.error_type, exc.code)
+                    break
+                if outcome == DELIVER:
+                    if ex.enforce:
+                        for piece in stream.release():
+                            yield piece
+                    break
+                if outcome == BLOCKED:
+                    for piece in stream.blocked(blocked_message(ex.policy, judged, stream.attempt)):
+                        yield piece
+                    break
+                ex.extra_messages += ex.spec.retry_items(retry_messages(ex.policy, stream.text(), judged))
+                stream.begin_attempt()
+                record.attempts = stream.attempt
+                try:
+                    current = await ex.state.upstream.open_stream("POST", ex.spec.path, headers=ex.headers,
+                                                                  content=ex.body())
+                except ProxyError as exc:
+                    yield stream.error(exc.message, exc.error_type, exc.code)
+                    stream.fail(exc.message)
+                    break
+                refused = refused_stream(current) if ex.enforce and current.status_code == 200 else None
+                if refused is not None:
+                    yield stream.error(refused.message, refused.error_type, refused.code)
+                    stream.fail(refused.message)
+                    break
+                if current.status_code != 200:
+                    content = (await current.aread()).decode("utf-8", "replace")
+                    yield stream.error(f"upstream answered {current.status_code} on retry: {content[:500]}",
+                                       "upstream_error", None)
+                    stream.fail(content)
+                    record.status = current.status_code
+                    break
+            self.done = True
+        finally:
+            if not self.done and record.outcome == "ok":
+                record.fail("client_disconnected", "the client went away before the stream ended", 499)
+            with anyio.CancelScope(shield=True):
+                if current is not None:
+                    await current.aclose()
+                if self.done and not stream.upstream_error:
+                    ex.remember(stream.reply())
+                finish_exchange(ex)
+
+    async def _attempt(self, response: Any) -> AsyncIterator[bytes]:
+        ex, stream = self.ex, self.stream
+        try:
+            async with aclosing(upstream_events(ex, response)) as events:
+                async for event in events:
+                    out = stream.event(event)
+                    if out:
+                        yield out
+                    if stream.upstream_error:
+                        return
+        except ProxyError as exc:
+            stream.fail(exc.message)
+            yield stream.error(exc.message, exc.error_type, exc.code)
+        finally:
+            if stream.attempt_usage is not None:
+                ex.record.usage.add(stream.attempt_usage)

@@ -1,0 +1,611 @@
+"""POST /v1/chat/completions: forward, extract every tool call, judge it, enforce the verdict.
+
+The non-streaming and streaming paths share the attempt loop's rules: an attempt whose calls are
+all allowed goes to the client; in enforce mode an attempt with a rejected or malformed call is
+held back and the model is asked again with the reasons, within the policy's retry budget.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from proxy.dialects.shapes import choice_problem
+from proxy.enforce.actions import unjudgeable_call
+from proxy.enforce.exchange import (
+    BLOCKED,
+    DELIVER,
+    Exchange,
+    RouteShape,
+    finish_exchange,
+    open_exchange,
+    open_stream_attempt,
+    refused_stream,
+    request_attempt,
+)
+from proxy.enforce.feedback_turns import blocked_message, retry_messages, tool_call_delta
+from proxy.enforce.judging import JudgedCall, apply_repairs
+from proxy.errors import BadRequest, ProxyError, StoreUnavailable, UpstreamUnjudgeable, error_body
+from proxy.logs import get_logger
+from proxy.services import ProxyState
+from proxy.toolcalls import ChoiceStream, CompletedCall, TextDelta, ToolCall, extract_from_response
+from proxy.upstream import strict
+from proxy.upstream.client import response_headers
+from proxy.upstream.sse import DONE, SSEDecoder, SSEEvent
+from proxy.upstream.text_frame import TextFrame
+
+__all__ = ["chat_completions"]
+
+log = get_logger("proxy.dialects.chat")
+_TEXT_FIELDS = ("content", "reasoning", "reasoning_content")
+# Fields of one chunk that a chunk the proxy writes does not copy: usage is summed, vLLM's prompt echo
+# belongs to the first chunk only.
+_PER_CHUNK = frozenset({"choices", "usage", "prompt_token_ids", "prompt_text", "prompt_logprobs"})
+_KEEP_ALIVE = b": keep-alive\n\n"
+
+
+def _carries(choice: dict[str, Any]) -> bool:
+    """Whether a choice of a chunk holds anything a client would show or run."""
+    delta = choice.get("delta")
+    return (bool(delta) and any(v for k, v in delta.items() if k != "role")) or bool(choice.get("finish_reason"))
+
+
+def _offered_tools(tools: Any) -> tuple[list[dict[str, Any]] | None, set[str]]:
+    if not isinstance(tools, list):
+        return None, set()
+    names = set()
+    for tool in tools:
+        if isinstance(tool, dict):
+            function = tool.get("function")
+            if isinstance(function, dict) and isinstance(function.get("name"), str):
+                names.add(function["name"])
+    return tools, names
+
+
+def _validate(payload: dict[str, Any]) -> None:
+    messages = payload.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("`messages` must be a non-empty list", param="messages")
+    for position, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise BadRequest(f"`messages[{position}]` must be an object with a string `role`",
+                             param=f"messages[{position}]")
+
+
+CHAT = RouteShape("chat", _validate, lambda payload: payload["messages"],
+                  lambda payload: _offered_tools(payload.get("tools")))
+
+
+async def chat_completions(request: Request, state: ProxyState) -> Response:
+    exchange = await open_exchange(request, state, CHAT)
+    messages = exchange.conversation
+    if exchange.record.stream:
+        return await _stream(exchange, messages)
+    try:
+        return await _complete(exchange, messages)
+    finally:
+        finish_exchange(exchange)
+
+
+# ---------------------------------------------------------------- non-streaming
+
+
+async def _complete(ex: Exchange, messages: list[Any]) -> Response:
+    record = ex.record
+    judged: list[JudgedCall] = []
+    for attempt in range(1, ex.budget + 2):
+        record.attempts = attempt
+        response = await request_attempt(ex, "/chat/completions")
+        if isinstance(response, Response):
+            return response
+        headers = response_headers(response.headers)
+        try:
+            obj = strict.loads(response.content) if ex.enforce else json.loads(response.content)
+            if not isinstance(obj, dict):
+                raise TypeError(f"a JSON {type(obj).__name__}")
+            results = extract_from_response(obj, ex.tools, rules=ex.rules)
+        except (ValueError, TypeError, AttributeError) as exc:
+            detail = f"upstream answered 200 with a body that is not a completion: {exc}"
+            if ex.enforce:
+                return ex.refuse(UpstreamUnjudgeable(f"unjudgeable: {detail}"))
+            record.fail("upstream_error", detail)
+            return Response(response.content, status_code=200, headers=headers)
+        record.usage.add(obj.get("usage"))
+        record.mark_first_token()
+        calls = [c for r in results for c in (r.tool_calls + r.malformed) if ex.scan_content or c.source == "openai"]
+        judged = ex.judge(calls + _unjudgeable_choices(obj))
+        outcome = await ex.settle(attempt, judged)
+        if outcome == DELIVER:
+            changed = _convert_content_calls(ex, obj, results) or attempt > 1
+            if any(item.repaired for item in judged):
+                # The judged (repaired) calls are delivered, never the upstream's bytes (judging.py).
+                for choice in obj.get("choices") or []:
+                    changed = apply_repairs(choice.get("message") or {}, judged) or changed
+            if attempt > 1 and isinstance(obj.get("usage"), dict):
+                _sum_usage(obj["usage"], record.usage)
+            _remember(ex, messages, obj)
+            if ex.enforce:  # what the client gets is the proxy's encoding of what it judged
+                return Response(strict.dumps(obj).encode(), status_code=200, media_type="application/json")
+            if not changed:
+                return Response(response.content, status_code=200, headers=headers)
+            return Response(json.dumps(obj, ensure_ascii=False).encode(), status_code=200,
+                            media_type="application/json")
+        if outcome == BLOCKED:
+            break
+        content = results[0].content if results else None
+        ex.extra_messages += retry_messages(ex.policy, content, judged)
+    text = blocked_message(ex.policy, judged, record.attempts)
+    obj["choices"] = [{"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
+                       "logprobs": None, "finish_reason": "stop"}]
+    if isinstance(obj.get("usage"), dict):
+        _sum_usage(obj["usage"], record.usage)
+    return Response(strict.dumps(obj).encode(), status_code=200, media_type="application/json")
+
+
+def _unjudgeable_choices(obj: dict[str, Any]) -> list[ToolCall]:
+    """Stand-ins for what a whole response holds beyond what the extractors judge (every `tool_calls`
+    entry becomes a call, a malformed one if need be; a legacy `function_call` or an unknown field does not)."""
+    choices = obj.get("choices")
+    if choices is None:
+        return []
+    if not isinstance(choices, list):
+        return [unjudgeable_call("choices", "`choices` is not a list", choices)]
+    for choice in choices:
+        problem = choice_problem(choice, "message")
+        if problem is not None:
+            return [unjudgeable_call("message", problem, choice)]
+    return []
+
+
+def _sum_usage(usage: dict[str, Any], total: Any) -> None:
+    """The usage of every attempt, written over the upstream's figures; a field it did not send stays out."""
+    usage.update(prompt_tokens=total.prompt_tokens, completion_tokens=total.completion_tokens,
+                 total_tokens=total.prompt_tokens + total.completion_tokens)
+    if total.cached_tokens or isinstance(usage.get("prompt_tokens_details"), dict):
+        usage["prompt_tokens_details"] = {**(usage.get("prompt_tokens_details") or {}),
+                                          "cached_tokens": total.cached_tokens}
+
+
+def _convert_content_calls(ex: Exchange, obj: dict[str, Any], results: list[Any]) -> bool:
+    """Calls the model wrote into `content` become proper `tool_calls`; returns whether obj changed."""
+    if not ex.scan_content or not (ex.state.settings.convert_content_tool_calls or ex.enforce):
+        return False
+    changed = False
+    for choice, result in zip(obj.get("choices") or [], results, strict=False):
+        found = [c for c in result.tool_calls if c.source != "openai"]
+        if not found:
+            continue
+        message = choice.setdefault("message", {})
+        existing = message.get("tool_calls") or []
+        for call in found:
+            delta = tool_call_delta(len(existing), call)
+            delta.pop("index")
+            existing.append(delta)
+        message["tool_calls"] = existing
+        message["content"] = result.content or None
+        choice["finish_reason"] = "tool_calls"
+        changed = True
+    return changed
+
+
+def _remember(ex: Exchange, messages: list[Any], obj: dict[str, Any]) -> None:
+    choices = obj.get("choices") or []
+    reply = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
+    ex.state.sessions.remember(ex.record.session, messages, reply if isinstance(reply, dict) else None)
+
+
+# ---------------------------------------------------------------- streaming
+
+
+@dataclass
+class _Choice:
+    """One choice of one attempt while it streams."""
+
+    stream: ChoiceStream
+    content: list[str] = field(default_factory=list)  # joined once at the end: += would copy per chunk
+    pending: list[ToolCall] = field(default_factory=list)
+    emitted_tools: int = 0
+    finish_reason: str | None = None
+    finish_fields: dict[str, Any] | None = None  # the finishing choice's fields (stop_reason, token_ids ...)
+    finish_top: dict[str, Any] | None = None  # and its chunk's
+    converted: bool = False
+
+
+async def _stream(ex: Exchange, messages: list[Any]) -> Response:
+    response = await open_stream_attempt(ex, "/chat/completions")
+    if isinstance(response, Response):
+        return response
+    relay = _StreamRelay(ex, messages)
+    return StreamingResponse(relay.run(response), media_type="text/event-stream",
+                             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+
+
+def _tool_count(known: int, delta: dict[str, Any]) -> int:
+    """How many structured calls a choice has shown so far, from the indexes its deltas carry."""
+    for fragment in delta.get("tool_calls") or []:
+        index = fragment.get("index") if isinstance(fragment, dict) else None
+        if isinstance(index, int) and index >= known:
+            known = index + 1
+    return known
+
+
+class _StreamRelay:
+    def __init__(self, ex: Exchange, messages: list[Any]) -> None:
+        self.ex = ex
+        self.messages = messages
+        self.template: dict[str, Any] | None = None
+        self.usage_chunk: dict[str, Any] | None = None
+        self.choices: dict[int, _Choice] = {}
+        self.frame: TextFrame | None = None
+        self.attempt = 1
+        self.attempt_usage: Any = None
+        self.upstream_error = False
+        self.reply_content = ""
+        self.reply_calls: list[dict[str, Any]] = []
+        self.late_calls: list[ToolCall] = []  # the attempt's output the proxy could not judge
+        self.ended = False  # [DONE] seen in this attempt
+        self.done = False
+
+    # -- the generator handed to the client
+
+    async def run(self, response: Any) -> AsyncIterator[bytes]:
+        ex, record = self.ex, self.ex.record
+        current = response
+        try:
+            while True:
+                # One narration per turn: the first attempt streams live; a retry's text waits for its verdict
+                # and goes out only with a delivered turn.
+                held: list[bytes] = []
+                async for piece in self._relay_attempt(current):
+                    if self.attempt > 1 and ex.enforce:
+                        held.append(piece)
+                    else:
+                        yield piece
+                await current.aclose()
+                current = None
+                if self.upstream_error:
+                    for piece in held[-1:]:  # the error that ended the attempt, without its narration
+                        yield piece
+                    break
+                judged = self._judge_attempt()
+                try:
+                    outcome = await ex.settle(self.attempt, judged)
+                except StoreUnavailable as exc:  # nothing goes out unrecorded: an error event instead
+                    yield self._error(exc.message, exc.error_type, exc.code)
+                    break
+                if outcome == DELIVER:
+                    for piece in held:
+                        yield piece
+                    if ex.enforce:
+                        for piece in self._release():
+                            yield piece
+                    break
+                if outcome == BLOCKED:
+                    yield self._blocked(judged)
+                    break
+                ex.extra_messages += retry_messages(ex.policy, self._content(), judged)
+                self.attempt += 1
+                record.attempts = self.attempt
+                self.choices = {}
+                self.late_calls = []
+                self.ended = False
+                try:
+                    current = await ex.state.upstream.open_stream("POST", "/chat/completions",
+                                                                  headers=ex.headers, content=ex.body())
+                except ProxyError as exc:
+                    yield self._error(exc.message, exc.error_type, exc.code)
+                    record.fail("upstream_error", exc.message)
+                    break
+                refused = refused_stream(current) if ex.enforce and current.status_code == 200 else None
+                if refused is not None:
+                    yield self._error(refused.message, refused.error_type, refused.code)
+                    record.fail("upstream_error", refused.message)
+                    break
+                if current.status_code != 200:
+                    content = await current.aread()
+                    yield self._error(f"upstream answered {current.status_code} on retry: "
+                                      f"{content.decode('utf-8', 'replace')[:500]}", "upstream_error", None)
+                    record.fail("upstream_error", content.decode("utf-8", "replace")[:1000], current.status_code)
+                    break
+            for piece in self._tail():
+                yield piece
+            self.done = True
+        finally:
+            if not self.done and record.outcome == "ok":
+                record.fail("client_disconnected", "the client went away before the stream ended", 499)
+            with anyio.CancelScope(shield=True):
+                if current is not None:
+                    await current.aclose()
+                if self.done and not self.upstream_error:
+                    self.ex.state.sessions.remember(record.session, self.messages, self._reply())
+                finish_exchange(ex)
+
+    # -- one upstream attempt
+
+    async def _relay_attempt(self, response: Any) -> AsyncIterator[bytes]:
+        ex, record = self.ex, self.ex.record
+        self.attempt_usage = None
+        decoder = SSEDecoder()
+        event_of = self._event
+        try:
+            # upstream_events, inlined: one generator less for each of a stream's many chunks.
+            with ex.state.upstream.errors_translated():
+                async for chunk in response.aiter_raw():
+                    record.mark_first_byte()
+                    for event in decoder.feed(chunk):
+                        out = event_of(event)
+                        if out:
+                            yield out
+                        if self.upstream_error:
+                            return
+            for event in decoder.close():
+                out = event_of(event)
+                if out:
+                    yield out
+                if self.upstream_error:
+                    return
+        except ProxyError as exc:
+            self.upstream_error = True
+            record.fail("upstream_error", exc.message)
+            yield self._error(exc.message, exc.error_type, exc.code)
+            return
+        finally:
+            if self.attempt_usage is not None:
+                record.usage.add(self.attempt_usage)
+        cut_short = False
+        for index, choice in self.choices.items():
+            if choice.finish_reason is None:
+                # The stream ended without finishing this choice: what it completed is judged either way.
+                events = choice.stream.finish()
+                choice.pending.extend(e.call for e in events if isinstance(e, CompletedCall))
+                cut_short = True
+                if not ex.enforce:  # observe mode relays (and records) what came
+                    out = self._rebuild(None, [(index, choice, {"index": index}, events)])
+                    if out:
+                        yield out
+        if cut_short and ex.enforce:
+            # An upstream error, not a turn: its calls are recorded as not delivered and none is released.
+            ex.settle_truncated(self.attempt, self._judge_attempt())
+            yield self._error("the upstream stream ended without a finish_reason", "upstream_error", None)
+
+    def _event(self, event: SSEEvent) -> bytes | None:
+        frame = self.frame
+        if frame is not None and event.plain and not self.ended and self.attempt == 1:
+            text = frame.text(event.data)  # type: ignore[arg-type]  # plain: data is a str
+            if text is not None:
+                choice = self.choices.get(frame.index)
+                if choice is not None and choice.finish_reason is None and choice.stream.releases_as_is(text):
+                    # The bulk of a stream: a chunk whose one choice carries only `delta.content`, in the
+                    # canonical encoding (the frame was learnt from a canonical chunk; `text` checks the
+                    # string), released as it came: what `_chunk` would do for it, the branches that cannot
+                    # apply left out.
+                    choice.content.append(text)
+                    self.ex.record.mark_first_token()
+                    return event.raw
+        enforce = self.ex.enforce
+        if event.invalid is not None:
+            return self._unparseable(event, event.invalid)
+        if event.data is None:  # comments and keep-alives
+            return event.raw if not enforce else (_KEEP_ALIVE if event.comment else None)
+        if self.ended:
+            return self._late(event, "data after [DONE]", event.data)
+        if event.is_done:
+            self.ended = True
+            # Enforce mode: one [DONE] at the very end, after the held calls. Observe mode: where it came.
+            return None if enforce else event.raw
+        try:
+            obj = strict.loads(event.data) if enforce else json.loads(event.data)
+        except ValueError as exc:
+            return self._unparseable(event, f"an event that does not parse: {exc}")
+        if not isinstance(obj, dict):
+            return self._unparseable(event, f"an event that is a JSON {type(obj).__name__}")
+        if "error" in obj and not obj.get("choices"):
+            self.upstream_error = True
+            error = obj.get("error")
+            self.ex.record.fail("upstream_error", json.dumps(error)[:1000] if error else "error event")
+            return event.raw if not enforce else strict.encode_event({"error": error})
+        usage = obj.get("usage")
+        if usage:
+            self.attempt_usage = usage  # cumulative when continuous: the last one counts
+        choices = obj.get("choices")
+        if self.template is None:
+            self.template = {k: v for k, v in obj.items() if k not in _PER_CHUNK}
+        if not choices:
+            if choices is not None and not isinstance(choices, list):
+                return self._late(event, "`choices` that is not a list", obj)
+            if usage:
+                self.usage_chunk = obj
+                if not enforce:  # where it came, when the client asked for it
+                    return event.raw if self.ex.client_wants_usage else None
+                return None
+            return event.raw if not enforce else strict.encode_event(obj)
+        if not isinstance(choices, list):
+            return self._late(event, "`choices` that is not a list", obj)
+        for raw_choice in choices:
+            problem = choice_problem(raw_choice, "delta")
+            if problem is None:
+                known = self.choices.get(raw_choice.get("index", 0))
+                if known is not None and known.finish_reason is not None and _carries(raw_choice):
+                    problem = "a delta after the choice's finish_reason"
+            if problem is not None:
+                return self._late(event, problem, raw_choice)
+        learnt = TextFrame.learn(event.data, obj)
+        if learnt is not None and enforce and not (event.plain and strict.dumps(obj) == event.data):
+            learnt = None  # raw bytes go out only when they are the canonical encoding of the judged chunk
+        self.frame = learnt or self.frame
+        return self._chunk(event, obj, bool(usage), choices)
+
+    def _unparseable(self, event: SSEEvent, detail: str) -> bytes | None:
+        """Enforce mode refuses the stream; observe mode relays the bytes and records that it could not judge."""
+        if self.ex.enforce:
+            raise UpstreamUnjudgeable(f"unjudgeable: the upstream sent {detail}")
+        self.late_calls.append(unjudgeable_call("event", detail, event.raw.decode("utf-8", "replace")))
+        return event.raw
+
+    def _late(self, event: SSEEvent, detail: str, content: Any) -> bytes | None:
+        """Output the proxy does not judge (after the end, or of an unknown shape): dropped in enforce mode,
+        relayed in observe mode; recorded as an `unjudgeable` call of the attempt in both."""
+        self.late_calls.append(unjudgeable_call("chunk", detail, content))
+        return event.raw if not self.ex.enforce else None
+
+    def _chunk(self, event: SSEEvent, obj: dict[str, Any], has_usage: bool, choices: list[Any]) -> bytes | None:
+        ex = self.ex
+        items = []
+        passthrough = self.attempt == 1 and (ex.client_wants_usage or not has_usage)
+        for raw_choice in choices:
+            index = raw_choice.get("index", 0)
+            choice = self.choices.get(index)
+            if choice is None:
+                stream = ChoiceStream(ex.tools, scan_content=ex.scan_content, rules=ex.rules)
+                choice = self.choices[index] = _Choice(stream)
+            delta = raw_choice.get("delta") or {}
+            events = choice.stream.feed(delta)
+            finish = raw_choice.get("finish_reason")
+            if finish:
+                events = events + choice.stream.finish()
+                choice.finish_reason = finish
+            released = {}
+            completed = []
+            for e in events:
+                if isinstance(e, TextDelta):
+                    released[e.field] = released.get(e.field, "") + e.text
+                elif isinstance(e, CompletedCall):
+                    completed.append(e.call)
+            if "content" in released:
+                choice.content.append(released["content"])
+            choice.pending.extend(completed)
+            same_text = all(released.get(f, "") == (delta.get(f) or "") for f in _TEXT_FIELDS)
+            content_calls = any(c.source != "openai" for c in completed)
+            if not same_text or (ex.enforce and (delta.get("tool_calls") or finish)):
+                passthrough = False
+            if content_calls and (ex.enforce or ex.state.settings.convert_content_tool_calls):
+                passthrough = False
+            if any(delta.get(f) for f in _TEXT_FIELDS) or delta.get("tool_calls"):
+                ex.record.mark_first_token()
+            if finish and ex.enforce:
+                # The finish goes out after the judgement, with the fields the upstream put beside it.
+                choice.finish_fields = {k: v for k, v in raw_choice.items() if k not in ("index", "delta")}
+                choice.finish_top = {k: v for k, v in obj.items() if k not in _PER_CHUNK}
+            items.append((index, choice, raw_choice, events))
+        if passthrough:
+            if not ex.enforce:
+                for _, choice, raw_choice, _ in items:
+                    choice.emitted_tools = _tool_count(choice.emitted_tools, raw_choice.get("delta") or {})
+                return event.raw
+            text = strict.dumps(obj)
+            return event.raw if event.plain and text == event.data else b"data: " + text.encode() + b"\n\n"
+        return self._rebuild(obj, items)
+
+    def _rebuild(self, obj: dict[str, Any] | None,
+                 items: list[tuple[int, _Choice, dict[str, Any], list[Any]]]) -> bytes | None:
+        """The chunk again with what may be released now: text, and in observe mode the tool deltas.
+        Every other field stays where the upstream put it, once; a finish is held in enforce mode."""
+        ex = self.ex
+        rebuilt: list[dict[str, Any]] = []
+        for index, choice, raw_choice, events in items:
+            delta = raw_choice.get("delta") or {}
+            new_delta = {k: v for k, v in delta.items() if k not in _TEXT_FIELDS and k != "tool_calls"}
+            if self.attempt > 1:
+                new_delta.pop("role", None)
+            for e in events:
+                if isinstance(e, TextDelta):
+                    new_delta[e.field] = new_delta.get(e.field, "") + e.text
+            tool_deltas: list[dict[str, Any]] = []
+            if not ex.enforce:
+                tool_deltas.extend(delta.get("tool_calls") or [])
+                choice.emitted_tools = _tool_count(choice.emitted_tools, delta)
+                if ex.state.settings.convert_content_tool_calls:
+                    for e in events:
+                        if isinstance(e, CompletedCall) and e.call.source != "openai":
+                            tool_deltas.append(tool_call_delta(choice.emitted_tools, e.call))
+                            choice.emitted_tools += 1
+                            choice.converted = True
+            if tool_deltas:
+                new_delta["tool_calls"] = tool_deltas
+            finish = raw_choice.get("finish_reason")
+            emit_finish = finish if not ex.enforce else None
+            if emit_finish and choice.converted:
+                emit_finish = "tool_calls"
+            if not new_delta and not emit_finish:
+                continue
+            out_choice = {**raw_choice, "index": index, "delta": new_delta, "finish_reason": emit_finish}
+            if ex.enforce and finish:
+                out_choice.pop("stop_reason", None)  # it goes out with the held finish
+            rebuilt.append(out_choice)
+        if not rebuilt:
+            return None
+        if obj is None:
+            return self._encode(rebuilt)
+        chunk = {k: v for k, v in obj.items() if k != "usage" or (ex.client_wants_usage and self.attempt == 1)}
+        chunk["choices"] = rebuilt
+        return b"data: " + strict.dumps(chunk).encode() + b"\n\n"
+
+    # -- decisions at the end of an attempt
+
+    def _judge_attempt(self) -> list[JudgedCall]:
+        calls = [c for _, ch in sorted(self.choices.items()) for c in ch.pending]
+        return self.ex.judge(calls + self.late_calls)
+
+    def _content(self) -> str:
+        return "".join(part for ch in self.choices.values() for part in ch.content)
+
+    def _release(self) -> list[bytes]:
+        """Enforce mode, all allowed: each call as one whole delta, then the finish chunks."""
+        out: list[bytes] = []
+        for index, choice in sorted(self.choices.items()):
+            for position, call in enumerate(choice.pending):
+                delta = tool_call_delta(position, call)
+                self.reply_calls.append({k: v for k, v in delta.items() if k != "index"})
+                out.append(self._encode([{"index": index, "delta": {"tool_calls": [delta]}, "logprobs": None,
+                                          "finish_reason": None}]))
+            finish = "tool_calls" if choice.pending else (choice.finish_reason or "stop")
+            fields = {"logprobs": None, **(choice.finish_fields or {}), "finish_reason": finish}
+            out.append(self._encode([{"index": index, "delta": {}, **fields}], choice.finish_top))
+        self.ex.record.mark_first_token()
+        return out
+
+    def _blocked(self, judged: list[JudgedCall]) -> bytes:
+        text = blocked_message(self.ex.policy, judged, self.attempt)
+        self.reply_content += text
+        return (self._encode([{"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None}])
+                + self._encode([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}]))
+
+    def _tail(self) -> list[bytes]:
+        if not self.ex.enforce:
+            # Observe mode relayed the upstream's usage and [DONE] where they came; after an error event the
+            # relay stopped reading, so the end is the proxy's.
+            return [DONE] if self.upstream_error else []
+        out: list[bytes] = []
+        if self.ex.client_wants_usage and self.usage_chunk is not None and not self.upstream_error:
+            if self.attempt == 1:
+                out.append(strict.encode_event(self.usage_chunk))
+            else:
+                chunk = dict(self.usage_chunk)
+                usage = dict(chunk.get("usage") or {})
+                _sum_usage(usage, self.ex.record.usage)
+                chunk["usage"] = usage
+                if self.template:
+                    chunk["id"] = self.template.get("id", chunk.get("id"))
+                out.append(strict.encode_event(chunk))
+        out.append(DONE)
+        return out
+
+    def _reply(self) -> dict[str, Any]:
+        content = self._content() if not self.reply_content else self.reply_content
+        return {"role": "assistant", "content": content, "tool_calls": self.reply_calls}
+
+    def _encode(self, choices: list[dict[str, Any]], top: dict[str, Any] | None = None) -> bytes:
+        """A chunk the proxy writes: the stream's own fields (not those only one chunk carries), these choices."""
+        chunk = dict(top or self.template or {"object": "chat.completion.chunk", "model": self.ex.record.model})
+        chunk["choices"] = choices
+        return strict.encode_event(chunk)
+
+    def _error(self, message: str, type_: str, code: Any) -> bytes:
+        self.upstream_error = True
+        return strict.encode_event(error_body(message, type_, code=code))

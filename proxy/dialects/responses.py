@@ -1,0 +1,466 @@
+"""POST /v1/responses (OpenAI Responses API): every `function_call` output item judged and enforced.
+
+Tool calls come as output items of type `function_call` (`name`, `call_id`, `arguments` as a JSON string),
+whole in `output` or streamed as `response.output_item.added` -> `response.function_call_arguments.delta`
+... `.done` -> `response.output_item.done`, and the stream ends with `response.completed` carrying the whole
+response. A rejected call goes back to the model as the `function_call` item itself plus a
+`function_call_output` item with the reasons, appended to `input`.
+
+Streaming in enforce mode: events of text, reasoning and other items pass live; the events of a
+`function_call` item and the closing `response.completed` are held until the attempt is judged. The client
+must see one response, so its `sequence_number` and `output_index` count on across attempts (events are
+re-encoded only where a number changes), a retry's `response.created` / `response.in_progress` are dropped,
+and the closing `response.completed` lists the items the client actually received, with the usage of every
+attempt.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from proxy.dialects.base import Dialect, DialectExchange, DialectStream, IndexMap, handle
+from proxy.enforce.actions import ACTION_ITEMS, UNJUDGEABLE, action_call, unjudgeable_call
+from proxy.enforce.record import Usage
+from proxy.errors import BadRequest
+from proxy.services import ProxyState
+from proxy.toolcalls import ToolCall
+from proxy.toolcalls.openai import structured_call
+from proxy.upstream import strict
+from proxy.upstream.sse import SSEEvent
+
+__all__ = ["ResponsesDialect", "create_response"]
+
+_COMPACT = (",", ":")
+_TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+_TEXT_DELTAS = frozenset({"response.output_text.delta", "response.reasoning_text.delta"})
+# Output items that carry only text, and those that carry a call the proxy judges; any other type is
+# `unjudgeable` (computer_call, mcp_call, code_interpreter_call ... and whatever comes next).
+_TEXT_ITEMS = frozenset({"message", "reasoning"})
+_CALL_ITEMS = frozenset({"function_call", *ACTION_ITEMS})
+# Every event type the proxy reads; an unknown one could carry anything, and is `unjudgeable`.
+_ITEM_EVENTS = frozenset({
+    "response.output_item.added", "response.output_item.done",
+    "response.content_part.added", "response.content_part.done",
+    "response.output_text.delta", "response.output_text.done", "response.output_text.annotation.added",
+    "response.refusal.delta", "response.refusal.done",
+    "response.reasoning_text.delta", "response.reasoning_text.done",
+    "response.reasoning_part.added", "response.reasoning_part.done",
+    "response.reasoning_summary_part.added", "response.reasoning_summary_part.done",
+    "response.reasoning_summary_text.delta", "response.reasoning_summary_text.done",
+    "response.function_call_arguments.delta", "response.function_call_arguments.done",
+    "response.custom_tool_call_input.delta", "response.custom_tool_call_input.done",
+})
+_CALL_DELTAS = frozenset({"response.function_call_arguments.delta", "response.function_call_arguments.done",
+                          "response.custom_tool_call_input.delta", "response.custom_tool_call_input.done"})
+
+
+async def create_response(request: Request, state: ProxyState) -> Response:
+    return await handle(request, state, ResponsesDialect())
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def item_message(item: Any) -> dict[str, Any] | None:
+    """One input or output item as a chat message (lineage only); reasoning and other items are skipped."""
+    if not isinstance(item, dict):
+        return None
+    kind = item.get("type")
+    if kind == "function_call":
+        return {"role": "assistant", "content": None,
+                "tool_calls": [{"function": {"name": item.get("name"), "arguments": item.get("arguments")}}]}
+    if kind == "function_call_output":
+        return {"role": "tool", "content": _text(item.get("output")), "tool_call_id": item.get("call_id")}
+    if kind in (None, "message") and isinstance(item.get("role"), str):
+        return {"role": item["role"], "content": _text(item.get("content"))}
+    return None
+
+
+def _item_call(item: Any, index: int) -> ToolCall:
+    """The call an output item carries: judged when the proxy knows its type, `unjudgeable` otherwise."""
+    kind = item.get("type") if isinstance(item, dict) else None
+    if kind == "function_call":
+        return structured_call(name=item.get("name"), arguments=item.get("arguments"), call_id=item.get("call_id"),
+                               index=index)
+    if kind in ACTION_ITEMS:
+        return action_call(item, index)
+    return unjudgeable_call(str(kind)[:80] if kind is not None else "item",
+                            "an output item the proxy does not know", item)
+
+
+def _usage(usage: Any) -> dict[str, Any] | None:
+    if not isinstance(usage, dict):
+        return None
+    details = usage.get("input_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return {"prompt_tokens": usage.get("input_tokens"), "completion_tokens": usage.get("output_tokens"),
+            "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def _with_usage(response: dict[str, Any], usage: Usage) -> None:
+    current = response.get("usage")
+    summed = dict(current) if isinstance(current, dict) else {}
+    summed.update(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens,
+                  total_tokens=usage.prompt_tokens + usage.completion_tokens)
+    details = summed.get("input_tokens_details")
+    summed["input_tokens_details"] = {**(details if isinstance(details, dict) else {}),
+                                      "cached_tokens": usage.cached_tokens}
+    response["usage"] = summed
+
+
+def _message_item(text: str, *, status: str = "completed") -> dict[str, Any]:
+    part = {"annotations": [], "text": text, "type": "output_text", "logprobs": None}
+    return {"id": f"msg_{uuid.uuid4().hex}", "content": [part] if text else [], "role": "assistant",
+            "status": status, "type": "message"}
+
+
+class ResponsesDialect(Dialect):
+    route: ClassVar[str] = "responses"
+    path: ClassVar[str] = "/responses"
+    history_key: ClassVar[str] = "input"
+
+    def validate(self, payload: dict[str, Any]) -> None:
+        value = payload.get("input")
+        if not (isinstance(value, str) or (isinstance(value, list) and value)):
+            raise BadRequest("`input` must be a string or a non-empty list of items", param="input")
+
+    def offered(self, payload: dict[str, Any]) -> set[str]:
+        tools = payload.get("tools")
+        return {t["name"] for t in tools if isinstance(t, dict) and t.get("type") == "function"
+                and isinstance(t.get("name"), str)} if isinstance(tools, list) else set()
+
+    def history(self, payload: dict[str, Any]) -> list[Any]:
+        value = payload.get("input")
+        if isinstance(value, str):  # a bare string is one user message; retries need the list form
+            return [{"type": "message", "role": "user", "content": value}]
+        return list(value) if isinstance(value, list) else []
+
+    def conversation(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
+        messages = [{"role": "system", "content": payload["instructions"]}] \
+            if isinstance(payload.get("instructions"), str) else []
+        return messages + [m for m in map(item_message, self.history(payload)) if m is not None]
+
+    def calls(self, obj: dict[str, Any]) -> list[ToolCall]:
+        output = obj.get("output")
+        if output is None:
+            return []
+        if not isinstance(output, list):
+            return [unjudgeable_call("output", "`output` that is not a list", output)]
+        return [_item_call(item, k) for k, item in enumerate(output)
+                if not (isinstance(item, dict) and item.get("type") in _TEXT_ITEMS)]
+
+    def text(self, obj: dict[str, Any]) -> str:
+        output = obj.get("output")
+        return "".join(_text(i.get("content")) for i in output if isinstance(i, dict) and i.get("type") == "message") \
+            if isinstance(output, list) else ""
+
+    def usage(self, obj: dict[str, Any] | None) -> dict[str, Any] | None:
+        return _usage(obj)
+
+    def set_usage(self, obj: dict[str, Any], usage: Usage) -> None:
+        _with_usage(obj, usage)
+
+    def set_blocked(self, obj: dict[str, Any], text: str) -> None:
+        obj["output"] = [_message_item(text)]
+        obj["status"] = "completed"
+        obj["incomplete_details"] = None
+
+    def retry_items(self, turn: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        assistant, results = turn[0], turn[1:]
+        items: list[dict[str, Any]] = []
+        if assistant.get("content"):
+            items.append({"type": "message", "role": "assistant", "content": assistant["content"]})
+        for call in assistant.get("tool_calls") or []:
+            items.append({"type": "function_call", "call_id": call["id"], "name": call["function"]["name"],
+                          "arguments": call["function"]["arguments"]})
+        items += [{"type": "function_call_output", "call_id": r["tool_call_id"], "output": r["content"]}
+                  for r in results]
+        return items
+
+    def reply(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
+        output = obj.get("output")
+        return [m for m in map(item_message, output) if m is not None] if isinstance(output, list) else []
+
+    def stream(self, ex: DialectExchange) -> DialectStream:
+        return _ResponsesStream(ex)
+
+
+@dataclass
+class _HeldCall:
+    """The events of one call item of the current attempt, kept until the attempt is judged."""
+
+    item: dict[str, Any]
+    events: list[tuple[dict[str, Any], bytes]] = field(default_factory=list)
+    parts: list[str] = field(default_factory=list)
+    arguments: str | None = None  # from response.function_call_arguments.done / custom_tool_call_input.done
+    done: dict[str, Any] | None = None  # the item of response.output_item.done
+
+    def call(self, index: int) -> ToolCall:
+        item = self.done or self.item
+        disagree = self._disagreement()
+        if disagree is not None:
+            return unjudgeable_call(str(item.get("type"))[:80], disagree, item)
+        if item.get("type") in ACTION_ITEMS:
+            if self.done is None and item.get("type") == "custom_tool_call":
+                text = self.arguments if self.arguments is not None else "".join(self.parts)
+                item = {**item, "input": text if text else item.get("input")}
+            return action_call(item, index)
+        arguments = item.get("arguments") if self.done is not None else self.arguments
+        if not isinstance(arguments, str):
+            arguments = "".join(self.parts)
+        return structured_call(name=item.get("name"), arguments=arguments, call_id=item.get("call_id"), index=index)
+
+    def _disagreement(self) -> str | None:
+        """A call a client may read in several places (the deltas, the `.done` event, the done item, the added
+        item) must read the same in each, or the proxy cannot know which one a client runs."""
+        kind = (self.done or self.item).get("type")
+        key = "input" if kind == "custom_tool_call" else "arguments" if kind == "function_call" else \
+            ACTION_ITEMS.get(str(kind)) or "action"
+        spellings = [json.dumps(v, sort_keys=True) for v in (
+            "".join(self.parts) if self.parts else None, self.arguments,
+            self.done.get(key) if self.done is not None else None,
+            self.item.get(key) or None) if v is not None]
+        if len(set(spellings)) > 1:
+            return "a call whose streamed, closing and item forms disagree"
+        if self.done is not None and self.done.get("name") != self.item.get("name"):
+            return "a call whose name changed while it streamed"
+        return None
+
+
+class _ResponsesStream(DialectStream):
+    def __init__(self, ex: DialectExchange) -> None:
+        super().__init__(ex)
+        self.sequence = 0  # the next sequence_number the client sees
+        self.positions = IndexMap()
+        self.created: dict[str, Any] | None = None  # the response of the first response.created
+        self.items: dict[int, dict[str, Any]] = {}  # client output_index -> the item as the client has it
+        self.held: dict[Hashable, _HeldCall] = {}
+        self.held_ids: dict[str, _HeldCall] = {}
+        self.refused: set[Hashable] = set()  # positions of this attempt's items the proxy cannot judge
+        self.finished: set[Hashable] = set()  # positions whose output_item.done came
+        self.completed: tuple[dict[str, Any], bytes] | None = None
+        self.completed_fits = False  # the closing response lists exactly the items streamed, all judged
+        self.attempt_items: set[Hashable] = set()  # positions of this attempt's items
+        self.attempt_text = ""
+
+    def begin_attempt(self) -> None:
+        super().begin_attempt()
+        self.positions.new_attempt()
+        self.held = {}
+        self.held_ids = {}
+        self.refused = set()
+        self.finished = set()
+        self.attempt_items = set()
+        self.completed = None
+        self.completed_fits = False
+        self.attempt_text = ""
+
+    # -- upstream events
+
+    def event(self, event: SSEEvent) -> bytes | None:
+        observe = not self.enforce
+        if event.data is None and event.invalid is None:
+            return event.raw if observe else (b": keep-alive\n\n" if event.comment else None)
+        obj = self.read(event)
+        if obj is None:
+            return event.raw
+        kind = obj.get("type") or event.event or ""
+        if self.completed is not None:
+            return self._drop(event, f"`{str(kind)[:60]}` after the response ended", obj)
+        if kind == "error":
+            self.fail(json.dumps(obj)[:1000])
+            return event.raw if observe else self._send(obj)
+        if kind in _TERMINAL:
+            response = obj.get("response")
+            self.attempt_usage = _usage(response.get("usage")) if isinstance(response, dict) else None
+            self.completed = (obj, event.raw)
+            self._check_completed(response)
+            return event.raw if observe else None
+        if kind in ("response.created", "response.in_progress"):
+            response = obj.get("response")
+            if isinstance(response, dict) and response.get("output"):
+                return self._drop(event, f"`{kind}` whose response already holds output", obj)
+            if self.attempt > 1:
+                return None  # the client's response began with the first attempt
+            if self.created is None and isinstance(response, dict):
+                self.created = response
+            return event.raw if observe else self._send(obj)
+        if kind not in _ITEM_EVENTS:
+            return self._drop(event, f"an event of a type the proxy does not know (`{str(kind)[:60]}`)", obj)
+        if kind in _TEXT_DELTAS:
+            self.ex.record.mark_first_token()
+            if kind == "response.output_text.delta" and isinstance(obj.get("delta"), str):
+                self.attempt_text += obj["delta"]
+        position = obj.get("output_index")
+        if not (isinstance(position, int) and not isinstance(position, bool)) and position is not None:
+            return self._drop(event, "an output_index that is not a whole number", obj)
+        item = obj.get("item") if isinstance(obj.get("item"), dict) else None
+        if "item" in obj and item is None:
+            return self._drop(event, "an item that is not an object", obj)
+        key: Hashable = position if position is not None else ("item", obj.get("item_id"))
+        if key in self.refused:
+            return self._drop(event, "an event of an item the proxy cannot judge", obj)
+        if item is not None:
+            self.attempt_items.add(key)
+            item_kind = item.get("type")
+            if item_kind not in _TEXT_ITEMS and item_kind not in _CALL_ITEMS:
+                self.refused.add(key)
+                return self._drop(event, f"an output item of a type the proxy does not know (`{str(item_kind)[:60]}`)",
+                                  item, name=str(item_kind)[:80])
+            if kind == "response.output_item.done":
+                if key in self.finished:
+                    return self._drop(event, "a second response.output_item.done for one item", item)
+                self.finished.add(key)
+            known = self.held.get(key)
+            if known is not None and item_kind != known.item.get("type"):
+                return self._drop(event, "an item whose type changed while it streamed", item)
+        if observe and item is not None and isinstance(position, int):
+            self.items[position] = item  # observe mode: one attempt, positions as vLLM gave them
+        held = self._held_for(kind, obj, key, item)
+        if held is not None:
+            self.ex.record.mark_first_token()
+            held.events.append((obj, event.raw))
+            delta = obj.get("delta")
+            if kind in ("response.function_call_arguments.delta", "response.custom_tool_call_input.delta"):
+                if not isinstance(delta, str):
+                    return self._drop(event, "a call delta that is not a string", obj)
+                held.parts.append(delta)
+            elif kind == "response.function_call_arguments.done" and isinstance(obj.get("arguments"), str):
+                held.arguments = obj["arguments"]
+            elif kind == "response.custom_tool_call_input.done" and isinstance(obj.get("input"), str):
+                held.arguments = obj["input"]
+            elif kind == "response.output_item.done" and item is not None:
+                held.done = item
+            return event.raw if observe else None
+        if kind in _CALL_DELTAS:
+            return self._drop(event, "a call event of an item that is not a call", obj)
+        return event.raw if observe else self._send(obj)
+
+    def _drop(self, event: SSEEvent, detail: str, content: Any, *, name: str = "event") -> bytes | None:
+        """Output the proxy cannot judge: recorded; dropped in enforce mode, relayed in observe mode."""
+        self.unjudgeable(name, detail, content)
+        return event.raw if not self.enforce else None
+
+    def _check_completed(self, response: Any) -> None:
+        """The closing response must hold no call the client was not streamed (and so the proxy did not judge).
+        vLLM gives the closing output items ids of their own, so calls are matched by name and arguments."""
+        output = response.get("output") if isinstance(response, dict) else None
+        if not isinstance(output, list):
+            return
+        self.completed_fits = not self.unjudged and len(output) == len(self.attempt_items)
+        streamed = Counter((c.name, c.arguments_text) for c in self.calls() if c.source != UNJUDGEABLE)
+        for position, item in enumerate(output):
+            if isinstance(item, dict) and item.get("type") in _TEXT_ITEMS:
+                continue
+            call = _item_call(item, position)
+            if call.source != UNJUDGEABLE and streamed[(call.name, call.arguments_text)] > 0:
+                streamed[(call.name, call.arguments_text)] -= 1
+                continue
+            self.completed_fits = False
+            self.unjudgeable(call.name, "response.completed holds a call item that never streamed", item)
+
+    def _held_for(self, kind: str, obj: dict[str, Any], key: Hashable, item: dict[str, Any] | None) -> _HeldCall | None:
+        """The call an event belongs to, found by output_index, else by item id. An event of a call that was
+        never announced is held all the same, as a call of its own: a stream vLLM would not send must not get
+        a call past the judge."""
+        item_id = obj.get("item_id") or (item.get("id") if item is not None else None)
+        found = self.held.get(key) or (self.held_ids.get(item_id) if isinstance(item_id, str) else None)
+        is_call = (item is not None and item.get("type") in _CALL_ITEMS) or kind in _CALL_DELTAS
+        if found is None and is_call:
+            if item is None:
+                item = {"type": "custom_tool_call" if "custom_tool_call" in kind else "function_call",
+                        "id": item_id, "name": obj.get("name")}
+            found = self.held[key] = _HeldCall(item)
+            if isinstance(item_id, str):
+                self.held_ids[item_id] = found
+        return found
+
+    def _send(self, obj: dict[str, Any], *, placed: bool = False) -> bytes:
+        """An event as the client sees it (enforce mode): numbered on from the events before it, at the client's
+        position for its item, in the proxy's own encoding.
+
+        `placed`: the event's output_index is already the client's (a synthesized event)."""
+        obj = {**obj, "sequence_number": self.sequence}
+        self.sequence += 1
+        position = obj.get("output_index")
+        if isinstance(position, int):
+            mine = position if placed else self.positions.client(position)
+            obj["output_index"] = mine
+            if isinstance(obj.get("item"), dict):
+                self.items[mine] = obj["item"]
+        return strict.encode_event(obj, str(obj.get("type") or "message"))
+
+    # -- the end of an attempt
+
+    def calls(self) -> list[ToolCall]:
+        return [held.call(k) for k, held in enumerate(self.held.values())] + self.unjudged
+
+    def text(self) -> str:
+        return self.attempt_text
+
+    def release(self) -> list[bytes]:
+        out = [self._send(obj) for held in self.held.values() for obj, _ in held.events]
+        out.append(self._completion())
+        return out
+
+    def blocked(self, text: str) -> list[bytes]:
+        item = _message_item(text, status="in_progress")
+        position = ("blocked", self.attempt)  # a position of its own, after everything sent so far
+        part = {"annotations": [], "text": "", "type": "output_text", "logprobs": []}
+        done_part = {**part, "text": text, "logprobs": None}
+        common = {"item_id": item["id"], "output_index": position}
+        events = [
+            {"item": item, "output_index": position, "type": "response.output_item.added"},
+            {"content_index": 0, **common, "part": part, "type": "response.content_part.added"},
+            {"content_index": 0, "delta": text, **common, "logprobs": [], "type": "response.output_text.delta"},
+            {"content_index": 0, **common, "logprobs": [], "text": text, "type": "response.output_text.done"},
+            {"content_index": 0, **common, "part": done_part, "type": "response.content_part.done"},
+            {"item": {**item, "content": [done_part], "status": "completed"}, "output_index": position,
+             "type": "response.output_item.done"},
+        ]
+        out = [self._send(self._placed(e), placed=True) for e in events]
+        out.append(self._completion(status="completed"))
+        return out
+
+    def _placed(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """A synthesized event: its position key becomes a client position, its number the next one."""
+        position = self.positions.client(obj.pop("output_index"))
+        return {**obj, "output_index": position, "sequence_number": self.sequence}
+
+    def _completion(self, status: str | None = None) -> bytes:
+        if self.completed is not None and self.attempt == 1 and self.completed_fits and status is None:
+            # Nothing changed: vLLM's closing event as it was (its items carry ids of their own), renumbered.
+            return self._send(self.completed[0])
+        base = self.completed[0] if self.completed is not None else {"type": "response.completed"}
+        response = dict(base.get("response") or self.created or {})
+        if self.created is not None:
+            response["id"] = self.created.get("id", response.get("id"))  # the id the client was given
+        response["output"] = [self.items[k] for k in sorted(self.items)]
+        response["status"] = status or response.get("status") or "completed"
+        if response["status"] == "in_progress":
+            response["status"] = "incomplete"  # the stream ended without vLLM closing the response
+        if self.attempt > 1 or self.completed is None or not isinstance(response.get("usage"), dict):
+            _with_usage(response, self.ex.record.usage)  # the client pays for every attempt
+        kind = base.get("type") if self.completed is not None and status is None else "response.completed"
+        # The closing event is the proxy's: the items it lists are the ones the client was sent.
+        return self._send({**base, "response": response, "type": kind})
+
+    def error(self, message: str, type_: str, code: Any) -> bytes:
+        return self._send({"code": code if code is not None else type_, "message": message, "param": None,
+                           "type": "error"})
+
+    def reply(self) -> list[dict[str, Any]]:
+        return [m for m in (item_message(self.items[k]) for k in sorted(self.items)) if m is not None]

@@ -1,0 +1,419 @@
+"""One client request as it crosses the proxy, whatever its route: what was asked, under which
+policy, the upstream attempts made for it, and its end."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import httpx
+from starlette.requests import Request
+from starlette.responses import Response
+
+from proxy.enforce.actions import judge_output
+from proxy.enforce.feedback_turns import turn_allowed
+from proxy.enforce.judging import JudgedCall, request_tools
+from proxy.enforce.record import RequestRecord
+from proxy.errors import (
+    BadRequest,
+    ClientGone,
+    ProxyError,
+    StoreUnavailable,
+    UpstreamUnjudgeable,
+    error_response,
+)
+from proxy.http.body import read_body, read_json_object
+from proxy.logs import get_logger
+from proxy.policy import LoadedPolicy
+from proxy.policy.profiles import ToolSet
+from proxy.services import ProxyState
+from proxy.stats.prometheus import BUDGET_EXHAUSTED, REQUESTS, RETRIES, TOOL_CALLS
+from proxy.stats.prometheus_feed import LOOP_TRACKER
+from proxy.store.recorder import queue_calls, release_calls
+from proxy.toolcalls import ToolCall
+from proxy.toolcalls.families import XmlRules
+from proxy.upstream.client import response_headers
+from proxy.upstream.sse import SSEDecoder, SSEEvent
+
+__all__ = ["BLOCKED", "DELIVER", "RETRY", "Exchange", "RouteShape", "finish_exchange", "normalize_stream",
+           "open_exchange", "open_stream_attempt", "pick_policy", "refused_status", "refused_stream", "request_attempt",
+           "upstream_events"]
+
+T = TypeVar("T")
+
+log = get_logger("proxy.enforce.exchange")
+
+# What happens after an attempt whose calls were judged.
+DELIVER, RETRY, BLOCKED = "deliver", "retry", "blocked"
+
+
+@dataclass
+class Exchange:
+    """One client request: what was asked, under which policy, and what has happened so far."""
+
+    state: ProxyState
+    record: RequestRecord
+    payload: dict[str, Any]
+    original_body: bytes
+    body_changed: bool
+    headers: dict[str, str]
+    policy: LoadedPolicy
+    tools: list[dict[str, Any]] | None
+    offered: set[str]
+    client_wants_usage: bool
+    extra_messages: list[dict[str, Any]] = field(default_factory=list)
+    # The client's request, watched for a disconnect while an upstream attempt is awaited whole (no
+    # response started yet); None where nobody watches (tests, the CLI).
+    client: Request | None = None
+    client_left: bool = False
+    # The request's tool profiles and project root (proxy/policy/profiles.py), chosen once per request.
+    toolset: ToolSet | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.toolset = request_tools(self.policy, self.record, self.payload, self.headers,
+                                     root_header=getattr(self.state.settings, "project_root_header", None))
+    conversation: list[dict[str, Any]] | None = None  # the request's conversation as chat messages (lineage)
+
+    @property
+    def enforce(self) -> bool:
+        return self.policy.policy.mode == "enforce"
+
+    @property
+    def budget(self) -> int:
+        return max(0, int(self.policy.policy.retry_budget))
+
+    @property
+    def scan_content(self) -> bool:
+        # A request that offers no tools cannot run one; text that merely looks like a call is left alone.
+        return bool(self.offered)
+
+    @property
+    def rules(self) -> XmlRules | None:
+        """How raw XML in content is read: as the upstream's vLLM version family would."""
+        return self.state.vllm.current() if self.state.vllm is not None else None
+
+    def body(self) -> bytes:
+        if not self.extra_messages and not self.body_changed:
+            return self.original_body
+        payload = dict(self.payload)
+        if self.extra_messages:
+            payload["messages"] = list(payload["messages"]) + self.extra_messages
+        return json.dumps(payload, ensure_ascii=False).encode()
+
+    def judge(self, calls: list[ToolCall]) -> list[JudgedCall]:
+        # Repairs (the policy's opt-in `repair:`) only where the relay delivers the judged call objects
+        # re-encoded: the chat relay. The Responses and Messages relays pass repair=False until they do.
+        return judge_output(self.policy, calls, self.offered, tools=self.toolset,
+                            session_id=self.record.session.id, repair=self.record.route == "chat")
+
+    def error_response(self, exc: ProxyError) -> Response:
+        """An error answer for the client in this route's shape (OpenAI's; the Messages API has its own)."""
+        return error_response(exc)
+
+    def refuse(self, exc: ProxyError) -> Response:
+        """The upstream's answer is not relayed: the client gets an error, the request is an upstream error."""
+        self.record.fail("upstream_error", exc.message[:1000], exc.status_code)
+        return self.error_response(exc)
+
+    def keep(self, attempt: int, judged: list[JudgedCall], *, delivered: bool) -> None:
+        if log.is_enabled_for(logging.DEBUG):
+            log.debug("attempt", request_id=self.record.id, attempt=attempt, delivered=delivered,
+                      verdicts=[{"tool": j.call.name, **j.verdict.as_dict()} for j in judged])
+        """Queue an attempt's calls for the store without waiting (held back, or recorded after the fact)."""
+        queue_calls(self.state.writer, self.record, self.policy, attempt, judged, delivered=delivered,
+                    tools=self.toolset)
+        self._count(judged)
+
+    async def release(self, attempt: int, judged: list[JudgedCall]) -> None:
+        """The release point: returns once the calls about to be delivered are on record (enforce mode), or
+        raises StoreUnavailable (503) when they cannot be and `on_store_failure` is `refuse`."""
+        settings = self.state.settings
+        try:
+            await release_calls(self.state.writer, self.record, self.policy, attempt, judged,
+                                on_store_failure=settings.on_store_failure,
+                                timeout=settings.store_release_timeout_seconds, tools=self.toolset)
+        finally:
+            self._count(judged)
+
+    async def settle(self, attempt: int, judged: list[JudgedCall]) -> str:
+        """Records an attempt's verdicts and says what follows under the policy's mode and budget:
+        DELIVER (observe mode, or every call allowed), RETRY (budget left) or BLOCKED (budget spent).
+
+        DELIVER returns only once the calls are on record (audit before release, enforce mode); when the store
+        cannot record them and `on_store_failure` is `refuse`, raises StoreUnavailable instead."""
+        if not self.enforce or turn_allowed(judged):
+            await self.release(attempt, judged)
+            return DELIVER
+        self.keep(attempt, judged, delivered=False)
+        if attempt > self.budget:
+            self.record.budget_exhausted = True
+            self.record.note_blocked(judged)
+            BUDGET_EXHAUSTED.labels(self.record.model).inc()
+            return BLOCKED
+        RETRIES.labels(self.record.model).inc()
+        return RETRY
+
+    def settle_truncated(self, attempt: int, judged: list[JudgedCall]) -> None:
+        """A stream that ended without a finish (no finish_reason, or no [DONE] / completed event): an upstream
+        error. The calls it completed are judged and recorded as not delivered; the relay sends the client an
+        error event instead of them."""
+        self.keep(attempt, judged, delivered=False)
+        self.record.fail("upstream_error", "the upstream stream ended without a finish")
+
+    def _count(self, judged: list[JudgedCall]) -> None:
+        record, loop_min = self.record, self.policy.policy.loop_min_attempts
+        for item in judged:
+            verdict = item.verdict
+            TOOL_CALLS.labels(record.model, verdict.decision, verdict.reasons[0] if verdict.reasons else "").inc()
+            LOOP_TRACKER.observe(record.session.id, record.model, verdict, loop_min)
+
+    async def unless_client_leaves(self, start: Callable[[], Awaitable[T]]) -> T:
+        """Await `start()` (an upstream attempt) unless the client disconnects first: then the attempt is cancelled
+        at once (httpx closes the upstream connection, so the server stops generating), the record says
+        `client_disconnected` and ClientGone (499) is raised, so no retry starts either."""
+        if self.client is None:
+            return await start()
+        if not self.client_left:
+            watcher = asyncio.ensure_future(_disconnected(self.client))
+            await asyncio.sleep(0)  # a disconnect already known ends the watcher before anything is sent
+            if not watcher.done():
+                work = asyncio.ensure_future(start())
+                try:
+                    await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    if not work.done() and not watcher.done():  # we were cancelled ourselves
+                        work.cancel()
+                    watcher.cancel()
+                if work.done():
+                    return work.result()
+                work.cancel()
+                with contextlib.suppress(BaseException):
+                    await work
+            self.client_left = True
+        self.record.fail("client_disconnected", "the client went away before the answer", 499)
+        raise ClientGone("the client went away before the answer")
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+@dataclass(frozen=True)
+class RouteShape:
+    """What sets one judged route's requests apart before the first attempt; the rest is `open_exchange`."""
+
+    name: str  # the `route` recorded with every request and call
+    validate: Callable[[dict[str, Any]], None]  # raise BadRequest for a malformed conversation
+    conversation: Callable[[dict[str, Any]], list[dict[str, Any]] | None]  # chat messages for the lineage
+    tools: Callable[[dict[str, Any]], tuple[list[dict[str, Any]] | None, set[str]]]  # tool schemas, offered names
+    asks_usage: bool = True  # streams get `stream_options.include_usage` (the statistics count tokens)
+
+
+async def open_exchange(request: Request, state: ProxyState, shape: RouteShape,
+                        make: Callable[..., Exchange] | None = None, **extra: Any) -> Any:
+    """The one request prelude of every judged route: the body read and checked, the model resolved, the
+    policy and the session picked, the `stream` decided, the request counted in and its record begun."""
+    body = await read_body(request, state.settings.max_body_bytes)
+    payload = read_json_object(body)
+    model = payload.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("`model` must be a non-empty string", param="model")
+    shape.validate(payload)
+    headers = state.upstream.headers(request.headers)
+    upstream_model = await state.models.resolve(model, headers)
+    policy = pick_policy(request, state)
+    conversation = shape.conversation(payload)
+    session = await state.sessions.aresolve(request.headers, conversation)  # replicas share the lineage
+    stream, changed = normalize_stream(payload)
+    if upstream_model != model:
+        payload["model"] = upstream_model
+        changed = True
+    options = payload.get("stream_options")
+    client_wants_usage = isinstance(options, dict) and options.get("include_usage") is True
+    if shape.asks_usage and stream and not client_wants_usage:
+        # Usage is what the statistics count; the client that did not ask never sees it.
+        payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+        changed = True
+    tools, offered = shape.tools(payload)
+    record = RequestRecord(session=session, model=upstream_model, route=shape.name, upstream=state.upstream.base_url,
+                           stream=stream, concurrency=state.enter(upstream_model))
+    record.policy_name, record.policy_hash, record.mode = policy.name, policy.hash, policy.policy.mode
+    return (make or Exchange)(state=state, record=record, payload=payload, original_body=body, body_changed=changed,
+                              headers=headers, policy=policy, tools=tools, offered=offered,
+                              client_wants_usage=client_wants_usage, conversation=conversation, client=request,
+                              **extra)
+
+
+# pydantic's lax booleans, which vLLM applies to `stream`: the proxy must read the value as vLLM will.
+_TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
+_FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
+
+
+def normalize_stream(payload: dict[str, Any]) -> tuple[bool, bool]:
+    """Whether the request streams, and whether `payload["stream"]` had to be rewritten to say so as a bool.
+
+    The proxy decides streamed or whole itself and sends the upstream that decision, so a `"true"` or `1`
+    can never make the proxy read a whole body while the upstream streams."""
+    value = payload.get("stream")
+    if value is None or isinstance(value, bool):
+        return value is True, False
+    text = str(value).strip().lower() if isinstance(value, str | int | float) else None
+    if isinstance(value, float) and value in (0.0, 1.0):
+        text = str(int(value))
+    if text in _TRUE or text in _FALSE:
+        payload["stream"] = text in _TRUE
+        return payload["stream"], True
+    raise BadRequest(f"`stream` must be a boolean (got {json.dumps(value)[:50]})", param="stream")
+
+
+def refused_status(status: int) -> UpstreamUnjudgeable | None:
+    """A success that is not a plain 200 (201, 203, 206 ...) or a redirect is not relayed: its body is not the
+    answer the proxy knows how to judge, and a client may follow a redirect to output nobody judged."""
+    if status == 200 or status >= 400:
+        return None
+    return UpstreamUnjudgeable(f"unjudgeable: upstream answered HTTP {status}; the proxy relays only 200 or errors")
+
+
+def refused_stream(response: httpx.Response) -> UpstreamUnjudgeable | None:
+    """`refused_status` for a streamed request, and a 200 that is not an event stream: the proxy would find no
+    event in it to judge, while a client might read it as a whole answer."""
+    if response.status_code == 200:
+        kind = response.headers.get("content-type", "")
+        if kind.split(";", 1)[0].strip().lower() == "text/event-stream":
+            return None
+        return UpstreamUnjudgeable(f"unjudgeable: upstream answered a streamed request with {kind[:80]!r}, "
+                                   "not an event stream")
+    return refused_status(response.status_code)
+
+
+def pick_policy(request: Request, state: ProxyState) -> LoadedPolicy:
+    manager = state.policies
+    wanted = request.headers.get("x-allowlist-policy")
+    chosen = manager.current()
+    if wanted and state.settings.policy_header:
+        found = manager.get(wanted)
+        if found is None:
+            raise BadRequest(f"x-allowlist-policy names no loaded policy: {wanted!r}", param="x-allowlist-policy")
+        chosen = found
+    _refuse_when_store_down(state, chosen)
+    return chosen
+
+
+def _refuse_when_store_down(state: ProxyState, policy: LoadedPolicy) -> None:
+    """Enforce mode with `on_store_failure: refuse`: while the store cannot record, no request starts (the GPU
+    would answer for nothing the client may receive)."""
+    if policy.policy.mode != "enforce" or state.settings.on_store_failure != "refuse":
+        return
+    if (reason := state.writer.health()) is not None:
+        raise StoreUnavailable(f"the proxy cannot record calls now, so it serves none: {reason}")
+
+
+def finish_exchange(ex: Exchange) -> None:
+    """The request is over: counted out, recorded, logged (exactly once, whatever the route).
+
+    Called from `finally` blocks: when an exception is on its way to the client, the record says what the
+    client will get (its status and error), not what the upstream had answered."""
+    record = ex.record
+    _note_exception(record, sys.exc_info()[1])
+    ex.state.finish(record)
+    REQUESTS.labels(record.model, record.route, str(record.status)).inc()
+    log.info("request", request_id=record.id, session=record.session.id, model=record.model,
+             route=record.route, stream=record.stream, status=record.status, outcome=record.outcome,
+             error=record.error, blocked=record.blocked, attempts=record.attempts,
+             ttfb_ms=_round(record.ttfb_ms), ttft_ms=_round(record.ttft_ms),
+             duration_ms=_round(record.duration_ms), concurrency=record.concurrency)
+
+
+async def request_attempt(ex: Exchange, path: str) -> httpx.Response | Response:
+    """One whole upstream attempt: the upstream's 200 response, or the answer for the client when the
+    upstream refused (its error body and status, passed on as they are)."""
+    record = ex.record
+    try:
+        response = await ex.unless_client_leaves(
+            lambda: ex.state.upstream.request("POST", path, headers=ex.headers, content=ex.body()))
+    except ClientGone:
+        raise
+    except ProxyError as exc:
+        record.fail("upstream_error", exc.message, exc.status_code)
+        raise
+    record.mark_first_byte()
+    record.status = response.status_code
+    refused = refused_status(response.status_code) if ex.enforce else None
+    if refused is not None:
+        return ex.refuse(refused)
+    if response.status_code != 200:
+        record.fail("upstream_error", response.text[:1000])
+        return Response(response.content, status_code=response.status_code,
+                        headers=response_headers(response.headers))
+    return response
+
+
+async def open_stream_attempt(ex: Exchange, path: str) -> httpx.Response | Response:
+    """The first attempt of a streamed exchange, opened: the streaming 200 response (the caller closes
+    it), or the finished exchange's answer for the client when the upstream refused."""
+    record = ex.record
+    try:
+        response = await ex.unless_client_leaves(
+            lambda: ex.state.upstream.open_stream("POST", path, headers=ex.headers, content=ex.body()))
+    except ClientGone:
+        finish_exchange(ex)
+        raise
+    except ProxyError as exc:
+        record.fail("upstream_error", exc.message, exc.status_code)
+        finish_exchange(ex)
+        raise
+    record.status = response.status_code
+    refused = refused_stream(response) if ex.enforce else None
+    if response.status_code == 200 and refused is None:
+        return response
+    if refused is not None:
+        await response.aclose()
+        answer = ex.refuse(refused)
+        finish_exchange(ex)
+        return answer
+    try:
+        content = await response.aread()
+    except Exception as exc:  # the error body itself broke off
+        content = json.dumps({"error": {"message": f"upstream failed: {exc}", "type": "upstream_error",
+                                        "param": None, "code": None}}).encode()
+    finally:
+        await response.aclose()
+    record.fail("upstream_error", content.decode("utf-8", "replace")[:1000])
+    finish_exchange(ex)
+    return Response(content, status_code=response.status_code, headers=response_headers(response.headers))
+
+
+async def upstream_events(ex: Exchange, response: httpx.Response) -> AsyncIterator[SSEEvent]:
+    """The events of a streaming upstream response as they arrive, whatever the chunk boundaries.
+
+    Raises ProxyError when the upstream breaks off. Use under `contextlib.aclosing` when leaving early.
+    """
+    decoder = SSEDecoder()
+    with ex.state.upstream.errors_translated():
+        async for chunk in response.aiter_raw():
+            ex.record.mark_first_byte()
+            for event in decoder.feed(chunk):
+                yield event
+    for event in decoder.close():
+        yield event
+
+
+def _note_exception(record: RequestRecord, exc: BaseException | None) -> None:
+    if exc is None or record.saved or isinstance(exc, ClientGone | StoreUnavailable):
+        return  # nothing in flight, or already recorded as what it is
+    if isinstance(exc, ProxyError):
+        outcome = "upstream_error" if record.outcome == "ok" and exc.status_code >= 500 else record.outcome
+        record.fail(outcome, exc.message, exc.status_code)
+    elif isinstance(exc, Exception):
+        record.fail("internal_error", f"{type(exc).__name__}: {str(exc)[:500]}", 500)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)

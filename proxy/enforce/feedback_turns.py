@@ -1,0 +1,90 @@
+"""What enforcement says to the model after a rejection, and to the client when the budget is spent."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+from proxy.enforce.judging import JudgedCall
+from proxy.policy import LoadedPolicy, format_feedback
+from proxy.policy.judge import shell_command
+from proxy.toolcalls import ToolCall, new_call_id
+
+__all__ = ["SIBLING_NOT_RUN", "blocked_message", "retry_messages", "turn_allowed"]
+
+SIBLING_NOT_RUN = "Not run: another tool call in the same turn was rejected. Send the calls again, corrected."
+
+
+def turn_allowed(judged: list[JudgedCall]) -> bool:
+    return all(item.allowed for item in judged)
+
+
+def _assistant_turn(content: str | None, judged: list[JudgedCall]) -> dict[str, Any]:
+    calls = []
+    for item in judged:
+        call = item.call
+        if call.id is None:
+            call.id = new_call_id()
+        # A chat template renders arguments as an object; unparseable ones are replayed empty
+        # and quoted in the feedback instead, so the retry itself cannot fail upstream.
+        arguments = call.arguments_text if call.arguments is not None else "{}"
+        calls.append({"id": call.id, "type": "function", "function": {"name": call.name, "arguments": arguments}})
+    return {"role": "assistant", "content": content or None, "tool_calls": calls}
+
+
+def _feedback(policy: LoadedPolicy, item: JudgedCall) -> str:
+    call = item.call
+    text = format_feedback(policy.policy, item.verdict, tool=call.name, arguments=call.arguments,
+                           variant=item.variant)
+    if call.arguments is None:
+        text += f"\nThe arguments could not be read ({call.error or 'not a JSON object'}): {call.arguments_text[:500]}"
+    return text
+
+
+def retry_messages(policy: LoadedPolicy, content: str | None, judged: list[JudgedCall]) -> list[dict[str, Any]]:
+    """The assistant turn that was held back, then one tool message per call saying what happened."""
+    messages = [_assistant_turn(content, judged)]
+    for item in judged:
+        text = SIBLING_NOT_RUN if item.allowed else _feedback(policy, item)
+        messages.append({"role": "tool", "tool_call_id": item.call.id, "content": text})
+    return messages
+
+
+def _describe(item: JudgedCall, policy: LoadedPolicy) -> str:
+    call = item.call
+    if call.source == "unjudgeable":  # its content never reaches the client, not even quoted
+        return f"{call.name}: {call.error} (unjudgeable)"
+    command = None
+    if isinstance(call.arguments, dict):
+        with contextlib.suppress(Exception):  # only for display
+            command = shell_command(policy.policy, call.name, call.arguments)
+    shown = command if command is not None else f"{call.name} {call.arguments_text}"
+    if len(shown) > 300:
+        shown = shown[:300] + "..."
+    return f"`{shown}` ({', '.join(item.verdict.reasons) or item.verdict.decision})"
+
+
+def blocked_message(policy: LoadedPolicy, judged: list[JudgedCall], attempts: int) -> str:
+    blocked = [item for item in judged if not item.allowed]
+    lines = [
+        f"allowlist-proxy blocked this turn after {attempts} attempt{'s' if attempts != 1 else ''}: "
+        "the model kept proposing tool calls the policy does not allow.",
+    ]
+    lines += [f"- {_describe(item, policy)}" for item in blocked]
+    if blocked:
+        lines.append(_feedback(policy, blocked[0]) if blocked[0].call.source != "unjudgeable" else
+                     "The upstream's output could not be judged, so none of it was relayed.")
+    # Quoted in text, a blocked call must not read as a call: no tag a client's text parser would open.
+    return "\n".join(lines).replace("<", "\u2039")
+
+
+def tool_call_delta(index: int, call: ToolCall) -> dict[str, Any]:
+    """An allowed call as one delta: OpenCode finalizes a call as soon as its arguments parse."""
+    if call.id is None:
+        call.id = new_call_id()
+    arguments = call.arguments_text
+    if call.source != "openai":
+        arguments = json.dumps(call.arguments, ensure_ascii=False)
+    return {"index": index, "id": call.id, "type": "function",
+            "function": {"name": call.name, "arguments": arguments}}

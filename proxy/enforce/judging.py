@@ -1,0 +1,154 @@
+"""Judges the tool calls of one attempt: a pure function of the policy, the request's tool profiles and the
+calls (their rows are built by proxy.store.recorder).
+
+Under a policy's opt-in `repair:` list a rejected call whose repaired form is allowed is repaired here,
+in place: the `ToolCall` object itself then carries the repaired arguments (and `arguments_text`), its
+verdict is `repaired`, and `JudgedCall.allowed` says it may be delivered. A relay therefore delivers
+repaired calls simply by delivering the call objects it judged, re-encoded: it must never forward the
+upstream's own bytes for a turn with a repaired call (`apply_repairs` patches a whole chat message).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from proxy.logs import get_logger
+from proxy.policy import LoadedPolicy, judge_call
+from proxy.policy.judge import shell_command
+from proxy.policy.profiles import ToolSet
+from proxy.policy.repair import repair_call
+from proxy.policy.variants import variant_for
+from proxy.policy.verdict import MALFORMED, REJECT, REPAIRED, Verdict
+from proxy.stats.prometheus import UNGOVERNED_REQUESTS
+from proxy.toolcalls import ToolCall
+
+if TYPE_CHECKING:
+    from proxy.enforce.record import RequestRecord
+
+__all__ = ["JudgedCall", "apply_repairs", "call_command", "judge_calls", "request_tools"]
+
+log = get_logger("proxy.enforce.judging")
+
+# Sessions already told that none of their tools is governed (bounded: oldest forgotten first).
+_UNGOVERNED_TOLD: OrderedDict[str, None] = OrderedDict()
+_UNGOVERNED_MEMORY = 10_000
+
+
+@dataclass(slots=True)
+class JudgedCall:
+    call: ToolCall
+    verdict: Verdict
+    # When repaired: the arguments text and command the model wrote (`call` now holds the repaired form).
+    original_arguments: str | None = None
+    original_command: str | None = None
+    original_object: dict[str, Any] | None = None
+    # The feedback variant of the call's session (policy `feedback_variants`), None without an experiment.
+    variant: str | None = None
+
+    @property
+    def allowed(self) -> bool:
+        """May be delivered: allowed as written, or repaired into an allowed call."""
+        return self.verdict.allowed or self.verdict.decision == REPAIRED
+
+    @property
+    def repaired(self) -> bool:
+        return self.verdict.decision == REPAIRED
+
+
+def call_command(policy: LoadedPolicy, call: ToolCall, tools: ToolSet | None) -> str | None:
+    """The shell command a call carries, as the judge reads it (for display, the record and the loops)."""
+    if not isinstance(call.arguments, dict):
+        return None
+    try:
+        command = shell_command(policy.policy, call.name, call.arguments, tools=tools)
+    except Exception:  # only for display: a call it cannot show is stored without it
+        return None
+    return command if isinstance(command, str) else None
+
+
+def request_tools(policy: LoadedPolicy, record: RequestRecord, payload: Mapping[str, Any],
+                  headers: Mapping[str, str], *, root_header: str | None = None) -> ToolSet | None:
+    """The request's tool set: the profiles its offered tools choose (kept on the record), the project
+    root its header names. A request offering tools none of which is governed is said once per session
+    in the log, and counted every time."""
+    try:
+        tools = ToolSet.for_request(policy.policy, payload, headers, root_header=root_header)
+    except Exception:  # the judge then applies every map that fits each call: stricter, never looser
+        log.exception("judging.profile_selection_failed", request_id=record.id)
+        return None
+    record.profiles = ",".join(tools.profiles)[:256] or None
+    if tools.offered and not tools.governed():
+        UNGOVERNED_REQUESTS.labels(record.model).inc()
+        session = record.session.id
+        if session not in _UNGOVERNED_TOLD:
+            _UNGOVERNED_TOLD[session] = None
+            while len(_UNGOVERNED_TOLD) > _UNGOVERNED_MEMORY:
+                _UNGOVERNED_TOLD.popitem(last=False)
+            log.warning("judging.no_tool_governed", session=session, model=record.model,
+                        tools=sorted(tools.offered)[:50], user_agent=tools.user_agent,
+                        hint="add a profile for this client to the policy's `profiles:`")
+    return tools
+
+
+def _repair(policy: LoadedPolicy, item: JudgedCall, tools: ToolSet | None) -> None:
+    """Repairs a rejected call in place when the policy's `repair:` list allows it (enforce mode only)."""
+    call = item.call
+    try:
+        fix = repair_call(policy.policy, call.name, call.arguments)
+    except Exception:  # a repair that breaks is no repair: the rejection stands
+        fix = None
+    if fix is None:
+        return
+    item.original_arguments = call.arguments_text
+    item.original_command = call_command(policy, call, tools)
+    item.original_object = call.arguments
+    call.arguments = fix.arguments
+    call.arguments_text = json.dumps(fix.arguments, ensure_ascii=False)
+    item.verdict = Verdict(REPAIRED, item.verdict.reasons, item.verdict.shape)
+
+
+def judge_calls(policy: LoadedPolicy, calls: list[ToolCall], offered: set[str] | None, *,
+                tools: ToolSet | None = None, session_id: str | None = None,
+                repair: bool = True) -> list[JudgedCall]:
+    """The verdicts of one attempt's calls; `repair=False` for a relay that cannot deliver repaired calls."""
+    judged: list[JudgedCall] = []
+    variant = variant_for(policy.policy, session_id)
+    repairs = repair and bool(policy.policy.repair) and policy.policy.mode == "enforce"
+    for call in calls:
+        if call.arguments is None:
+            verdict = Verdict(MALFORMED, ("bad_arguments",), "bad_arguments")
+        else:
+            try:
+                verdict = judge_call(policy.policy, call.name, call.arguments, offered_tools=offered, tools=tools)
+            except Exception:  # judging must fail closed, whatever broke
+                verdict = Verdict("reject", ("parse_error",), "parse_error")
+        item = JudgedCall(call, verdict, variant=variant)
+        if repairs and verdict.decision == REJECT:
+            _repair(policy, item, tools)
+        judged.append(item)
+    return judged
+
+
+def apply_repairs(message: dict[str, Any], judged: list[JudgedCall]) -> bool:
+    """Writes the repaired calls' arguments into a chat message's structured `tool_calls` (matched by id,
+    else by the upstream's tool index); returns whether anything changed. Calls converted from content are
+    encoded from the call objects themselves, so they need nothing here."""
+    entries = [e for e in message.get("tool_calls") or [] if isinstance(e, dict)]
+    changed = False
+    for item in judged:
+        if not item.repaired or item.call.source != "openai":
+            continue
+        call = item.call
+        found = next((e for e in entries if call.id and e.get("id") == call.id), None)
+        if found is None and call.id is None and 0 <= call.index < len(entries):
+            found = entries[call.index]
+        function = found.get("function") if found is not None else None
+        if isinstance(function, dict):
+            function["arguments"] = call.arguments_text
+            changed = True
+    return changed
+

@@ -1,0 +1,149 @@
+"""Limits on client connections, enforced in uvicorn's HTTP protocol where a connection lives.
+
+uvicorn closes a keep-alive connection that idles after a response, but not one that never sends a complete
+request head, nor a body that stops arriving; and its `limit_concurrency` answers 503 to real requests as soon
+as enough *idle* connections are open. Here:
+- a connection without a complete request head `header_timeout_seconds` after it opened (or after its last
+  response) is closed;
+- a request body with no new bytes for `body_timeout_seconds` closes the connection (the app sees a disconnect);
+- idle keep-alive connections close after `keepalive_timeout_seconds` (uvicorn's own timer);
+- beyond `max_connections` open connections, the oldest idle one is closed to make room; when none is idle,
+  the new connection is closed at once.
+Each limit, when it triggers, is logged and counted in `allowlist_proxy_connection_limits{limit}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import resource
+import time
+from typing import Any
+
+from proxy.config import Settings
+from proxy.logs import get_logger
+from proxy.stats.prometheus import CONNECTION_LIMITS
+
+__all__ = ["guarded_protocol", "raise_open_file_limit", "server_options"]
+
+log = get_logger("proxy.http.connections")
+
+
+def _base_protocol() -> type[asyncio.Protocol]:
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+        return HttpToolsProtocol
+    except ImportError:  # httptools not installed: uvicorn's pure-Python parser
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        return H11Protocol
+
+
+def guarded_protocol(settings: Settings) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol class with the limits of `settings`."""
+    base: Any = _base_protocol()
+    header_timeout = settings.header_timeout_seconds
+    body_timeout = settings.body_timeout_seconds
+    max_connections = max(1, settings.max_connections)
+
+    class GuardedProtocol(base):  # type: ignore[misc, valid-type]
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self.opened_at = time.monotonic()
+            self._seen_cycle: Any = None
+            self._timer: asyncio.TimerHandle | None = None
+            self._arm(header_timeout, "header_timeout")
+            if len(self.connections) > max_connections:
+                self._make_room()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            cycle = self.cycle
+            if cycle is None or cycle.response_complete:
+                return  # still waiting for a head: its timer runs on
+            if cycle is not self._seen_cycle:
+                self._seen_cycle = cycle
+                self._disarm()
+            if cycle.more_body:
+                self._arm(body_timeout, "body_timeout")  # restarted by every piece of the body
+            elif self._timer is not None:
+                self._disarm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm(header_timeout, "header_timeout")  # the next head, if any, must come in time
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def timeout_keep_alive_handler(self) -> None:
+            if not self.transport.is_closing():
+                _count("idle", "an idle keep-alive connection was closed")
+            super().timeout_keep_alive_handler()
+
+        # -- helpers
+
+        @property
+        def idle(self) -> bool:
+            return self.cycle is None or self.cycle.response_complete
+
+        def _arm(self, seconds: float, limit: str) -> None:
+            self._disarm()
+            self._timer = self.loop.call_later(seconds, self._expire, limit)
+
+        def _disarm(self) -> None:
+            timer = getattr(self, "_timer", None)
+            if timer is not None:
+                timer.cancel()
+                self._timer = None
+
+        def _expire(self, limit: str) -> None:
+            self._timer = None
+            if self.transport.is_closing():
+                return
+            if limit == "header_timeout" and not self.idle:
+                return
+            _count(limit, "a client connection was closed: " + limit.replace("_", " "))
+            self.transport.close()
+
+        def _make_room(self) -> None:
+            idle = [c for c in self.connections if c is not self and getattr(c, "idle", False)
+                    and not c.transport.is_closing()]
+            if idle:
+                oldest = min(idle, key=lambda c: getattr(c, "opened_at", 0.0))
+                _count("too_many", "over max_connections: the oldest idle connection was closed")
+                oldest.transport.close()
+                return
+            _count("too_many", "over max_connections and none idle: a new connection was refused")
+            self.transport.close()
+
+    return GuardedProtocol
+
+
+_last_logged: dict[str, float] = {}
+
+
+def _count(limit: str, message: str) -> None:
+    CONNECTION_LIMITS.labels(limit).inc()
+    now = time.monotonic()
+    if now - _last_logged.get(limit, 0.0) >= 1.0:  # at most one line a second per limit, however many trigger
+        _last_logged[limit] = now
+        log.warning("connection.limit", limit=limit, message=message)
+
+
+def raise_open_file_limit(wanted: int) -> None:
+    """Let the process hold `wanted` connections plus its own files, as far as the hard limit allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted + 256
+    if soft < target:
+        new = target if hard == resource.RLIM_INFINITY else min(target, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+
+
+def server_options(settings: Settings) -> dict[str, Any]:
+    """Keyword arguments of uvicorn.Config that carry the connection limits."""
+    return {"http": guarded_protocol(settings), "timeout_keep_alive": settings.keepalive_timeout_seconds}

@@ -1,0 +1,171 @@
+"""HTTP routes of the statistics: `/stats/models`, `/stats/compare`, `/stats/variants`,
+`/stats/sessions/{id}`, `/stats/loops`.
+
+Errors leave in the one OpenAI error shape; the routes answer it themselves (not through the app's
+exception handler) so the router behaves the same on whatever app includes it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
+
+from proxy.errors import BadRequest, ProxyError, Unauthorized, error_response
+from proxy.stats.compare import compare_models
+from proxy.stats.models import model_stats, parse_time, session_detail, top_loops
+from proxy.stats.variants import variant_stats
+from proxy.store.db import translate_db_error
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+class _NotFound(ProxyError):
+    status_code = 404
+    error_type = "invalid_request_error"
+    code = "session_not_found"
+
+
+def _check_admin(request: Request) -> None:
+    token = request.app.state.proxy.settings.admin_token
+    if not token:
+        return
+    given = request.headers.get("authorization", "")
+    # Constant-time comparison: the token guards the only endpoints that show other users' commands.
+    if not secrets.compare_digest(given.encode(), f"Bearer {token}".encode()):
+        raise Unauthorized("this endpoint needs the admin token: Authorization: Bearer <admin_token>")
+
+
+def _time(value: str | None, name: str) -> float | None:
+    try:
+        return parse_time(value)
+    except ValueError as exc:
+        raise BadRequest(str(exc), param=name) from None
+
+
+def _integer(value: str | None, name: str, low: int, high: int) -> int | None:
+    # Parsed here rather than by FastAPI so that a bad value answers in the error shape, not FastAPI's 422.
+    if value is None or value == "":
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        number = None
+    if number is None or not low <= number <= high:
+        raise BadRequest(f"{name} must be an integer from {low} to {high} (got {value!r})", param=name)
+    return number
+
+
+def _loop_min(request: Request, given: str | None) -> int:
+    number = _integer(given, "loop_min_attempts", 2, 100)
+    if number is not None:
+        return number
+    return int(request.app.state.proxy.policies.current().policy.loop_min_attempts)
+
+
+async def _answer(request: Request, compute: Callable[[], Awaitable[Any]]) -> JSONResponse:
+    try:
+        _check_admin(request)
+        return JSONResponse(await compute())
+    except ProxyError as exc:
+        return error_response(exc)
+    except SQLAlchemyError as exc:
+        return error_response(translate_db_error(exc))
+
+
+@router.get("/stats/models")
+async def stats_models(
+    request: Request,
+    since: str | None = None,
+    until: str | None = None,
+    policy: str | None = None,
+    model: str | None = None,
+    route: str | None = None,
+    loop_min_attempts: str | None = None,
+) -> JSONResponse:
+    async def compute() -> dict[str, Any]:
+        return await model_stats(
+            request.app.state.proxy.engine, since=_time(since, "since"), until=_time(until, "until"),
+            policy=policy, model=model, route=route, loop_min_attempts=_loop_min(request, loop_min_attempts),
+        )
+
+    return await _answer(request, compute)
+
+
+@router.get("/stats/compare")
+async def stats_compare(
+    request: Request,
+    models: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    policy: str | None = None,
+    route: str | None = None,
+) -> JSONResponse:
+    async def compute() -> dict[str, Any]:
+        from proxy.cli.stats import parse_pair
+
+        try:
+            pair = parse_pair(models or "")
+        except ValueError as exc:
+            raise BadRequest(str(exc), param="models") from None
+        return await compare_models(request.app.state.proxy.engine, pair, since=_time(since, "since"),
+                                    until=_time(until, "until"), policy=policy, route=route)
+
+    return await _answer(request, compute)
+
+
+@router.get("/stats/variants")
+async def stats_variants(
+    request: Request,
+    since: str | None = None,
+    until: str | None = None,
+    model: str | None = None,
+    policy: str | None = None,
+    loop_min_attempts: str | None = None,
+) -> JSONResponse:
+    async def compute() -> dict[str, Any]:
+        return await variant_stats(request.app.state.proxy.engine, since=_time(since, "since"),
+                                   until=_time(until, "until"), model=model, policy=policy,
+                                   loop_min_attempts=_loop_min(request, loop_min_attempts))
+
+    return await _answer(request, compute)
+
+
+@router.get("/stats/sessions/{session_id}")
+async def stats_session(
+    request: Request, session_id: str, loop_min_attempts: str | None = None
+) -> JSONResponse:
+    async def compute() -> dict[str, Any]:
+        detail = await session_detail(request.app.state.proxy.engine, session_id,
+                                      loop_min_attempts=_loop_min(request, loop_min_attempts))
+        if detail is None:
+            raise _NotFound(f"no session {session_id!r} in the store", param="session_id")
+        return detail
+
+    return await _answer(request, compute)
+
+
+@router.get("/stats/loops")
+async def stats_loops(
+    request: Request,
+    limit: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    model: str | None = None,
+    loop_min_attempts: str | None = None,
+) -> JSONResponse:
+    async def compute() -> dict[str, Any]:
+        loops = await top_loops(
+            request.app.state.proxy.engine, limit=_integer(limit, "limit", 1, 1000) or 20,
+            since=_time(since, "since"), until=_time(until, "until"), model=model,
+            loop_min_attempts=_loop_min(request, loop_min_attempts),
+        )
+        return {"loops": loops}
+
+    return await _answer(request, compute)

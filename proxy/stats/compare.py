@@ -1,0 +1,123 @@
+"""Comparing two models' error rates: the difference, its interval, two tests and a plain sentence.
+
+`GET /stats/compare?models=a,b` and `allowlist-proxy stats --compare a,b`. The difference is a - b with
+Newcombe's interval; Fisher's exact test treats every call as independent, the permutation test treats every
+session as one unit (calls of one session are not independent: a looping model makes many errors at once).
+A difference is called established only when both tests put p below 0.05.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from proxy.stats.confidence import fisher_exact, newcombe_difference, permutation_difference, wilson
+from proxy.store import figures
+from proxy.store.queries import Filters
+
+__all__ = ["ALPHA", "compare_counts", "compare_models", "comparison_sentence", "comparison_table"]
+
+ALPHA = 0.05
+
+
+def _percent(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate * 100:.1f} %"
+
+
+def _p(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value < 0.001:
+        return "< 0.001"
+    return f"{value:.3f}" if value < 0.1 else f"{value:.2f}"
+
+
+def comparison_sentence(result: dict[str, Any]) -> str:
+    a, b = result["models"]
+    ra, rb = a["error_rate"], b["error_rate"]
+    if ra is None or rb is None:
+        missing = a["model"] if ra is None else b["model"]
+        return f"No comparison: {missing} has no tool calls in the window."
+    p_calls, p_sessions = result["p_value_calls"], result["p_value_sessions"]
+    over = f"p = {_p(p_calls)} over calls, {_p(p_sessions)} over sessions"
+    if ra == rb:
+        return f"{a['model']} and {b['model']} have the same error rate ({_percent(ra)}): {over}."
+    higher, lower = (a, b) if ra > rb else (b, a)
+    rates = f"{_percent(higher['error_rate'])} vs {_percent(lower['error_rate'])}"
+    by_calls = p_calls is not None and p_calls < ALPHA
+    by_sessions = p_sessions is not None and p_sessions < ALPHA
+    if by_calls and by_sessions:
+        return f"{higher['model']}'s error rate is higher than {lower['model']}'s ({rates}): {over}."
+    if by_calls:
+        return (f"{higher['model']}'s error rate looks higher than {lower['model']}'s ({rates}) over calls, but "
+                f"not once sessions count as units: {over}; the difference is not established.")
+    return (f"The difference between {higher['model']}'s and {lower['model']}'s error rates ({rates}) is not "
+            f"established: {over}.")
+
+
+def compare_counts(first: tuple[str, list[tuple[int, int]]], second: tuple[str, list[tuple[int, int]]],
+                   ) -> dict[str, Any]:
+    """The comparison of two models from their sessions' (errors, calls)."""
+    sides = []
+    for name, sessions in (first, second):
+        errors = sum(e for e, _ in sessions)
+        calls = sum(n for _, n in sessions)
+        sides.append({"model": name, "sessions": len(sessions), "tool_calls": calls, "errors": errors,
+                      "error_rate": errors / calls if calls else None})
+    a, b = sides
+    both = a["tool_calls"] and b["tool_calls"]
+    interval = newcombe_difference(a["errors"], a["tool_calls"], b["errors"], b["tool_calls"]) if both else None
+    p_calls = (fisher_exact(a["errors"], a["tool_calls"] - a["errors"], b["errors"], b["tool_calls"] - b["errors"])
+               if both else None)
+    result: dict[str, Any] = {
+        "models": sides,
+        "difference": a["error_rate"] - b["error_rate"] if both else None,
+        "difference_ci95": None if interval is None else [round(interval[0], 4), round(interval[1], 4)],
+        "p_value_calls": p_calls,
+        "p_value_sessions": permutation_difference(first[1], second[1]) if both else None,
+        "test_calls": "Fisher's exact test, two-sided",
+        "test_sessions": "permutation test over sessions, two-sided",
+    }
+    result["established"] = bool(both and result["p_value_calls"] < ALPHA
+                                 and (result["p_value_sessions"] or 1.0) < ALPHA)
+    result["sentence"] = comparison_sentence(result)
+    return result
+
+
+async def compare_models(engine: AsyncEngine, models: tuple[str, str], *, since: float | None = None,
+                         until: float | None = None, policy: str | None = None,
+                         route: str | None = None) -> dict[str, Any]:
+    """DESIGN.md's `GET /stats/compare` object for two models over the window."""
+    f = Filters(since=since, until=until, policy=policy, route=route)
+    found: dict[str, list[tuple[int, int]]] = {}
+    async with engine.connect() as conn:
+        for name in models:
+            found.update(await figures.session_error_counts(conn, Filters(**{**_fields(f), "model": name})))
+    result = compare_counts((models[0], found.get(models[0], [])), (models[1], found.get(models[1], [])))
+    result["window"] = {"since": since, "until": until}
+    return result
+
+
+def _fields(f: Filters) -> dict[str, Any]:
+    return {"since": f.since, "until": f.until, "policy": f.policy, "route": f.route}
+
+
+def comparison_table(result: dict[str, Any], *, markdown: bool = False) -> str:
+    """Model | Sessions | Tool calls | Errors | Err/tool | 95 % CI, then the difference row."""
+    from proxy.stats.models import render_table
+
+    rows = []
+    for side in result["models"]:
+        ci = wilson(side["errors"], side["tool_calls"])
+        rows.append([side["model"], str(side["sessions"]), str(side["tool_calls"]), str(side["errors"]),
+                     _percent(side["error_rate"]), _range(ci)])
+    d, ci = result["difference"], result["difference_ci95"]
+    rows.append(["difference (a - b)", "", "", "", "-" if d is None else f"{d * 100:+.1f} pp",
+                 "-" if ci is None else f"{ci[0] * 100:+.1f} .. {ci[1] * 100:+.1f} pp"])
+    return render_table(["Model", "Sessions", "Tool calls", "Errors", "Err/tool", "95 % CI"], rows,
+                        right=[False, True, True, True, True, True], markdown=markdown)
+
+
+def _range(bounds: tuple[float, float] | list[float] | None) -> str:
+    return "-" if bounds is None else f"{bounds[0] * 100:.1f} - {bounds[1] * 100:.1f} %"

@@ -1,0 +1,268 @@
+"""The pooled HTTP clients to the upstreams; httpx errors are translated here and nowhere else.
+
+With several upstreams (`upstreams:` in the config), `Upstreams` stands where one `Upstream` stood: the model
+catalog picks the upstream that serves the request's model (`choose`), and every later call of the same
+request goes to it. The choice is a context variable rather than an argument so that the handlers of each
+route stay as they are: it is set in the request's own task and copied into the tasks it starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import http.cookiejar
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
+
+import httpx
+
+from proxy.config import Settings
+from proxy.errors import ProxyError, UpstreamProtocolError, UpstreamTimeout, UpstreamUnavailable
+from proxy.stats.prometheus import UPSTREAM_LATENCY, UPSTREAM_UP
+from proxy.upstream.transport import upstream_transport
+
+__all__ = ["Upstream", "Upstreams", "forward_headers", "map_httpx_error"]
+
+# Hop-by-hop and body-framing headers are the transport's business, not the client's.
+_DROP_REQUEST_HEADERS = frozenset({
+    "host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",
+    "proxy-authorization", "proxy-connection", "accept-encoding", "x-allowlist-policy",
+})
+_DROP_RESPONSE_HEADERS = frozenset({
+    "content-length", "connection", "keep-alive", "transfer-encoding", "content-encoding", "date", "server",
+})
+
+
+def map_httpx_error(exc: httpx.HTTPError, upstream: str) -> ProxyError:
+    if isinstance(exc, httpx.TimeoutException):
+        return UpstreamTimeout(f"upstream {upstream} timed out ({type(exc).__name__})")
+    if isinstance(exc, httpx.ConnectError):
+        return UpstreamUnavailable(f"upstream {upstream} is unreachable: {exc}")
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
+        return UpstreamProtocolError(f"upstream {upstream} broke the connection: {exc}")
+    return UpstreamUnavailable(f"upstream {upstream} failed: {type(exc).__name__}: {exc}")
+
+
+def forward_headers(headers: Mapping[str, str], api_key: str | None) -> dict[str, str]:
+    out = {k: v for k, v in headers.items() if k.lower() not in _DROP_REQUEST_HEADERS}
+    if api_key:
+        out = {k: v for k, v in out.items() if k.lower() != "authorization"}
+        out["authorization"] = f"Bearer {api_key}"
+    return out
+
+
+def response_headers(headers: httpx.Headers) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k.lower() not in _DROP_RESPONSE_HEADERS}
+
+
+class _NoCookies(http.cookiejar.CookieJar):
+    """The upstream's cookies are not the proxy's to keep: kept, one client's cookie would go out with
+    every other client's requests. (Set-Cookie still reaches the client that got it.) Not parsing them
+    also spares the cookie machinery httpx runs on every response."""
+
+    def extract_cookies(self, response: Any, request: Any) -> None:
+        return None
+
+
+class Upstream:
+    def __init__(self, settings: Settings, *, url: str | None = None, api_key: str | None = None) -> None:
+        self.base_url = url.rstrip("/") if url else settings.upstream
+        self._api_key = api_key if url else settings.upstream_api_key
+        self.failures = 0  # requests that failed on the way (connect, read, protocol errors)
+        self.client = httpx.AsyncClient(
+            timeout=httpx.Timeout(connect=settings.connect_timeout, read=settings.read_timeout,
+                                  write=settings.read_timeout, pool=settings.read_timeout),
+            # vLLM's uvicorn closes an idle keep-alive connection after 5 s: reusing one that old races with
+            # that close and fails the request, so idle connections are dropped first.
+            # (retries: a failed connect is tried once more.)
+            transport=upstream_transport(httpx.Limits(
+                max_connections=1000, max_keepalive_connections=200, keepalive_expiry=4.0), retries=1),
+            headers={"accept-encoding": "identity"},
+            cookies=_NoCookies(),
+        )
+        # Parsed once per path rather than per request: the routes that carry traffic are a handful, and
+        # the bound keeps arbitrary passthrough paths from growing it.
+        self._target = functools.lru_cache(maxsize=256)(lambda path: httpx.URL(self.url(path)))
+
+    def _lost(self, exc: httpx.HTTPError) -> ProxyError:
+        # Counted so that whoever caches facts about the upstream (its vLLM version) reads them
+        # again once it answers: an upstream that failed may come back as another server.
+        self.failures += 1
+        return map_httpx_error(exc, self.base_url)
+
+    def url(self, path: str) -> str:
+        """`path` is the part after `/v1` (e.g. `/chat/completions`)."""
+        return self.base_url + path
+
+    def headers(self, incoming: Mapping[str, str]) -> dict[str, str]:
+        return forward_headers(incoming, self._api_key)
+
+    def _keyed(self, headers: Mapping[str, str]) -> Mapping[str, str]:
+        # Headers made for all upstreams carry the client's key; this upstream's own key replaces it.
+        if not self._api_key or headers.get("authorization") == f"Bearer {self._api_key}":
+            return headers
+        return forward_headers(headers, self._api_key)
+
+    async def request(self, method: str, path: str, *, headers: Mapping[str, str], content: bytes | None = None,
+                      params: Any = None) -> httpx.Response:
+        headers = self._keyed(headers)
+        timer = _AttemptTimer.start(self.base_url) if method == "POST" else None
+        try:
+            response = await self.client.request(method, self._target(path), headers=headers, content=content,
+                                                 params=params)
+        except httpx.HTTPError as exc:
+            if timer:
+                timer.stop("error")
+            raise self._lost(exc) from exc
+        if timer:
+            timer.stop("ok" if response.status_code == 200 else "http_error")
+        return response
+
+    async def open_stream(self, method: str, path: str, *, headers: Mapping[str, str],
+                          content: bytes | None = None, params: Any = None) -> httpx.Response:
+        """Sends the request and returns once the status and headers are in; the caller must aclose()."""
+        headers = self._keyed(headers)
+        request = self.client.build_request(method, self._target(path), headers=headers, content=content,
+                                            params=params)
+        timer = _AttemptTimer.start(self.base_url) if method == "POST" else None
+        try:
+            response = await self.client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            if timer:
+                timer.stop("error")
+            raise self._lost(exc) from exc
+        if timer:
+            response.stream = _TimedStream(response.stream, timer,  # type: ignore[assignment]
+                                           "ok" if response.status_code == 200 else "http_error")
+        return response
+
+    @contextlib.contextmanager
+    def errors_translated(self) -> Iterator[None]:
+        """httpx errors raised inside become the proxy's own. For loops over a response's body, so that
+        each chunk is not handed through one more generator."""
+        try:
+            yield
+        except httpx.HTTPError as exc:
+            raise self._lost(exc) from exc
+
+    async def iter_bytes(self, response: httpx.Response) -> AsyncIterator[bytes]:
+        with self.errors_translated():
+            async for chunk in response.aiter_raw():
+                yield chunk
+
+    async def reachable(self) -> bool:
+        up = False
+        with contextlib.suppress(httpx.HTTPError):
+            response = await self.client.get(self.url("/models"), headers=self._keyed({}), timeout=2.0)
+            up = response.status_code < 500
+        UPSTREAM_UP.labels(self.base_url).set(int(up))
+        return up
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+class _AttemptTimer:
+    """Times one upstream attempt of a request whose model is known, into UPSTREAM_LATENCY."""
+
+    def __init__(self, model: str, upstream: str) -> None:
+        self.model, self.upstream = model, upstream
+        self.started = time.perf_counter()
+        self.done = False
+
+    @classmethod
+    def start(cls, upstream: str) -> _AttemptTimer | None:
+        model = _model.get()
+        return cls(model, upstream) if model is not None else None
+
+    def stop(self, outcome: str) -> None:
+        if not self.done:
+            self.done = True
+            UPSTREAM_LATENCY.labels(self.model, self.upstream, outcome).observe(time.perf_counter() - self.started)
+
+
+class _TimedStream(httpx.AsyncByteStream):
+    """A streamed body that stops its attempt's timer when it is closed: at the last byte read, or at
+    the error that broke it off."""
+
+    def __init__(self, inner: Any, timer: _AttemptTimer, outcome: str) -> None:
+        self._inner, self._timer, self._outcome = inner, timer, outcome
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._inner:
+                yield chunk
+        except BaseException:
+            self._outcome = "error"
+            raise
+
+    async def aclose(self) -> None:
+        self._timer.stop(self._outcome)
+        await self._inner.aclose()
+
+
+_chosen: contextvars.ContextVar[Upstream | None] = contextvars.ContextVar("allowlist_proxy_upstream", default=None)
+_model: contextvars.ContextVar[str | None] = contextvars.ContextVar("allowlist_proxy_model", default=None)
+
+
+class Upstreams:
+    """Several upstreams behind one interface: each call goes to the one chosen for the current request
+    (by `ModelCatalog.resolve`), else to the first."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.configs = settings.upstream_list()
+        self.all = [Upstream(settings, url=c.url, api_key=c.api_key) for c in self.configs]
+
+    @property
+    def current(self) -> Upstream:
+        return _chosen.get() or self.all[0]
+
+    def choose(self, upstream: Upstream, model: str | None = None) -> None:
+        _chosen.set(upstream)
+        _model.set(model)
+
+    @property
+    def base_url(self) -> str:
+        return self.current.base_url
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        return self.current.client
+
+    @property
+    def failures(self) -> int:
+        """Failed requests over all upstreams, for readers that notice an upstream coming back."""
+        return sum(getattr(upstream, "failures", 0) for upstream in self.all)
+
+    def url(self, path: str) -> str:
+        return self.current.url(path)
+
+    def headers(self, incoming: Mapping[str, str]) -> dict[str, str]:
+        if len(self.all) == 1:
+            return self.all[0].headers(incoming)
+        return forward_headers(incoming, None)  # each upstream puts its own key in when it sends
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        return await self.current.request(method, path, **kwargs)
+
+    async def open_stream(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        return await self.current.open_stream(method, path, **kwargs)
+
+    def errors_translated(self) -> contextlib.AbstractContextManager[None]:
+        return self.current.errors_translated()
+
+    def iter_bytes(self, response: httpx.Response) -> AsyncIterator[bytes]:
+        return self.current.iter_bytes(response)
+
+    async def reachable(self) -> bool:
+        """True when every upstream answers."""
+        for upstream in self.all:
+            if not await upstream.reachable():
+                return False
+        return True
+
+    async def aclose(self) -> None:
+        for upstream in self.all:
+            await upstream.aclose()

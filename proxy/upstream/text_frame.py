@@ -1,0 +1,72 @@
+"""Reading a streamed text chunk without parsing all of it.
+
+Within one upstream stream, vLLM's plain text chunks differ only in the text: the id, model,
+creation time, index and the nulls around the delta repeat byte for byte. Once one such chunk is
+parsed, its bytes before and after the text are the frame; a later chunk with the same frame holds
+exactly one JSON string in between, and decoding that string alone gives what parsing the whole
+chunk would have given. Only the canonical spelling of that string is read this way (proxy/upstream/strict.py), so
+a chunk read through the frame of a canonical chunk is itself canonical.
+Anything else (another field, a finish reason, usage, escapes that do not
+decode to one string) does not match and is parsed in full.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from proxy.upstream.strict import dumps
+
+__all__ = ["TextFrame"]
+
+_OPENER = '"delta":{"content":'
+
+
+class TextFrame:
+    """The bytes around `choices[0].delta.content` of one stream's plain text chunks."""
+
+    __slots__ = ("_cut", "_prefix", "_suffix", "index")
+
+    def __init__(self, prefix: str, suffix: str, index: Any) -> None:
+        self._prefix = prefix
+        self._suffix = suffix
+        self._cut = len(prefix) + len(suffix)
+        self.index = index
+
+    @classmethod
+    def learn(cls, data: str, obj: dict[str, Any]) -> TextFrame | None:
+        """The frame of `data`, whose parse is `obj`, when it is a plain text chunk; else None."""
+        choices = obj.get("choices")
+        if "error" in obj or obj.get("usage") or not isinstance(choices, list) or len(choices) != 1:
+            return None
+        choice = choices[0]
+        if not isinstance(choice, dict) or choice.get("finish_reason"):
+            return None
+        delta = choice.get("delta")
+        if not isinstance(delta, dict) or len(delta) != 1 or not isinstance(delta.get("content"), str):
+            return None
+        # The text as the upstream wrote it is one of the usual spellings, or no frame is learnt.
+        for literal in (json.dumps(delta["content"], ensure_ascii=False), json.dumps(delta["content"])):
+            marker = _OPENER + literal + "}"
+            if data.count(marker) == 1:
+                at = data.index(marker) + len(_OPENER)
+                return cls(data[:at], data[at + len(literal):], choice.get("index", 0))
+        return None
+
+    def text(self, data: str) -> str | None:
+        """The chunk's text when `data` is this frame around one JSON string; else None."""
+        if len(data) <= self._cut or not data.startswith(self._prefix) or not data.endswith(self._suffix):
+            return None
+        literal = data[len(self._prefix): len(data) - len(self._suffix)]
+        if literal[0] != '"':
+            return None
+        inner = literal[1:-1]
+        if len(literal) > 1 and literal[-1] == '"' and '"' not in inner and "\\" not in inner and inner.isprintable():
+            return inner  # nothing escaped and no control character: the JSON string is its own text
+        try:
+            value = json.loads(literal)
+        except ValueError:
+            return None
+        # Only the canonical spelling of the string: then the chunk's bytes are the proxy's own encoding of
+        # what it read, which enforce mode may forward as they are.
+        return value if isinstance(value, str) and dumps(value) == literal else None
