@@ -178,7 +178,7 @@ def live_proxy(upstream: ScriptedUpstream, db_url: str) -> Iterator[RunningProxy
 
 
 def on_app(proxy: RunningProxy, coro: Coroutine[Any, Any, Any]) -> Any:
-    return asyncio.run_coroutine_threadsafe(coro, proxy.http.app.state.loop).result(15)
+    return asyncio.run_coroutine_threadsafe(coro, proxy.app.state.loop).result(15)
 
 
 def _stream(client: Any) -> None:
