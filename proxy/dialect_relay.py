@@ -195,7 +195,8 @@ class DialectStream(ABC):
 
     def narrate(self, obj: dict[str, Any]) -> bytes | None:
         """One text event of the attempt (enforce mode). One narration per turn: the first attempt's text goes
-        out now; a retry's waits for the verdict and goes out only with a delivered turn (`released`)."""
+        out now; a retry's waits for the verdict and goes out only with a delivered turn
+        (`released_narration`)."""
         if self.attempt == 1:
             return self.encode(obj)
         self.narration.append(obj)
