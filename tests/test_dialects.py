@@ -243,6 +243,85 @@ def test_messages_stream_is_one_message_across_attempts(upstream, proxy):
     assert events[-2][1]["delta"]["stop_reason"] == "tool_use" and events[-2][1]["usage"]["input_tokens"] == 24
 
 
+def assert_valid_stream(route: str, raw: bytes) -> None:
+    """The client's stream is one well-formed response of its dialect: Responses events numbered 0..n-1 and
+    output items placed at consecutive positions, each added and done once; Messages blocks at consecutive
+    indexes, each started and stopped once, every delta inside its block."""
+    events = named_events(raw)
+    assert all(name == data["type"] for name, data in events)
+    if route == "responses":
+        assert [d["sequence_number"] for _, d in events] == list(range(len(events)))
+        added = [d["output_index"] for n, d in events if n == "response.output_item.added"]
+        done = [d["output_index"] for n, d in events if n == "response.output_item.done"]
+        assert added == list(range(len(added))) and sorted(done) == added
+        open_items: set[int] = set()
+        for name, data in events:
+            if name == "response.output_item.added":
+                open_items.add(data["output_index"])
+            elif "output_index" in data:
+                assert data["output_index"] in open_items, (name, data)
+                if name == "response.output_item.done":
+                    open_items.discard(data["output_index"])
+        assert [n for n, _ in events].count("response.completed") == 1 and events[-1][0] == "response.completed"
+        assert len(events[-1][1]["response"]["output"]) == len(added)
+        return
+    starts = [d["index"] for n, d in events if n == "content_block_start"]
+    stops = [d["index"] for n, d in events if n == "content_block_stop"]
+    assert starts == list(range(len(starts))) and sorted(stops) == starts
+    open_blocks: set[int] = set()
+    for name, data in events:
+        if name == "content_block_start":
+            open_blocks.add(data["index"])
+        elif name in ("content_block_delta", "content_block_stop"):
+            assert data["index"] in open_blocks, (name, data)
+            if name == "content_block_stop":
+                open_blocks.discard(data["index"])
+    names = [n for n, _ in events]
+    assert names.count("message_start") == 1 and names[0] == "message_start"
+    assert names.count("message_stop") == 1 and names[-2:] == ["message_delta", "message_stop"]
+
+
+def _reasoning(raw: bytes, route: str) -> str:
+    if route == "responses":
+        return "".join(d["delta"] for n, d in named_events(raw) if n == "response.reasoning_text.delta")
+    return "".join(d["delta"]["thinking"] for n, d in named_events(raw)
+                   if n == "content_block_delta" and d["delta"]["type"] == "thinking_delta")
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_one_narration_per_turn_on_dialect_streams(upstream, proxy, route):
+    """The first attempt's text streams live; a rejected retry's text and reasoning never reach the client; the
+    delivered attempt's do, and the stream stays one valid response."""
+    upstream.script(Reply(content="First try. ", reasoning="Thought 1. ", tool_calls=[("bash", {"command": PIPED})]),
+                    Reply(content="Second try. ", reasoning="Thought 2. ",
+                          tool_calls=[("bash", {"command": PIPED + " -n"})]),
+                    Reply(content="Third try. ", reasoning="Thought 3. ", tool_calls=[("bash", {"command": ALLOWED})]))
+    response = ask(proxy, route, stream=True)
+    _, _, calls, text = ROUTES[route]
+    assert text(response.content, True) == "First try. Third try. "
+    assert _reasoning(response.content, route) == "Thought 1. Thought 3. "
+    assert b"Second try" not in response.content and b"Thought 2" not in response.content
+    assert [c["arguments"] for c in calls(response.content, True)] == [{"command": ALLOWED}]
+    assert_valid_stream(route, response.content)
+    assert len(upstream.requests) == 3
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_a_blocked_dialect_turn_ends_with_the_explanation_alone(upstream, proxy, route):
+    upstream.script(*[Reply(content=f"Try {n}. ", tool_calls=[("bash", {"command": PIPED})]) for n in range(1, 5)])
+    response = ask(proxy, route, stream=True)
+    _, _, calls, text = ROUTES[route]
+    said = text(response.content, True)
+    assert said.startswith("Try 1. allowlist-proxy blocked this turn")
+    assert all(f"Try {n}" not in said for n in (2, 3, 4))
+    assert calls(response.content, True) == []
+    assert_valid_stream(route, response.content)
+    request = proxy.rows("SELECT attempts, budget_exhausted FROM requests")[0]
+    assert tuple(request) == (4, 1)
+
+
 @SQLITE_ONLY
 @pytest.mark.parametrize("stream", [False, True])
 def test_responses_model_is_told_why_with_function_call_output(upstream, proxy, stream):

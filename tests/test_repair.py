@@ -12,9 +12,12 @@ from proxy.policy import load_policy_file
 from proxy.policy.repair import repair_call
 from proxy.policy.variants import variant_for
 from proxy.testing.characters import OPENCODE_TOOLS, bash_sequence, looping
-from tests.conftest import ROOT, chat, sse_json
+from proxy.testing.scripted_upstream import Reply
+from tests.conftest import MODEL, ROOT, chat, sse_json
+from tests.test_dialects import ROUTES, ask, assert_valid_stream, messages_calls, responses_calls
 
 STRICT = ROOT / "policies" / "strict.yaml"
+CLIENTS = Path(__file__).parent / "policy" / "client_tools"
 ALLOWED = 'uv run scripts/search.py "rust async"'
 REPAIRS = "repair: [output_filters, stderr_redirect, timeout, cd_workdir]\n"
 
@@ -150,17 +153,116 @@ def test_session_reads_its_variant_and_it_is_recorded(upstream, start_proxy, tmp
         assert [r["feedback_variant"] for r in rows] == [wanted, wanted]
 
 
-@pytest.mark.parametrize("route", ["responses", "messages"])
-def test_dialect_relays_do_not_repair_until_they_deliver_repaired_calls(upstream, start_proxy, tmp_path, route):
-    # Fail closed: these relays forward the upstream's own bytes for an allowed first attempt, so a repaired
-    # call would reach the client unrepaired; they judge without repair (proxy/enforce/exchange.py) and retry.
-    from tests.test_dialects import ROUTES, ask
+# ---------------------------------------------------------------- the Responses and Messages routes
 
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("route", ["responses", "messages"])
+def test_dialect_routes_deliver_the_repaired_call_after_one_attempt(upstream, start_proxy, tmp_path, route, stream):
+    # The repaired call goes out re-encoded from the judged call, never as the upstream wrote it.
     proxy = start_proxy(upstream.url, policy=str(_policy_file(tmp_path, REPAIRS)))
     upstream.responder = looping()
-    response = ask(proxy, route, stream=False)
+    response = ask(proxy, route, stream=stream)
+    assert response.status_code == 200
     _, _, calls, _ = ROUTES[route]
-    assert [c["arguments"] for c in calls(response.content, False)] == [{"command": ALLOWED}]
+    assert [(c["name"], c["arguments"]) for c in calls(response.content, stream)] == [("bash", {"command": ALLOWED})]
+    assert b"head" not in response.content
+    if stream:
+        assert_valid_stream(route, response.content)
+    assert len(upstream.requests) == 1
+    (row,) = proxy.rows("SELECT route, decision, command, repaired_command, delivered FROM tool_calls")
+    assert tuple(row) == (route, "repaired", f"{ALLOWED} | head -5", ALLOWED, 1)
+
+
+@pytest.mark.parametrize("route", ["responses", "messages"])
+def test_dialect_routes_without_repair_are_as_today(upstream, proxy, route):
+    upstream.responder = looping()
+    response = ask(proxy, route, stream=True)
+    _, _, calls, _ = ROUTES[route]
+    assert [c["arguments"] for c in calls(response.content, True)] == [{"command": ALLOWED}]
     assert len(upstream.requests) == 4
     assert [r["decision"] for r in proxy.rows("SELECT decision FROM tool_calls ORDER BY attempt")] == [
         "reject", "reject", "reject", "allow"]
+
+
+# ---------------------------------------------------------------- other clients' shell tools (the tool profiles)
+
+
+def _client(name: str) -> dict:
+    return json.loads((CLIENTS / f"{name}.json").read_text())
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_claude_codes_bash_is_repaired_on_messages(upstream, start_proxy, tmp_path, stream):
+    client = _client("claude-code")
+    proxy = start_proxy(upstream.url, policy=str(_policy_file(tmp_path, REPAIRS)))
+    upstream.script(Reply(content="Searching.", tool_calls=[("Bash", {"command": f"{ALLOWED} 2>&1 | head -5"})]))
+    body = {"model": MODEL, "max_tokens": 1024, "messages": [{"role": "user", "content": "find rust async docs"}],
+            "tools": client["tools"], "stream": stream}
+    with proxy.client() as http:
+        response = http.post("/v1/messages", json=body, headers={"user-agent": client["user_agent"]})
+    assert [(c["name"], c["arguments"]) for c in messages_calls(response.content, stream)] == [
+        ("Bash", {"command": ALLOWED})]
+    if stream:
+        assert_valid_stream("messages", response.content)
+    assert b"head" not in response.content and len(upstream.requests) == 1
+    (row,) = proxy.rows("SELECT tool_name, decision, command, repaired_command FROM tool_calls")
+    assert tuple(row) == ("Bash", "repaired", f"{ALLOWED} 2>&1 | head -5", ALLOWED)
+    assert proxy.rows("SELECT profiles FROM requests")[0][0] == "claude-code"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_codex_exec_command_is_repaired_on_responses_with_its_workdir(upstream, start_proxy, tmp_path, stream):
+    client = _client("codex")
+    proxy = start_proxy(upstream.url, policy=str(_policy_file(tmp_path, REPAIRS)))
+    written = f"cd docs && timeout 30 {ALLOWED} | tail -3"
+    upstream.script(Reply(tool_calls=[("exec_command", {"cmd": written, "shell": "bash"})]))
+    body = {"model": MODEL, "input": [{"type": "message", "role": "user", "content": "find rust async docs"}],
+            "tools": client["tools"], "stream": stream}
+    with proxy.client() as http:
+        response = http.post("/v1/responses", json=body, headers={"user-agent": client["user_agent"]})
+    assert [(c["name"], c["arguments"]) for c in responses_calls(response.content, stream)] == [
+        ("exec_command", {"cmd": ALLOWED, "shell": "bash", "workdir": "docs"})]
+    assert b"| tail" not in response.content and b"timeout 30" not in response.content
+    assert len(upstream.requests) == 1
+    if stream:
+        assert_valid_stream("responses", response.content)
+    (row,) = proxy.rows("SELECT tool_name, decision, command, repaired_command FROM tool_calls")
+    assert tuple(row) == ("exec_command", "repaired", written, ALLOWED)
+
+
+@pytest.mark.parametrize(("tool", "arguments", "repaired"), [
+    ("Bash", {"command": f"{ALLOWED} | head -5"}, {"command": ALLOWED}),
+    ("Bash", {"command": f"cd docs && {ALLOWED}"}, None),  # Claude Code's Bash has no workdir argument
+    ("exec_command", {"cmd": f"timeout 30 {ALLOWED}", "shell": "bash"}, {"cmd": ALLOWED, "shell": "bash"}),
+    ("exec_command", {"cmd": f"bash -lc '{ALLOWED} | head -5'"}, None),  # a wrapper written as one string
+    ("run_shell_command", {"command": f"cd docs && {ALLOWED} 2>&1"}, {"command": ALLOWED, "directory": "docs"}),
+    # An argv through a shell keeps its wrapper; the script inside is repaired.
+    ("shell", {"command": ["bash", "-lc", f"{ALLOWED} | head -5"], "workdir": "src"},
+     {"command": ["bash", "-lc", ALLOWED], "workdir": "src"}),
+    ("shell", {"command": ["bash", "-lc", f"cd docs && {ALLOWED}"]}, {"command": ["bash", "-lc", ALLOWED],
+                                                                      "workdir": "docs"}),
+    ("shell", {"command": ["uv", "run", "scripts/search.py", "x", "|", "head"]}, None),  # a plain argv: no pipe
+    ("run_commands", {"commands": [f"{ALLOWED} | head -5"]}, None),  # a list of commands is not rewritten
+    ("my_runner", {"command": f"{ALLOWED} | head -5"}, None),  # a shell only the heuristic guesses
+    ("shell", {"command": ["bash", "-lc", f"cd /tmp && {ALLOWED}"]}, None),  # the workdir leaves the project
+])
+def test_profiled_shells_are_repaired_in_their_own_argument_shape(tmp_path, tool, arguments, repaired):
+    policy = load_policy_file(_policy_file(tmp_path, REPAIRS)).policy
+    fix = repair_call(policy, tool, arguments)
+    assert (fix.arguments if fix else None) == repaired
+
+
+@pytest.mark.parametrize("route", ["responses", "messages"])
+def test_a_retry_repaired_on_a_dialect_stream_goes_out_with_its_narration(upstream, start_proxy, tmp_path, route):
+    proxy = start_proxy(upstream.url, policy=str(_policy_file(tmp_path, REPAIRS)))
+    upstream.script(Reply(content="Fetching. ", tool_calls=[("bash", {"command": "curl -s https://example.com"})]),
+                    Reply(content="Searching. ", tool_calls=[("bash", {"command": f"{ALLOWED} | head -5"})]))
+    response = ask(proxy, route, stream=True)
+    _, _, calls, text = ROUTES[route]
+    assert text(response.content, True) == "Fetching. Searching. "
+    assert [c["arguments"] for c in calls(response.content, True)] == [{"command": ALLOWED}]
+    assert b"head -5" not in response.content and b"curl" not in response.content
+    assert_valid_stream(route, response.content)
+    rows = proxy.rows("SELECT attempt, decision, delivered FROM tool_calls ORDER BY attempt")
+    assert [tuple(r) for r in rows] == [(1, "reject", 0), (2, "repaired", 1)]

@@ -4,8 +4,11 @@
 The rules are chat's (proxy/dialects/chat.py and DESIGN.md's data flow): every call of an attempt is judged; in enforce
 mode an attempt with a rejected or malformed call never reaches the client and the model is asked again, with
 the held turn and the reasons appended to the conversation in the dialect's own shape, within the policy's
-retry budget; budget spent => a text answer that explains the block. Streamed text goes to the client live;
-only the tool-call events are held until the attempt is judged.
+retry budget; budget spent => a text answer that explains the block. One narration per turn, as on chat: the
+first attempt's text streams live, a retry's text is held with its calls until the attempt is judged and goes
+out only with a delivered turn (a blocked turn ends with the explaining answer alone). A delivered turn's calls
+are the judged call objects: a repaired call is re-encoded from its judged arguments, never relayed as the
+upstream wrote it (proxy/enforce/judging.py).
 
 A `Dialect` says what its requests, whole responses and retries look like, and makes the `DialectStream` that
 reads its server-sent events; this module runs the loop, so both dialects share one implementation of it.
@@ -38,6 +41,7 @@ from proxy.enforce.exchange import (
     upstream_events,
 )
 from proxy.enforce.feedback_turns import blocked_message, retry_messages
+from proxy.enforce.judging import JudgedCall
 from proxy.enforce.record import Usage
 from proxy.errors import ProxyError, StoreUnavailable, UpstreamProtocolError, UpstreamUnjudgeable, error_response
 from proxy.services import ProxyState
@@ -102,6 +106,11 @@ class Dialect(ABC):
         """What the client got, as chat messages, for the session lineage."""
 
     @abstractmethod
+    def write_repairs(self, obj: dict[str, Any], judged: list[JudgedCall]) -> None:
+        """Write the repaired calls' judged arguments over the calls of a whole response (at the position each
+        call was read from), so the client gets the repaired call and never the one the model wrote."""
+
+    @abstractmethod
     def stream(self, ex: DialectExchange) -> DialectStream:
         """A reader for this request's events, across its attempts."""
 
@@ -142,7 +151,9 @@ class DialectExchange(Exchange):
 class IndexMap:
     """Positions of the items (output items, content blocks) of the current attempt -> the positions the
     client sees. A client assigns positions in the order items start, so they are handed out in the order
-    items are sent: held items get theirs when released, a retry's items continue after the earlier ones."""
+    items are sent: held items get theirs when released, a retry's items continue after the earlier ones,
+    and held items that are dropped (a rejected attempt's calls and, after the first attempt, its text) never
+    take one, so the client's positions stay consecutive."""
 
     def __init__(self) -> None:
         self.next = 0
@@ -168,6 +179,9 @@ class DialectStream(ABC):
         self.upstream_error = False
         self.attempt_usage: dict[str, Any] | None = None  # chat-shaped, the latest seen this attempt
         self.unjudged: list[ToolCall] = []  # the attempt's output the proxy cannot judge
+        # A retry's text events (enforce mode), in the order they came: like held calls, numbered and placed
+        # only when released, so dropping them leaves no gap in what the client sees.
+        self.narration: list[dict[str, Any]] = []
 
     @property
     def enforce(self) -> bool:
@@ -177,6 +191,26 @@ class DialectStream(ABC):
         self.attempt += 1
         self.attempt_usage = None
         self.unjudged = []
+        self.narration = []
+
+    def narrate(self, obj: dict[str, Any]) -> bytes | None:
+        """One text event of the attempt (enforce mode). One narration per turn: the first attempt's text goes
+        out now; a retry's waits for the verdict and goes out only with a delivered turn
+        (`released_narration`)."""
+        if self.attempt == 1:
+            return self.encode(obj)
+        self.narration.append(obj)
+        return None
+
+    def released_narration(self) -> list[bytes]:
+        """The held text of a delivered attempt, encoded now: numbered and placed after everything sent so far."""
+        out = [self.encode(obj) for obj in self.narration]
+        self.narration = []
+        return out
+
+    @abstractmethod
+    def encode(self, obj: dict[str, Any]) -> bytes:
+        """An event of this attempt as the client gets it: at the client's position for its item (enforce mode)."""
 
     def unjudgeable(self, what: str, detail: str, content: Any) -> None:
         """Output of this attempt the proxy cannot judge: a call that is never allowed (enforce mode drops the
@@ -219,8 +253,9 @@ class DialectStream(ABC):
         """The visible text of the attempt that just ended."""
 
     @abstractmethod
-    def release(self) -> list[bytes]:
-        """The attempt was delivered: its held events, then its end (enforce mode; observe sent them already)."""
+    def release(self, judged: list[JudgedCall]) -> list[bytes]:
+        """The attempt was delivered: its held text, its calls as judged (`judged` in the order of `calls()`; a
+        repaired call re-encoded from its judged arguments), then its end (enforce mode; observe sent them)."""
 
     @abstractmethod
     def blocked(self, text: str) -> list[bytes]:
@@ -260,7 +295,7 @@ async def _exchange(request: Request, state: ProxyState, dialect: Dialect) -> Di
 
 async def _complete(ex: DialectExchange) -> Response:
     record, dialect = ex.record, ex.spec
-    judged: list[Any] = []
+    judged: list[JudgedCall] = []
     obj: dict[str, Any] = {}
     for attempt in range(1, ex.budget + 2):
         record.attempts = attempt
@@ -284,6 +319,8 @@ async def _complete(ex: DialectExchange) -> Response:
         judged = ex.judge(calls)
         outcome = await ex.settle(attempt, judged)
         if outcome == DELIVER:
+            if any(item.repaired for item in judged):
+                dialect.write_repairs(obj, judged)  # enforce mode only: the re-encoded object goes out below
             ex.remember(dialect.reply(obj))
             if attempt == 1 and not ex.enforce:
                 return Response(response.content, status_code=200, headers=headers)
@@ -362,7 +399,7 @@ class _Relay:
                     break
                 if outcome == DELIVER:
                     if ex.enforce:
-                        for piece in stream.release():
+                        for piece in stream.release(judged):
                             yield piece
                     break
                 if outcome == BLOCKED:

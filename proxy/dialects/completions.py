@@ -66,6 +66,8 @@ async def completions(request: Request, state: ProxyState) -> Response:
 
 
 def _judge(ex: Exchange, calls: list[ToolCall]) -> list[JudgedCall]:
+    # Never repaired: a call here is the model's own text (Qwen3-Coder XML, Hermes JSON), and the proxy cannot
+    # re-encode a repaired call into that text safely, so a rejected call goes back to the model as on any route.
     return judge_output(ex.policy, calls, None, tools=ex.toolset, session_id=ex.record.session.id, repair=False)
 
 

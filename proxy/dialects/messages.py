@@ -6,9 +6,12 @@ an object), whole in `content` or streamed as `content_block_start` (the block, 
 `message_delta` (`stop_reason: tool_use`, usage) and `message_stop`. A rejected call goes back to the model as
 the assistant turn with its `tool_use` blocks and a user message of `tool_result` blocks with `is_error: true`.
 
-Streaming in enforce mode: text and thinking blocks pass live; a `tool_use` block's events and the closing
-`message_delta` / `message_stop` are held until the attempt is judged. Clients file a block under its `index`
-in the order blocks start, so indexes count on across attempts and a retry's `message_start` is dropped.
+Streaming in enforce mode: the first attempt's text and thinking blocks pass live; a `tool_use` block's
+events, a retry's text and thinking blocks (one narration per turn) and the closing `message_delta` /
+`message_stop` are held until the attempt is judged. Clients file a block under its `index` in the order
+blocks start, so indexes count on across attempts and are given when a block's events are sent: blocks held
+and released later, or dropped with a rejected attempt, leave no gap. A retry's `message_start` is dropped.
+A repaired call's block carries its judged input, in one `input_json_delta`.
 Errors on this route, the proxy's own included, have Anthropic's shape: `{"type": "error", "error": {"type",
 "message"}}`.
 """
@@ -24,6 +27,7 @@ from starlette.responses import JSONResponse, Response
 
 from proxy.dialects.base import Dialect, DialectExchange, DialectStream, IndexMap, handle
 from proxy.enforce.actions import unjudgeable_call
+from proxy.enforce.judging import JudgedCall
 from proxy.enforce.record import Usage
 from proxy.errors import BadRequest, ProxyError
 from proxy.services import ProxyState
@@ -174,6 +178,12 @@ class MessagesDialect(Dialect):
     def reply(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
         return message_chat({"role": "assistant", "content": obj.get("content")})
 
+    def write_repairs(self, obj: dict[str, Any], judged: list[JudgedCall]) -> None:
+        content = obj["content"]  # `calls` read the judged calls from it, each at its position
+        for item in judged:
+            if item.repaired:
+                content[item.call.index]["input"] = item.call.arguments
+
     def stream(self, ex: DialectExchange) -> DialectStream:
         return _MessagesStream(ex)
 
@@ -198,6 +208,26 @@ class _HeldBlock:
         arguments: Any = "".join(self.parts) if self.parts else self.block.get("input")
         return structured_call(name=self.block.get("name"), arguments=arguments, call_id=self.block.get("id"),
                                index=index)
+
+    def repaired(self, call: ToolCall) -> list[dict[str, Any]]:
+        """The held events again, carrying a repaired call's judged input: in the start block when the input
+        came there, else as one `input_json_delta` (the model's fragments dropped)."""
+        out: list[dict[str, Any]] = []
+        sent = False
+        for obj, _ in self.events:
+            kind = obj.get("type")
+            if kind == "content_block_start" and obj["content_block"].get("input") not in (None, {}):
+                obj, sent = {**obj, "content_block": {**obj["content_block"], "input": call.arguments}}, True
+            elif kind == "content_block_delta":
+                if sent:
+                    continue
+                obj, sent = {**obj, "delta": {**obj["delta"], "partial_json": call.arguments_text}}, True
+            elif kind == "content_block_stop" and not sent:
+                out.append({"type": "content_block_delta", "index": obj["index"],
+                            "delta": {"type": "input_json_delta", "partial_json": call.arguments_text}})
+                sent = True
+            out.append(obj)
+        return out
 
 
 class _MessagesStream(DialectStream):
@@ -297,19 +327,29 @@ class _MessagesStream(DialectStream):
             if delta.get("type") == "input_json_delta":
                 held.parts.append(delta["partial_json"])
             if observe and kind == "content_block_stop":
-                self._sent_call(held)
+                self._sent_call(held.call(0))
             return event.raw if observe else None
         if delta.get("type") in ("text_delta", "thinking_delta"):
             self.ex.record.mark_first_token()
-        if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
-            self.attempt_text += delta["text"]
-            self.text_sent += delta["text"]
-        return event.raw if observe else self._send(obj, None)
+        text = delta.get("text") if delta.get("type") == "text_delta" else None
+        if isinstance(text, str):
+            self.attempt_text += text
+        if observe:
+            self.text_sent += text if isinstance(text, str) else ""
+            return event.raw
+        return self.narrate(obj)
 
     def _drop(self, event: SSEEvent, detail: str, content: Any, *, name: str = "event") -> bytes | None:
         """Output the proxy cannot judge: recorded; dropped in enforce mode, relayed in observe mode."""
         self.unjudgeable(name, detail, content)
         return event.raw if not self.enforce else None
+
+    def encode(self, obj: dict[str, Any]) -> bytes:
+        delta = obj.get("delta")
+        text = delta.get("text") if isinstance(delta, dict) and delta.get("type") == "text_delta" else None
+        if isinstance(text, str):
+            self.text_sent += text  # the lineage: the text the client received
+        return self._send(obj, None)
 
     def _send(self, obj: dict[str, Any], raw: bytes | None, *, placed: bool = False) -> bytes:
         """A block event at the client's index for its block; re-encoded only when that index differs."""
@@ -320,8 +360,7 @@ class _MessagesStream(DialectStream):
                 obj = {**obj, "index": mine}
         return _sse(obj)  # enforce mode: always the proxy's own encoding
 
-    def _sent_call(self, held: _HeldBlock) -> None:
-        call = held.call(0)
+    def _sent_call(self, call: ToolCall) -> None:
         self.calls_sent.append({"function": {"name": call.name, "arguments": call.arguments}})
 
     # -- the end of an attempt
@@ -332,11 +371,12 @@ class _MessagesStream(DialectStream):
     def text(self) -> str:
         return self.attempt_text
 
-    def release(self) -> list[bytes]:
-        out: list[bytes] = []
-        for held in self.held.values():
-            out += [self._send(obj, None) for obj, _ in held.events]
-            self._sent_call(held)
+    def release(self, judged: list[JudgedCall]) -> list[bytes]:
+        out = self.released_narration()
+        for held, item in zip(self.held.values(), judged, strict=False):  # calls() lists the held blocks first
+            events = held.repaired(item.call) if item.repaired else [obj for obj, _ in held.events]
+            out += [self._send(obj, None) for obj in events]
+            self._sent_call(item.call)
         stop_reason = "tool_use" if self.held else "end_turn"
         out.append(self._closing(stop_reason))
         out.append(self.stop or _sse({"type": "message_stop"}))

@@ -6,12 +6,14 @@ whole in `output` or streamed as `response.output_item.added` -> `response.funct
 response. A rejected call goes back to the model as the `function_call` item itself plus a
 `function_call_output` item with the reasons, appended to `input`.
 
-Streaming in enforce mode: events of text, reasoning and other items pass live; the events of a
-`function_call` item and the closing `response.completed` are held until the attempt is judged. The client
-must see one response, so its `sequence_number` and `output_index` count on across attempts (events are
-re-encoded only where a number changes), a retry's `response.created` / `response.in_progress` are dropped,
-and the closing `response.completed` lists the items the client actually received, with the usage of every
-attempt.
+Streaming in enforce mode: events of the first attempt's text and reasoning items pass live; the events of a
+`function_call` item, a retry's text and reasoning events (one narration per turn) and the closing
+`response.completed` are held until the attempt is judged. The client must see one response, so its
+`sequence_number` and `output_index` count on across attempts: both are given when an event is sent, so
+events held and released later, or dropped with a rejected attempt, leave no gap; a retry's
+`response.created` / `response.in_progress` are dropped, and the closing `response.completed` lists the
+items the client actually received, with the usage of every attempt. A repaired call's events carry its
+judged arguments, in one delta.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from starlette.responses import Response
 
 from proxy.dialects.base import Dialect, DialectExchange, DialectStream, IndexMap, handle
 from proxy.enforce.actions import ACTION_ITEMS, UNJUDGEABLE, action_call, unjudgeable_call
+from proxy.enforce.judging import JudgedCall
 from proxy.enforce.record import Usage
 from proxy.errors import BadRequest
 from proxy.services import ProxyState
@@ -194,6 +197,12 @@ class ResponsesDialect(Dialect):
         output = obj.get("output")
         return [m for m in map(item_message, output) if m is not None] if isinstance(output, list) else []
 
+    def write_repairs(self, obj: dict[str, Any], judged: list[JudgedCall]) -> None:
+        output = obj["output"]  # `calls` read the judged calls from it, each at its position
+        for item in judged:
+            if item.repaired:
+                output[item.call.index]["arguments"] = item.call.arguments_text
+
     def stream(self, ex: DialectExchange) -> DialectStream:
         return _ResponsesStream(ex)
 
@@ -222,6 +231,24 @@ class _HeldCall:
         if not isinstance(arguments, str):
             arguments = "".join(self.parts)
         return structured_call(name=item.get("name"), arguments=arguments, call_id=item.get("call_id"), index=index)
+
+    def repaired(self, arguments: str) -> list[dict[str, Any]]:
+        """The held events again, carrying a repaired call's judged arguments: the whole text in the first
+        delta (the others dropped), in the `.done` event and in any item that spelt the arguments out."""
+        out: list[dict[str, Any]] = []
+        delta_sent = False
+        for obj, _ in self.events:
+            kind = obj.get("type")
+            if kind == "response.function_call_arguments.delta":
+                if delta_sent:
+                    continue
+                obj, delta_sent = {**obj, "delta": arguments}, True
+            elif kind == "response.function_call_arguments.done":
+                obj = {**obj, "arguments": arguments}
+            elif isinstance(obj.get("item"), dict) and obj["item"].get("arguments"):
+                obj = {**obj, "item": {**obj["item"], "arguments": arguments}}
+            out.append(obj)
+        return out
 
     def _disagreement(self) -> str | None:
         """A call a client may read in several places (the deltas, the `.done` event, the done item, the added
@@ -347,7 +374,7 @@ class _ResponsesStream(DialectStream):
             return event.raw if observe else None
         if kind in _CALL_DELTAS:
             return self._drop(event, "a call event of an item that is not a call", obj)
-        return event.raw if observe else self._send(obj)
+        return event.raw if observe else self.narrate(obj)
 
     def _drop(self, event: SSEEvent, detail: str, content: Any, *, name: str = "event") -> bytes | None:
         """Output the proxy cannot judge: recorded; dropped in enforce mode, relayed in observe mode."""
@@ -388,6 +415,9 @@ class _ResponsesStream(DialectStream):
                 self.held_ids[item_id] = found
         return found
 
+    def encode(self, obj: dict[str, Any]) -> bytes:
+        return self._send(obj)
+
     def _send(self, obj: dict[str, Any], *, placed: bool = False) -> bytes:
         """An event as the client sees it (enforce mode): numbered on from the events before it, at the client's
         position for its item, in the proxy's own encoding.
@@ -411,8 +441,15 @@ class _ResponsesStream(DialectStream):
     def text(self) -> str:
         return self.attempt_text
 
-    def release(self) -> list[bytes]:
-        out = [self._send(obj) for held in self.held.values() for obj, _ in held.events]
+    def release(self, judged: list[JudgedCall]) -> list[bytes]:
+        out = self.released_narration()
+        for held, item in zip(self.held.values(), judged, strict=False):  # calls() lists the held calls first
+            if item.repaired:
+                events = held.repaired(item.call.arguments_text)
+                self.completed_fits = False  # vLLM's closing event lists the call as the model wrote it
+            else:
+                events = [obj for obj, _ in held.events]
+            out += [self._send(obj) for obj in events]
         out.append(self._completion())
         return out
 

@@ -51,6 +51,8 @@ log = get_logger("proxy.enforce.exchange")
 
 # What happens after an attempt whose calls were judged.
 DELIVER, RETRY, BLOCKED = "deliver", "retry", "blocked"
+# The routes whose relays deliver a repaired call re-encoded from the judged call object (proxy/enforce/judging.py).
+REPAIRING_ROUTES = frozenset({"chat", "responses", "messages"})
 
 
 @dataclass
@@ -108,9 +110,9 @@ class Exchange:
 
     def judge(self, calls: list[ToolCall]) -> list[JudgedCall]:
         # Repairs (the policy's opt-in `repair:`) only where the relay delivers the judged call objects
-        # re-encoded: the chat relay. The Responses and Messages relays pass repair=False until they do.
+        # re-encoded: chat, Responses and Messages do (raw completions judges with its own repair=False).
         return judge_output(self.policy, calls, self.offered, tools=self.toolset,
-                            session_id=self.record.session.id, repair=self.record.route == "chat")
+                            session_id=self.record.session.id, repair=self.record.route in REPAIRING_ROUTES)
 
     def error_response(self, exc: ProxyError) -> Response:
         """An error answer for the client in this route's shape (OpenAI's; the Messages API has its own)."""

@@ -94,11 +94,12 @@ def request_tools(policy: LoadedPolicy, record: RequestRecord, payload: Mapping[
     return tools
 
 
-def _repair(policy: LoadedPolicy, item: JudgedCall, tools: ToolSet | None) -> None:
-    """Repairs a rejected call in place when the policy's `repair:` list allows it (enforce mode only)."""
+def _repair(policy: LoadedPolicy, item: JudgedCall, tools: ToolSet | None, offered: set[str] | None) -> None:
+    """Repairs a rejected call in place when the policy's `repair:` list allows it (enforce mode only): any
+    shell tool the request's profiles map, the command written back in that tool's argument shape."""
     call = item.call
     try:
-        fix = repair_call(policy.policy, call.name, call.arguments)
+        fix = repair_call(policy.policy, call.name, call.arguments, tools=tools, offered=offered)
     except Exception:  # a repair that breaks is no repair: the rejection stands
         fix = None
     if fix is None:
@@ -128,7 +129,7 @@ def judge_calls(policy: LoadedPolicy, calls: list[ToolCall], offered: set[str] |
                 verdict = Verdict("reject", ("parse_error",), "parse_error")
         item = JudgedCall(call, verdict, variant=variant)
         if repairs and verdict.decision == REJECT:
-            _repair(policy, item, tools)
+            _repair(policy, item, tools, offered)
         judged.append(item)
     return judged
 

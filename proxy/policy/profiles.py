@@ -27,6 +27,7 @@ from .paths import normal_root
 from .schema import Policy, Profile, ShellMap, ToolMap
 
 __all__ = [
+    "HEURISTIC_PROFILE",
     "LEGACY_PROFILE",
     "Offered",
     "ProfileTable",
@@ -40,6 +41,8 @@ __all__ = [
 _BUILTIN_FILE = Path(__file__).resolve().parent.parent / "default_policies" / "tool-profiles.yaml"
 # The maps the policy's own `bash:`/`paths:` tool keys make; applied wherever they fit, never recorded.
 LEGACY_PROFILE = "policy"
+# The rule of a tool no profile knows whose schema looks like it runs commands (`shell_like`).
+HEURISTIC_PROFILE = "heuristic"
 
 @functools.cache
 def builtin_profiles() -> dict[str, Profile]:
@@ -227,7 +230,7 @@ class ToolSet:
             if not rules:
                 heuristic = shell_like(spec.schema, spec.description)
                 if heuristic is not None:
-                    rules = [Rule.of("heuristic", tool, ToolMap(shell=heuristic))]
+                    rules = [Rule.of(HEURISTIC_PROFILE, tool, ToolMap(shell=heuristic))]
             by_tool[tool] = [r for r in rules if r.governed] or rules
         return profiles, by_tool
 
@@ -242,7 +245,7 @@ class ToolSet:
             fitting = [r for r in candidates if r.fits(arguments)]
             return _unique(fitting or candidates)
         heuristic = shell_like(None, None, arguments)
-        return [Rule.of("heuristic", tool, ToolMap(shell=heuristic))] if heuristic is not None else []
+        return [Rule.of(HEURISTIC_PROFILE, tool, ToolMap(shell=heuristic))] if heuristic is not None else []
 
     def governed(self) -> list[str]:
         """The offered tools a shell or path rule governs."""

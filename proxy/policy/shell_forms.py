@@ -14,7 +14,7 @@ from typing import Any
 
 from .lexer import lex
 
-__all__ = ["argv_command", "commands_of", "unwrap_shell"]
+__all__ = ["argv_command", "commands_of", "shell_script", "unwrap_shell"]
 
 # The shells whose `-c STRING` runs STRING: the judged language means the same in each of them.
 _SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "ash"})
@@ -36,14 +36,22 @@ def _quote(word: str) -> str | None:
     return None
 
 
-def argv_command(argv: list[str]) -> str | None:
-    """The command line an argv amounts to; None when no word-for-word command line exists."""
+def shell_script(argv: list[str]) -> str | None:
+    """STRING of an argv `bash|sh ... [-l] -c|-lc STRING` (always its last word); None for any other argv."""
     if argv and argv[0].rsplit("/", 1)[-1] in _SHELLS:
         rest = argv[1:]
         while rest and rest[0] in _LOGIN:
             rest = rest[1:]
         if len(rest) == 2 and _WITH_C.fullmatch(rest[0]):
             return rest[1]
+    return None
+
+
+def argv_command(argv: list[str]) -> str | None:
+    """The command line an argv amounts to; None when no word-for-word command line exists."""
+    script = shell_script(argv)
+    if script is not None:
+        return script
     words = [_quote(word) for word in argv]
     if not words or any(w is None for w in words):
         return None
