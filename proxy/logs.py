@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
@@ -13,7 +14,7 @@ __all__ = ["configure_logging", "get_logger"]
 _SECRET_KEYS = {"authorization", "api_key", "upstream_api_key", "admin_token", "x-api-key"}
 
 
-def _drop_secrets(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+def _drop_secrets(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     for key in list(event):
         if key.lower() in _SECRET_KEYS:
             event[key] = "[redacted]"

@@ -52,7 +52,7 @@ _KEEP_ALIVE = b": keep-alive\n\n"
 
 def _carries(choice: dict[str, Any]) -> bool:
     """Whether a choice of a chunk holds anything a client would show or run."""
-    delta = choice.get("delta")
+    delta: Any = choice.get("delta")  # unvalidated JSON
     return (bool(delta) and any(v for k, v in delta.items() if k != "role")) or bool(choice.get("finish_reason"))
 
 
@@ -470,7 +470,7 @@ class _StreamRelay:
             if finish:
                 events = events + choice.stream.finish()
                 choice.finish_reason = finish
-            released = {}
+            released: dict[str, str] = {}
             completed = []
             for e in events:
                 if isinstance(e, TextDelta):

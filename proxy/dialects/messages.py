@@ -386,7 +386,8 @@ class _MessagesStream(DialectStream):
         """message_delta: the upstream's as it is on a first attempt, else with the usage of every attempt."""
         if self.closing is not None and self.attempt == 1 and not replace:
             return _sse(self.closing[0])
-        obj = dict(self.closing[0]) if self.closing is not None else {"type": "message_delta", "delta": {}}
+        obj: dict[str, Any] = (dict(self.closing[0]) if self.closing is not None
+                               else {"type": "message_delta", "delta": {}})
         delta = dict(obj.get("delta") or {})
         if replace or not delta.get("stop_reason"):
             delta["stop_reason"] = stop_reason

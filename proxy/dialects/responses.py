@@ -125,7 +125,7 @@ def _with_usage(response: dict[str, Any], usage: Usage) -> None:
 
 
 def _message_item(text: str, *, status: str = "completed") -> dict[str, Any]:
-    part = {"annotations": [], "text": text, "type": "output_text", "logprobs": None}
+    part: dict[str, Any] = {"annotations": [], "text": text, "type": "output_text", "logprobs": None}
     return {"id": f"msg_{uuid.uuid4().hex}", "content": [part] if text else [], "role": "assistant",
             "status": status, "type": "message"}
 
@@ -481,7 +481,7 @@ class _ResponsesStream(DialectStream):
         if self.completed is not None and self.attempt == 1 and self.completed_fits and status is None:
             # Nothing changed: vLLM's closing event as it was (its items carry ids of their own), renumbered.
             return self._send(self.completed[0])
-        base = self.completed[0] if self.completed is not None else {"type": "response.completed"}
+        base: dict[str, Any] = self.completed[0] if self.completed is not None else {"type": "response.completed"}
         response = dict(base.get("response") or self.created or {})
         if self.created is not None:
             response["id"] = self.created.get("id", response.get("id"))  # the id the client was given

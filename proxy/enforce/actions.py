@@ -44,6 +44,7 @@ def unjudgeable_call(name: str, detail: str, content: Any = None) -> ToolCall:
 def action_call(item: dict[str, Any], index: int) -> ToolCall:
     """A Responses action item as a ToolCall (the item's type as name, its action object as arguments)."""
     kind = str(item.get("type"))
+    arguments: Any
     if kind == "custom_tool_call":
         name, arguments = item.get("name"), {"input": item.get("input")}
         name = name if isinstance(name, str) else kind

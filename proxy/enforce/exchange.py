@@ -8,7 +8,7 @@ import contextlib
 import json
 import logging
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -392,7 +392,7 @@ async def open_stream_attempt(ex: Exchange, path: str) -> httpx.Response | Respo
     return Response(content, status_code=response.status_code, headers=response_headers(response.headers))
 
 
-async def upstream_events(ex: Exchange, response: httpx.Response) -> AsyncIterator[SSEEvent]:
+async def upstream_events(ex: Exchange, response: httpx.Response) -> AsyncGenerator[SSEEvent, None]:
     """The events of a streaming upstream response as they arrive, whatever the chunk boundaries.
 
     Raises ProxyError when the upstream breaks off. Use under `contextlib.aclosing` when leaving early.

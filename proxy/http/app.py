@@ -72,6 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             vllm=UpstreamVllm(vllm_version=settings.vllm_version, tool_parser=settings.tool_parser,
                               upstream=upstream),
         )
+        assert state.vllm is not None  # built just above
         await state.vllm.detect()
         live = LiveWindows(engine, state.in_flight,
                            window_seconds=settings.throughput_window_seconds)

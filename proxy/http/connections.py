@@ -47,7 +47,7 @@ def guarded_protocol(settings: Settings) -> type[asyncio.Protocol]:
     body_timeout = settings.body_timeout_seconds
     max_connections = max(1, settings.max_connections)
 
-    class GuardedProtocol(base):  # type: ignore[misc, valid-type]
+    class GuardedProtocol(base):
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self.opened_at = time.monotonic()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from alembic import context
+from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from proxy.config import Settings, normalize_db_url
@@ -23,7 +24,7 @@ def _url() -> str:
     return normalize_db_url(x_args.get("db") or Settings().db)
 
 
-def _run(connection) -> None:  # type: ignore[no-untyped-def]
+def _run(connection: Connection) -> None:
     context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
     with context.begin_transaction():
         context.run_migrations()

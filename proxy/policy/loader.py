@@ -270,7 +270,7 @@ def _line_for(path: Key, lines: dict[Key, int]) -> int | None:
 
 
 def _validation_error(exc: ValidationError, data: Any, lines: dict[Key, int], file: str) -> PolicyError:
-    details = []
+    details: list[dict[str, Any]] = []
     seen: set[Key] = set()
     for error in exc.errors():
         loc = tuple(error["loc"])

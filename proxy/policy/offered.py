@@ -111,7 +111,7 @@ def shell_like(schema: Mapping[str, Any] | None, description: str | None = None,
         kind = _stringy(prop)
         if kind and _words(name) & _COMMAND_WORDS:
             return ShellMap(commands=name) if kind == "list" else ShellMap(command=name)
-    described = [description] if description else []
+    described: list[object] = [description] if description else []
     described += [p.get("description") for p in props.values() if isinstance(p, dict)]
     if not any(isinstance(d, str) and _SHELL_DESCRIPTION.search(d) for d in described):
         return None

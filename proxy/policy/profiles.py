@@ -187,7 +187,7 @@ class ToolSet:
         """What the selection depends on: each tool's name and argument names, and for a tool no profile
         knows (whose schema the heuristic reads) its whole schema and description."""
         assert self.offered is not None
-        parts = []
+        parts: list[tuple[Any, ...]] = []
         for tool, spec in self.offered.items():
             if tool in self.table.by_tool or tool in self.table.legacy:
                 parts.append((tool, tuple(properties(spec.schema)) if spec.schema is not None else None))

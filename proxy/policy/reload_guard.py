@@ -101,7 +101,9 @@ def _probes(old: Policy, new: Policy) -> Iterator[tuple[str, dict[str, Any]]]:
         examples = getattr(policy, "examples", None)
         for example in [*getattr(examples, "allow", []), *getattr(examples, "reject", [])]:
             if isinstance(example, ToolExample):
-                yield example.tool, dict(example.arguments)
+                # Null arguments are malformed under every policy: nothing a reload could widen.
+                if example.arguments is not None:
+                    yield example.tool, dict(example.arguments)
             else:
                 for tool, argument in sorted(shell_tools):
                     yield tool, {argument: example}

@@ -59,7 +59,7 @@ def comparison_sentence(result: dict[str, Any]) -> str:
 def compare_counts(first: tuple[str, list[tuple[int, int]]], second: tuple[str, list[tuple[int, int]]],
                    ) -> dict[str, Any]:
     """The comparison of two models from their sessions' (errors, calls)."""
-    sides = []
+    sides: list[dict[str, Any]] = []
     for name, sessions in (first, second):
         errors = sum(e for e, _ in sessions)
         calls = sum(n for _, n in sessions)

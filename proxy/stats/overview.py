@@ -83,9 +83,9 @@ async def loop_groups(engine: AsyncEngine, *, min_attempts: int, since: float | 
         group["loops"] += int(count)
         group["lengths"][str(int(attempts))] = int(count)
     for model, shape, session, attempts, started in newest:
-        group = groups.get((model, shape))
-        if group is not None and len(group["sessions"]) < _SESSIONS_PER_GROUP:
-            group["sessions"].append({"session_id": session, "attempts": int(attempts), "started_at": started})
+        known = groups.get((model, shape))
+        if known is not None and len(known["sessions"]) < _SESSIONS_PER_GROUP:
+            known["sessions"].append({"session_id": session, "attempts": int(attempts), "started_at": started})
     return sorted(groups.values(), key=lambda g: (-g["loops"], g["model"], g["shape"]))
 
 

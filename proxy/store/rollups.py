@@ -46,7 +46,7 @@ def bucket_of(t: float) -> float:
     return math.floor(t / BUCKET_SECONDS) * BUCKET_SECONDS
 
 
-def latency_values(row: Mapping[str, Any]) -> tuple[float | None, float | None]:
+def latency_values(row: Mapping[Any, Any]) -> tuple[float | None, float | None]:
     """(TTFT, time per output token) of a request row as the latency figures count them, or Nones.
 
     Only streamed requests that ended well: for a whole answer the first token arrives with the last.
@@ -188,7 +188,7 @@ def rebuild(conn: Connection) -> None:
     runs.rebuild(conn)
 
 
-def _stream(conn: Connection, stmt: Any) -> Iterable[Mapping[str, Any]]:
+def _stream(conn: Connection, stmt: Any) -> Iterable[Mapping[Any, Any]]:
     # Per statement: Connection.execution_options would change the connection for what follows too.
     result = conn.execute(stmt.execution_options(stream_results=True, yield_per=_STREAM_CHUNK))
     for row in result:

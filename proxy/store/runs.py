@@ -41,7 +41,7 @@ def _call_columns() -> tuple[Any, ...]:
     )
 
 
-def find_runs(calls: Iterable[Mapping[str, Any]], open_run: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+def find_runs(calls: Iterable[Mapping[Any, Any]], open_run: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """The runs of one session's calls, given in session order (created_at, call_index).
 
     `open_run` is a stored run that the calls may continue; they then begin with that run's last call, which
@@ -120,10 +120,10 @@ def _latest_runs(conn: Connection, session_ids: Sequence[str]) -> dict[str, Any]
     return {row.session_id: row for row in conn.execute(stmt)}
 
 
-def _calls_from(conn: Connection, starts: Mapping[str, tuple[float, int]]) -> dict[str, list[Mapping[str, Any]]]:
+def _calls_from(conn: Connection, starts: Mapping[str, tuple[float, int]]) -> dict[str, list[Mapping[Any, Any]]]:
     """session -> its calls from the given (created_at, call_index) on, in order."""
     t = tool_calls.c
-    out: dict[str, list[Mapping[str, Any]]] = {}
+    out: dict[str, list[Mapping[Any, Any]]] = {}
     items = sorted(starts.items())
     for begin in range(0, len(items), _SESSIONS_PER_QUERY):
         chunk = items[begin:begin + _SESSIONS_PER_QUERY]

@@ -63,7 +63,7 @@ def harmless(path: str, model: str, stream: bool) -> RawAnswer:
                     "usage": {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5}}
         if not stream:
             return RawAnswer(_dump(response), content_type="application/json")
-        events = [
+        events: list[dict[str, Any]] = [
             {"type": "response.created", "response": {**response, "status": "in_progress", "output": []}},
             {"type": "response.output_item.added", "output_index": 0, "item": {**item, "content": []}},
             {"type": "response.output_text.delta", "output_index": 0, "item_id": "msg_ok", "content_index": 0,

@@ -135,7 +135,7 @@ class ScriptedUpstream:
         return Response(_dump({"version": self.version}), media_type="application/json")
 
     async def _models(self, _request: Request) -> Response:
-        data = [{"id": m, "object": "model", "created": 1764633600, "owned_by": "vllm", "root": m,
+        data: list[dict[str, Any]] = [{"id": m, "object": "model", "created": 1764633600, "owned_by": "vllm", "root": m,
                  "parent": None, "max_model_len": 65536, "permission": []} for m in self.models]
         return Response(_dump({"object": "list", "data": data}), media_type="application/json")
 

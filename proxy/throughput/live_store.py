@@ -7,11 +7,11 @@ Kept apart from `proxy.store.queries` (the compliance statistics) because nothin
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import Table, case, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ColumnElement
@@ -26,7 +26,8 @@ __all__ = ["LatencyCell", "WindowRow", "latency_percentiles", "read_windows", "u
 
 _KEY = ("model", "window_start", "seconds")
 # The store runs on these two (see proxy.config); both spell the additive upsert as INSERT ... ON CONFLICT.
-_UPSERTS = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
+_UPSERTS: dict[str, Callable[[Table], sqlite.Insert | postgresql.Insert]] = {
+    "sqlite": sqlite.insert, "postgresql": postgresql.insert}
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,6 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import BinaryIO
 
 from proxy.throughput.tables import (
     DEFAULT_WINDOW_SECONDS,
@@ -228,7 +227,7 @@ def _name_from_path(origin: str) -> str:
     return name or origin
 
 
-def _decoded(f: BinaryIO, total: int | None, progress: Progress | None) -> Iterator[str]:
+def _decoded(f: Iterable[bytes], total: int | None, progress: Progress | None) -> Iterator[str]:
     done = 0
     next_report = 0
     for raw in f:

@@ -12,7 +12,7 @@ text. A few servers send the arguments as an object rather than a string; that i
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from proxy.toolcalls.base import (
     CompletedCall,
@@ -26,6 +26,9 @@ from proxy.toolcalls.base import (
     loads_strict,
 )
 from proxy.toolcalls.scanner import message_text
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs  # typing.TypeIs is Python 3.13+
 
 __all__ = ["OpenAIFormat", "StructuredStream", "structured_call"]
 
@@ -136,7 +139,7 @@ class StructuredStream(FormatStream):
             current = self._open
             if not _is_int(index):
                 index = current.index if current is not None and not call_id else self._next_index
-            new_id = bool(call_id) and bool(current and current.call_id) and call_id != current.call_id
+            new_id = bool(call_id) and current is not None and bool(current.call_id) and call_id != current.call_id
             if current is None or index != current.index or new_id:
                 if current is not None:
                     events.append(CompletedCall(self._complete(current)))
@@ -177,7 +180,7 @@ def _dumps(value: Any) -> str:
         return repr(value)
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeIs[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -56,7 +56,7 @@ class Qwen3CoderFormat(ContentFormat):
     name: ClassVar[str] = SOURCE
     bare_tag: ClassVar[str | None] = FUNCTION_START
     # A bare call also ends at `</tool_call>`: a stray closer must not swallow the rest of the text.
-    bare_closers: ClassVar[tuple[str, ...]] = (FUNCTION_END, TOOL_CALL_END)
+    bare_closers: tuple[str, ...] = (FUNCTION_END, TOOL_CALL_END)
 
     def __init__(self, rules: XmlRules = DEFAULT_RULES) -> None:
         self.rules = rules

@@ -49,9 +49,10 @@ _TEXT, _THINK, _CALL = 0, 1, 2
 class ContentFormat(ToolCallFormat):
     """A format whose calls travel inside the content text."""
 
-    # A tag that opens a call of this format without the `<tool_call>` wrapper, and its closers.
+    # A tag that opens a call of this format without the `<tool_call>` wrapper, and its closers (an
+    # instance may narrow these: not a ClassVar).
     bare_tag: ClassVar[str | None] = None
-    bare_closers: ClassVar[tuple[str, ...]] = ()
+    bare_closers: tuple[str, ...] = ()
 
     @abstractmethod
     def claims(self, body: str) -> bool:

@@ -134,7 +134,7 @@ class Upstream:
                 timer.stop("error")
             raise self._lost(exc) from exc
         if timer:
-            response.stream = _TimedStream(response.stream, timer,  # type: ignore[assignment]
+            response.stream = _TimedStream(response.stream, timer,
                                            "ok" if response.status_code == 200 else "http_error")
         return response
 

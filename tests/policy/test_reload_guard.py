@@ -125,3 +125,15 @@ def test_a_huge_file_is_refused_before_it_is_read(tmp_path: Path) -> None:
     except PolicyError as error:
         assert "larger than" in error.message
     assert time.perf_counter() - started < 0.5
+
+
+def test_an_example_with_null_arguments_does_not_break_the_guard() -> None:
+    # A call whose arguments did not parse is malformed under any policy: the guard has nothing to probe.
+    raw = STRICT.read_text()
+    served = load_policy_text(raw)
+    marker = "  reject:\n"
+    assert marker in raw
+    edited = raw.replace(marker, marker + "    - {tool: bash, arguments: null}\n", 1).rstrip().removesuffix("...")
+    candidate = load_policy_text(edited)
+    assert not candidate.complete  # so the guard probes it
+    assert reload_problem(served, candidate) is None

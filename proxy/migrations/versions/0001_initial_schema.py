@@ -1,43 +1,23 @@
-"""initial schema
-
-Revision ID: 0001
-Revises: 
-Create Date: 2026-12-02
-"""
+"""initial schema"""
 from alembic import op
 import sqlalchemy as sa
 
+from proxy.migrations.columns import optional, required
 
-revision = '0001'
-down_revision = None
-branch_labels = None
-depends_on = None
+
+revision, down_revision = '0001', None
 
 
 def upgrade() -> None:
     op.create_table('requests',
-    sa.Column('id', sa.String(length=64), nullable=False),
-    sa.Column('session_id', sa.String(length=128), nullable=False),
-    sa.Column('model', sa.String(length=256), nullable=False),
-    sa.Column('route', sa.String(length=64), nullable=False),
-    sa.Column('upstream', sa.String(length=512), nullable=False),
-    sa.Column('stream', sa.Boolean(), nullable=False),
-    sa.Column('started_at', sa.Float(), nullable=False),
-    sa.Column('ttfb_ms', sa.Float(), nullable=True),
-    sa.Column('ttft_ms', sa.Float(), nullable=True),
-    sa.Column('duration_ms', sa.Float(), nullable=True),
-    sa.Column('status', sa.Integer(), nullable=True),
-    sa.Column('outcome', sa.String(length=32), nullable=False),
-    sa.Column('error', sa.Text(), nullable=True),
-    sa.Column('prompt_tokens', sa.Integer(), nullable=True),
-    sa.Column('completion_tokens', sa.Integer(), nullable=True),
-    sa.Column('cached_tokens', sa.Integer(), nullable=True),
-    sa.Column('concurrency', sa.Integer(), nullable=False),
-    sa.Column('attempts', sa.Integer(), nullable=False),
-    sa.Column('budget_exhausted', sa.Boolean(), nullable=False),
-    sa.Column('policy_name', sa.String(length=128), nullable=True),
-    sa.Column('policy_hash', sa.String(length=64), nullable=True),
-    sa.Column('mode', sa.String(length=16), nullable=True),
+    *required(id=sa.String(64), session_id=sa.String(128), model=sa.String(256), route=sa.String(64),
+              upstream=sa.String(512), stream=sa.Boolean(), started_at=sa.Float()),
+    *optional(ttfb_ms=sa.Float(), ttft_ms=sa.Float(), duration_ms=sa.Float(), status=sa.Integer()),
+    *required(outcome=sa.String(32)),
+    *optional(error=sa.Text(), prompt_tokens=sa.Integer(), completion_tokens=sa.Integer(),
+              cached_tokens=sa.Integer()),
+    *required(concurrency=sa.Integer(), attempts=sa.Integer(), budget_exhausted=sa.Boolean()),
+    *optional(policy_name=sa.String(128), policy_hash=sa.String(64), mode=sa.String(16)),
     sa.PrimaryKeyConstraint('id')
     )
     with op.batch_alter_table('requests', schema=None) as batch_op:
@@ -45,45 +25,29 @@ def upgrade() -> None:
         batch_op.create_index('ix_requests_session', ['session_id'], unique=False)
 
     op.create_table('sessions',
-    sa.Column('id', sa.String(length=128), nullable=False),
-    sa.Column('source', sa.String(length=32), nullable=False),
-    sa.Column('model', sa.String(length=256), nullable=True),
-    sa.Column('created_at', sa.Float(), nullable=False),
+    *required(id=sa.String(128), source=sa.String(32)),
+    *optional(model=sa.String(256)),
+    *required(created_at=sa.Float()),
     sa.PrimaryKeyConstraint('id')
     )
     op.create_table('tool_call_reasons',
-    sa.Column('tool_call_id', sa.String(length=64), nullable=False),
-    sa.Column('position', sa.Integer(), nullable=False),
-    sa.Column('reason', sa.String(length=32), nullable=False),
-    sa.Column('model', sa.String(length=256), nullable=False),
-    sa.Column('created_at', sa.Float(), nullable=False),
+    *required(tool_call_id=sa.String(64), position=sa.Integer(), reason=sa.String(32), model=sa.String(256),
+              created_at=sa.Float()),
     sa.PrimaryKeyConstraint('tool_call_id', 'position')
     )
     with op.batch_alter_table('tool_call_reasons', schema=None) as batch_op:
         batch_op.create_index('ix_tool_call_reasons_model_created', ['model', 'created_at'], unique=False)
 
     op.create_table('tool_calls',
-    sa.Column('id', sa.String(length=64), nullable=False),
-    sa.Column('request_id', sa.String(length=64), nullable=False),
-    sa.Column('session_id', sa.String(length=128), nullable=False),
-    sa.Column('model', sa.String(length=256), nullable=False),
-    sa.Column('route', sa.String(length=64), nullable=False),
-    sa.Column('attempt', sa.Integer(), nullable=False),
-    sa.Column('call_index', sa.Integer(), nullable=False),
-    sa.Column('created_at', sa.Float(), nullable=False),
-    sa.Column('tool_name', sa.String(length=256), nullable=False),
-    sa.Column('source', sa.String(length=32), nullable=False),
-    sa.Column('arguments_raw', sa.Text(), nullable=False),
-    sa.Column('arguments_json', sa.Text(), nullable=True),
-    sa.Column('command', sa.Text(), nullable=True),
-    sa.Column('decision', sa.String(length=16), nullable=False),
-    sa.Column('primary_reason', sa.String(length=32), nullable=True),
-    sa.Column('reasons', sa.Text(), nullable=False),
-    sa.Column('shape', sa.String(length=256), nullable=True),
-    sa.Column('policy_name', sa.String(length=128), nullable=True),
-    sa.Column('policy_hash', sa.String(length=64), nullable=True),
-    sa.Column('mode', sa.String(length=16), nullable=True),
-    sa.Column('delivered', sa.Boolean(), nullable=False),
+    *required(id=sa.String(64), request_id=sa.String(64), session_id=sa.String(128), model=sa.String(256),
+              route=sa.String(64), attempt=sa.Integer(), call_index=sa.Integer(), created_at=sa.Float(),
+              tool_name=sa.String(256), source=sa.String(32), arguments_raw=sa.Text()),
+    *optional(arguments_json=sa.Text(), command=sa.Text()),
+    *required(decision=sa.String(16)),
+    *optional(primary_reason=sa.String(32)),
+    *required(reasons=sa.Text()),
+    *optional(shape=sa.String(256), policy_name=sa.String(128), policy_hash=sa.String(64), mode=sa.String(16)),
+    *required(delivered=sa.Boolean()),
     sa.PrimaryKeyConstraint('id')
     )
     with op.batch_alter_table('tool_calls', schema=None) as batch_op:

@@ -1,28 +1,18 @@
-"""throughput windows
-
-Revision ID: 0002
-Revises: 0001
-Create Date: 2026-12-03
-"""
+"""throughput windows"""
 from alembic import op
 import sqlalchemy as sa
 
+from proxy.migrations.columns import optional, required
 
-revision = '0002'
-down_revision = '0001'
-branch_labels = None
-depends_on = None
+
+revision, down_revision = '0002', '0001'
 
 
 def upgrade() -> None:
     op.create_table('throughput_windows',
-    sa.Column('model', sa.String(length=256), nullable=False),
-    sa.Column('window_start', sa.Float(), nullable=False),
-    sa.Column('seconds', sa.Float(), nullable=False),
-    sa.Column('running', sa.Integer(), nullable=True),
-    sa.Column('prompt_tokens', sa.Integer(), nullable=False),
-    sa.Column('generation_tokens', sa.Float(), nullable=False),
-    sa.Column('completed_requests', sa.Integer(), nullable=False),
+    *required(model=sa.String(256), window_start=sa.Float(), seconds=sa.Float()),
+    *optional(running=sa.Integer()),
+    *required(prompt_tokens=sa.Integer(), generation_tokens=sa.Float(), completed_requests=sa.Integer()),
     sa.PrimaryKeyConstraint('model', 'window_start', 'seconds')
     )
     with op.batch_alter_table('throughput_windows', schema=None) as batch_op:

@@ -4,20 +4,12 @@ Covering indexes for the statistics (proxy/store/queries.py): each lets one quer
 instead of the table. Measured with bench/stats_bench.py over 1,000,000 tool calls on SQLite: the sum of
 the stats queries drops from about 7 s to about 3.4 s. Each is a superset of an index of 0001 with the same
 leading columns (ix_tool_calls_model_created, ix_tool_calls_session_created, ix_requests_model_started,
-ix_tool_call_reasons_model_created), which could be dropped later.
-
-Revision ID: 0003
-Revises: 0002
-Create Date: 2026-12-03
-"""
+ix_tool_call_reasons_model_created), which could be dropped later."""
 from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0003'
-down_revision = '0002'
-branch_labels = None
-depends_on = None
+revision, down_revision = '0003', '0002'
 
 
 def upgrade() -> None:

@@ -1,24 +1,16 @@
-"""session lineage shared by replicas
-
-Revision ID: 0004
-Revises: 0003
-Create Date: 2026-12-02
-"""
+"""session lineage shared by replicas"""
 from alembic import op
 import sqlalchemy as sa
 
+from proxy.migrations.columns import required
 
-revision = '0004'
-down_revision = '0003'
-branch_labels = None
-depends_on = None
+
+revision, down_revision = '0004', '0003'
 
 
 def upgrade() -> None:
     op.create_table('session_lineage',
-    sa.Column('digest', sa.String(length=64), nullable=False),
-    sa.Column('session_id', sa.String(length=128), nullable=False),
-    sa.Column('created_at', sa.Float(), nullable=False),
+    *required(digest=sa.String(64), session_id=sa.String(128), created_at=sa.Float()),
     sa.PrimaryKeyConstraint('digest')
     )
 

@@ -1,84 +1,48 @@
-"""hourly stats rollups and error runs, filled from the rows already stored
-
-Revision ID: 0005
-Revises: 0004
-Create Date: 2026-12-03
-"""
+"""hourly stats rollups and error runs, filled from the rows already stored"""
 from alembic import op
 import sqlalchemy as sa
 
+from proxy.migrations.columns import optional, required
 from proxy.store import rollups
 
 
-revision = '0005'
-down_revision = '0004'
-branch_labels = None
-depends_on = None
+revision, down_revision = '0005', '0004'
 
 
 def _head() -> list[sa.Column]:
-    return [
-        sa.Column('bucket', sa.Float(), nullable=False),
-        sa.Column('model', sa.String(length=256), nullable=False),
-        sa.Column('policy_name', sa.String(length=128), nullable=False),
-        sa.Column('route', sa.String(length=64), nullable=False),
-    ]
+    return required(bucket=sa.Float(), model=sa.String(256), policy_name=sa.String(128), route=sa.String(64))
 
 
 def upgrade() -> None:
     op.create_table('stats_calls', *_head(),
-    sa.Column('decision', sa.String(length=16), nullable=False),
-    sa.Column('primary_reason', sa.String(length=32), nullable=False),
-    sa.Column('n', sa.Integer(), nullable=False),
+    *required(decision=sa.String(16), primary_reason=sa.String(32), n=sa.Integer()),
     sa.PrimaryKeyConstraint('bucket', 'model', 'policy_name', 'route', 'decision', 'primary_reason')
     )
     op.create_index('ix_stats_calls_model_bucket', 'stats_calls',
                     ['model', 'bucket', 'decision', 'primary_reason', 'n'])
     op.create_table('stats_reasons', *_head(),
-    sa.Column('reason', sa.String(length=32), nullable=False),
-    sa.Column('n', sa.Integer(), nullable=False),
+    *required(reason=sa.String(32), n=sa.Integer()),
     sa.PrimaryKeyConstraint('bucket', 'model', 'policy_name', 'route', 'reason')
     )
     op.create_table('stats_requests', *_head(),
-    sa.Column('attempts', sa.Integer(), nullable=False),
-    sa.Column('concurrency', sa.Integer(), nullable=False),
-    sa.Column('n', sa.Integer(), nullable=False),
-    sa.Column('rate_sum', sa.Float(), nullable=False),
-    sa.Column('rate_n', sa.Integer(), nullable=False),
-    sa.Column('ttft_sum', sa.Float(), nullable=False),
-    sa.Column('ttft_n', sa.Integer(), nullable=False),
+    *required(attempts=sa.Integer(), concurrency=sa.Integer(), n=sa.Integer(), rate_sum=sa.Float(),
+              rate_n=sa.Integer(), ttft_sum=sa.Float(), ttft_n=sa.Integer()),
     sa.PrimaryKeyConstraint('bucket', 'model', 'policy_name', 'route', 'attempts', 'concurrency')
     )
     op.create_table('stats_sessions', *_head(),
-    sa.Column('session_id', sa.String(length=128), nullable=False),
+    *required(session_id=sa.String(128)),
     sa.PrimaryKeyConstraint('bucket', 'model', 'policy_name', 'route', 'session_id')
     )
     op.create_table('stats_latency',
-    sa.Column('bucket', sa.Float(), nullable=False),
-    sa.Column('model', sa.String(length=256), nullable=False),
-    sa.Column('concurrency', sa.Integer(), nullable=False),
-    sa.Column('kind', sa.String(length=8), nullable=False),
-    sa.Column('bin', sa.Integer(), nullable=False),
-    sa.Column('n', sa.Integer(), nullable=False),
-    sa.Column('low', sa.Float(), nullable=False),
-    sa.Column('high', sa.Float(), nullable=False),
+    *required(bucket=sa.Float(), model=sa.String(256), concurrency=sa.Integer(), kind=sa.String(8),
+              bin=sa.Integer(), n=sa.Integer(), low=sa.Float(), high=sa.Float()),
     sa.PrimaryKeyConstraint('bucket', 'model', 'concurrency', 'kind', 'bin')
     )
     op.create_table('error_runs',
-    sa.Column('session_id', sa.String(length=128), nullable=False),
-    sa.Column('start_at', sa.Float(), nullable=False),
-    sa.Column('start_index', sa.Integer(), nullable=False),
-    sa.Column('end_at', sa.Float(), nullable=False),
-    sa.Column('end_index', sa.Integer(), nullable=False),
-    sa.Column('model', sa.String(length=256), nullable=False),
-    sa.Column('policy_name', sa.String(length=128), nullable=False),
-    sa.Column('route', sa.String(length=64), nullable=False),
-    sa.Column('shape', sa.String(length=256), nullable=False),
-    sa.Column('attempts', sa.Integer(), nullable=False),
-    sa.Column('exact', sa.Boolean(), nullable=False),
-    sa.Column('next_at', sa.Float(), nullable=True),
-    sa.Column('next_index', sa.Integer(), nullable=True),
-    sa.Column('next_decision', sa.String(length=16), nullable=True),
+    *required(session_id=sa.String(128), start_at=sa.Float(), start_index=sa.Integer(), end_at=sa.Float(),
+              end_index=sa.Integer(), model=sa.String(256), policy_name=sa.String(128), route=sa.String(64),
+              shape=sa.String(256), attempts=sa.Integer(), exact=sa.Boolean()),
+    *optional(next_at=sa.Float(), next_index=sa.Integer(), next_decision=sa.String(16)),
     sa.PrimaryKeyConstraint('session_id', 'start_at', 'start_index')
     )
     op.create_index('ix_error_runs_model_start', 'error_runs',

@@ -1,25 +1,16 @@
-"""request journal: the request of calls released before the request ended
-
-Revision ID: 0006
-Revises: 0005
-Create Date: 2026-12-03
-"""
+"""request journal: the request of calls released before the request ended"""
 from alembic import op
 import sqlalchemy as sa
 
+from proxy.migrations.columns import required
 
-revision = '0006'
-down_revision = '0005'
-branch_labels = None
-depends_on = None
+
+revision, down_revision = '0006', '0005'
 
 
 def upgrade() -> None:
     op.create_table('request_journal',
-    sa.Column('id', sa.String(length=64), nullable=False),
-    sa.Column('owner', sa.String(length=160), nullable=False),
-    sa.Column('created_at', sa.Float(), nullable=False),
-    sa.Column('row', sa.Text(), nullable=False),
+    *required(id=sa.String(64), owner=sa.String(160), created_at=sa.Float(), row=sa.Text()),
     sa.PrimaryKeyConstraint('id')
     )
     op.create_index('ix_request_journal_owner', 'request_journal', ['owner'])

@@ -1,17 +1,9 @@
-"""the tool profiles chosen for each request's tools
-
-Revision ID: 0007
-Revises: 0006
-Create Date: 2026-12-03
-"""
+"""the tool profiles chosen for each request's tools"""
 from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0007'
-down_revision = '0006'
-branch_labels = None
-depends_on = None
+revision, down_revision = '0007', '0006'
 
 
 def upgrade() -> None:

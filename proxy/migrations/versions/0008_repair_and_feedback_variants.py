@@ -1,20 +1,13 @@
 """repaired calls keep the command delivered instead; calls record their session's feedback variant;
-calls and errors per session and hour for the session intervals, filled from the rows already stored
-
-Revision ID: 0008
-Revises: 0007
-Create Date: 2026-12-03
-"""
+calls and errors per session and hour for the session intervals, filled from the rows already stored"""
 from alembic import op
 import sqlalchemy as sa
 
+from proxy.migrations.columns import required
 from proxy.store import rollups
 
 
-revision = '0008'
-down_revision = '0007'
-branch_labels = None
-depends_on = None
+revision, down_revision = '0008', '0007'
 
 
 def upgrade() -> None:
@@ -26,13 +19,8 @@ def upgrade() -> None:
         batch.add_column(sa.Column('repaired_command', sa.Text(), nullable=True))
         batch.add_column(sa.Column('feedback_variant', sa.String(length=64), nullable=True))
     op.create_table('stats_session_calls',
-    sa.Column('bucket', sa.Float(), nullable=False),
-    sa.Column('model', sa.String(length=256), nullable=False),
-    sa.Column('policy_name', sa.String(length=128), nullable=False),
-    sa.Column('route', sa.String(length=64), nullable=False),
-    sa.Column('session_id', sa.String(length=128), nullable=False),
-    sa.Column('calls', sa.Integer(), nullable=False),
-    sa.Column('errors', sa.Integer(), nullable=False),
+    *required(bucket=sa.Float(), model=sa.String(256), policy_name=sa.String(128), route=sa.String(64),
+              session_id=sa.String(128), calls=sa.Integer(), errors=sa.Integer()),
     sa.PrimaryKeyConstraint('bucket', 'model', 'policy_name', 'route', 'session_id')
     )
     # A store that already holds rows gets the new rollup now (and the others again, unchanged).
