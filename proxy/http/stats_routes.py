@@ -15,7 +15,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.errors import BadRequest, ProxyError, Unauthorized, error_response
 from proxy.stats.compare import compare_models
@@ -104,14 +103,10 @@ class StatsParams:
 Params = Annotated[StatsParams, Depends()]
 
 
-def _engine(request: Request) -> AsyncEngine:
-    return request.app.state.proxy.engine
-
-
 @router.get("/stats/models")
 async def stats_models(request: Request, q: Params) -> JSONResponse:
     return await _answer(request, lambda: model_stats(
-        _engine(request), **q.window(), policy=q.policy, model=q.model, route=q.route,
+        request.app.state.proxy.engine, **q.window(), policy=q.policy, model=q.model, route=q.route,
         loop_min_attempts=q.loop_min(request)))
 
 
@@ -127,19 +122,20 @@ def _pair(models: str | None) -> tuple[str, str]:
 @router.get("/stats/compare")
 async def stats_compare(request: Request, q: Params, models: str | None = None) -> JSONResponse:
     return await _answer(request, lambda: compare_models(
-        _engine(request), _pair(models), **q.window(), policy=q.policy, route=q.route))
+        request.app.state.proxy.engine, _pair(models), **q.window(), policy=q.policy, route=q.route))
 
 
 @router.get("/stats/variants")
 async def stats_variants(request: Request, q: Params) -> JSONResponse:
     return await _answer(request, lambda: variant_stats(
-        _engine(request), **q.window(), model=q.model, policy=q.policy, loop_min_attempts=q.loop_min(request)))
+        request.app.state.proxy.engine, **q.window(), model=q.model, policy=q.policy,
+        loop_min_attempts=q.loop_min(request)))
 
 
 @router.get("/stats/sessions/{session_id}")
 async def stats_session(request: Request, session_id: str, loop_min_attempts: str | None = None) -> JSONResponse:
     async def compute() -> dict[str, Any]:
-        detail = await session_detail(_engine(request), session_id,
+        detail = await session_detail(request.app.state.proxy.engine, session_id,
                                       loop_min_attempts=_loop_min(request, loop_min_attempts))
         if detail is None:
             raise _NotFound(f"no session {session_id!r} in the store", param="session_id")
@@ -151,8 +147,8 @@ async def stats_session(request: Request, session_id: str, loop_min_attempts: st
 @router.get("/stats/loops")
 async def stats_loops(request: Request, q: Params, limit: str | None = None) -> JSONResponse:
     async def compute() -> dict[str, Any]:
-        loops = await top_loops(_engine(request), limit=_integer(limit, "limit", 1, 1000) or 20, **q.window(),
-                                model=q.model, loop_min_attempts=q.loop_min(request))
+        loops = await top_loops(request.app.state.proxy.engine, limit=_integer(limit, "limit", 1, 1000) or 20,
+                                **q.window(), model=q.model, loop_min_attempts=q.loop_min(request))
         return {"loops": loops}
 
     return await _answer(request, compute)
