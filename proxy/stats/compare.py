@@ -8,6 +8,7 @@ A difference is called established only when both tests put p below 0.05.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -56,7 +57,7 @@ def comparison_sentence(result: dict[str, Any]) -> str:
             f"established: {over}.")
 
 
-def compare_counts(first: tuple[str, list[tuple[int, int]]], second: tuple[str, list[tuple[int, int]]],
+def compare_counts(first: tuple[str, Sequence[tuple[int, int]]], second: tuple[str, Sequence[tuple[int, int]]],
                    ) -> dict[str, Any]:
     """The comparison of two models from their sessions' (errors, calls)."""
     sides = []
