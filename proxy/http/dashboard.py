@@ -1,4 +1,5 @@
-"""GET /dashboard: one page and its bundled files; the page itself reads `/stats/models` and `/stats/loops`.
+"""GET /dashboard: one page and its bundled files; the page itself reads `/stats/models` and `/stats/overview`,
+and lays out its per-model table by `/dashboard/columns.json` (`proxy.stats.models.MODEL_COLUMNS`).
 
 The page holds no data, so it is served without the admin token; the data it fetches is guarded as
 usual, and the page sends the token it was opened with (`/dashboard?token=...`). A strict Content
@@ -8,12 +9,14 @@ refused by the browser, not merely absent from the code.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 from fastapi import APIRouter
 from fastapi.responses import FileResponse, JSONResponse, Response
 
 from proxy.errors import ProxyError, error_response
+from proxy.stats.models import MODEL_COLUMNS
 
 __all__ = ["STATIC_DIR", "router"]
 
@@ -47,6 +50,14 @@ class _NotFound(ProxyError):
 async def dashboard() -> Response:
     return FileResponse(_FILES["dashboard.html"], media_type=_TYPES[".html"],
                         headers={**_HEADERS, "cache-control": "no-store"})
+
+
+@router.get("/dashboard/columns.json", include_in_schema=False)
+async def columns() -> Response:
+    """The per-model table's columns: {"models": [{"header", "path", "format"}, ...]}, left to right. No data,
+    so no token, like the page."""
+    return JSONResponse({"models": [asdict(c) for c in MODEL_COLUMNS]},
+                        headers={**_HEADERS, "cache-control": "max-age=3600"})
 
 
 @router.get("/dashboard/static/{name}", include_in_schema=False)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -79,68 +80,60 @@ async def _answer(request: Request, compute: Callable[[], Awaitable[Any]]) -> JS
         return error_response(translate_db_error(exc))
 
 
-@router.get("/stats/models")
-async def stats_models(
-    request: Request,
-    since: str | None = None,
-    until: str | None = None,
-    policy: str | None = None,
-    model: str | None = None,
-    route: str | None = None,
-    loop_min_attempts: str | None = None,
-) -> JSONResponse:
-    async def compute() -> dict[str, Any]:
-        return await model_stats(
-            request.app.state.proxy.engine, since=_time(since, "since"), until=_time(until, "until"),
-            policy=policy, model=model, route=route, loop_min_attempts=_loop_min(request, loop_min_attempts),
-        )
+@dataclass(slots=True)
+class StatsParams:
+    """The query parameters the stats routes share, as given. Each route parses the ones it uses inside
+    `_answer`, so a bad value answers in the error shape; one it does not use is ignored like any unknown
+    parameter."""
 
-    return await _answer(request, compute)
+    since: str | None = None
+    until: str | None = None
+    policy: str | None = None
+    model: str | None = None
+    route: str | None = None
+    loop_min_attempts: str | None = None
+
+    def window(self) -> dict[str, float | None]:
+        return {"since": _time(self.since, "since"), "until": _time(self.until, "until")}
+
+    def loop_min(self, request: Request) -> int:
+        return _loop_min(request, self.loop_min_attempts)
+
+
+Params = Annotated[StatsParams, Depends()]
+
+
+@router.get("/stats/models")
+async def stats_models(request: Request, q: Params) -> JSONResponse:
+    return await _answer(request, lambda: model_stats(
+        request.app.state.proxy.engine, **q.window(), policy=q.policy, model=q.model, route=q.route,
+        loop_min_attempts=q.loop_min(request)))
+
+
+def _pair(models: str | None) -> tuple[str, str]:
+    from proxy.cli.stats import parse_pair
+
+    try:
+        return parse_pair(models or "")
+    except ValueError as exc:
+        raise BadRequest(str(exc), param="models") from None
 
 
 @router.get("/stats/compare")
-async def stats_compare(
-    request: Request,
-    models: str | None = None,
-    since: str | None = None,
-    until: str | None = None,
-    policy: str | None = None,
-    route: str | None = None,
-) -> JSONResponse:
-    async def compute() -> dict[str, Any]:
-        from proxy.cli.stats import parse_pair
-
-        try:
-            pair = parse_pair(models or "")
-        except ValueError as exc:
-            raise BadRequest(str(exc), param="models") from None
-        return await compare_models(request.app.state.proxy.engine, pair, since=_time(since, "since"),
-                                    until=_time(until, "until"), policy=policy, route=route)
-
-    return await _answer(request, compute)
+async def stats_compare(request: Request, q: Params, models: str | None = None) -> JSONResponse:
+    return await _answer(request, lambda: compare_models(
+        request.app.state.proxy.engine, _pair(models), **q.window(), policy=q.policy, route=q.route))
 
 
 @router.get("/stats/variants")
-async def stats_variants(
-    request: Request,
-    since: str | None = None,
-    until: str | None = None,
-    model: str | None = None,
-    policy: str | None = None,
-    loop_min_attempts: str | None = None,
-) -> JSONResponse:
-    async def compute() -> dict[str, Any]:
-        return await variant_stats(request.app.state.proxy.engine, since=_time(since, "since"),
-                                   until=_time(until, "until"), model=model, policy=policy,
-                                   loop_min_attempts=_loop_min(request, loop_min_attempts))
-
-    return await _answer(request, compute)
+async def stats_variants(request: Request, q: Params) -> JSONResponse:
+    return await _answer(request, lambda: variant_stats(
+        request.app.state.proxy.engine, **q.window(), model=q.model, policy=q.policy,
+        loop_min_attempts=q.loop_min(request)))
 
 
 @router.get("/stats/sessions/{session_id}")
-async def stats_session(
-    request: Request, session_id: str, loop_min_attempts: str | None = None
-) -> JSONResponse:
+async def stats_session(request: Request, session_id: str, loop_min_attempts: str | None = None) -> JSONResponse:
     async def compute() -> dict[str, Any]:
         detail = await session_detail(request.app.state.proxy.engine, session_id,
                                       loop_min_attempts=_loop_min(request, loop_min_attempts))
@@ -152,20 +145,10 @@ async def stats_session(
 
 
 @router.get("/stats/loops")
-async def stats_loops(
-    request: Request,
-    limit: str | None = None,
-    since: str | None = None,
-    until: str | None = None,
-    model: str | None = None,
-    loop_min_attempts: str | None = None,
-) -> JSONResponse:
+async def stats_loops(request: Request, q: Params, limit: str | None = None) -> JSONResponse:
     async def compute() -> dict[str, Any]:
-        loops = await top_loops(
-            request.app.state.proxy.engine, limit=_integer(limit, "limit", 1, 1000) or 20,
-            since=_time(since, "since"), until=_time(until, "until"), model=model,
-            loop_min_attempts=_loop_min(request, loop_min_attempts),
-        )
+        loops = await top_loops(request.app.state.proxy.engine, limit=_integer(limit, "limit", 1, 1000) or 20,
+                                **q.window(), model=q.model, loop_min_attempts=q.loop_min(request))
         return {"loops": loops}
 
     return await _answer(request, compute)

@@ -8,13 +8,14 @@ A difference is called established only when both tests put p below 0.05.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.stats.confidence import fisher_exact, newcombe_difference, permutation_difference, wilson
 from proxy.store import figures
-from proxy.store.queries import Filters
+from proxy.store.queries import Filters, SessionErrors
 
 __all__ = ["ALPHA", "compare_counts", "compare_models", "comparison_sentence", "comparison_table"]
 
@@ -56,7 +57,7 @@ def comparison_sentence(result: dict[str, Any]) -> str:
             f"established: {over}.")
 
 
-def compare_counts(first: tuple[str, list[tuple[int, int]]], second: tuple[str, list[tuple[int, int]]],
+def compare_counts(first: tuple[str, Sequence[tuple[int, int]]], second: tuple[str, Sequence[tuple[int, int]]],
                    ) -> dict[str, Any]:
     """The comparison of two models from their sessions' (errors, calls)."""
     sides: list[dict[str, Any]] = []
@@ -90,7 +91,7 @@ async def compare_models(engine: AsyncEngine, models: tuple[str, str], *, since:
                          route: str | None = None) -> dict[str, Any]:
     """DESIGN.md's `GET /stats/compare` object for two models over the window."""
     f = Filters(since=since, until=until, policy=policy, route=route)
-    found: dict[str, list[tuple[int, int]]] = {}
+    found: dict[str, list[SessionErrors]] = {}
     async with engine.connect() as conn:
         for name in models:
             found.update(await figures.session_error_counts(conn, Filters(**{**_fields(f), "model": name})))

@@ -1,7 +1,8 @@
-"""Per-model statistics from the store, as the API and the CLI show them.
+"""Per-model statistics from the store, as the API, the dashboard and the CLI show them.
 
-The figures are computed by SQL in `proxy.store.queries`; this module puts them into DESIGN.md's JSON shape
-(`GET /stats/models`) and renders the seed's tables as aligned text or Markdown.
+The figures are computed by the providers `proxy.stats.providers` declares; this module puts them into
+DESIGN.md's JSON shape (`GET /stats/models`, `model_entry`), declares the dashboard's per-model columns
+(`MODEL_COLUMNS`) and renders the seed's tables as aligned text or Markdown.
 """
 
 from __future__ import annotations
@@ -9,19 +10,24 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.stats.confidence import bootstrap_ratio, wilson
+from proxy.stats.providers import ModelFigures, gather
 from proxy.store import figures, queries
-from proxy.store.queries import Filters, LoopSummary
+from proxy.store.queries import Filters
 from proxy.throughput.live import empty_throughput, live_throughput
 
 __all__ = [
+    "MODEL_COLUMNS",
+    "Column",
     "loops_table",
     "median_from_histogram",
+    "model_entry",
     "model_stats",
     "parse_time",
     "reasons_table",
@@ -90,6 +96,56 @@ def _by_count(counts: Mapping[str, int]) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+def model_entry(name: str, m: ModelFigures, live: Mapping[str, Any] | None) -> dict[str, Any]:
+    """One model's object in `GET /stats/models`, from its figures and its live throughput windows."""
+    return {
+        "model": name,
+        "sessions": m.requests.sessions,
+        "requests": m.requests.requests,
+        "tool_calls": m.calls.calls,
+        "errors": m.calls.errors,
+        "error_rate": _rate(m.calls.errors, m.calls.calls),
+        "error_rate_ci95": _interval(wilson(m.calls.errors, m.calls.calls)),
+        "error_rate_session_ci95": _interval(bootstrap_ratio(m.session_errors)),
+        "reasons": _by_count(m.reasons),
+        "primary_reasons": _by_count(m.primary_reasons),
+        "loops": {
+            "count": m.loops.count,
+            "max_attempts": m.loops.max_attempts,
+            "mean_attempts": m.loops.total_attempts / m.loops.count if m.loops.count else None,
+            "exact_repeats": m.loops.exact_repeats,
+        },
+        "recovery_rate": _rate(m.loops.recovered, m.loops.followed),
+        "recovery_rate_ci95": _interval(wilson(m.loops.recovered, m.loops.followed)),
+        "recovery_rate_session_ci95": _interval(bootstrap_ratio(m.session_recoveries)),
+        "median_attempts": median_from_histogram(m.attempts),
+        "throughput": {**(live or empty_throughput()), "by_concurrency": m.throughput},
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """A column of the dashboard's per-model table: its header, where its value is in a `model_entry`
+    object (keys joined by dots), and how the page shows the value."""
+
+    header: str
+    path: str
+    format: Literal["text", "count", "percent"] = "count"
+
+
+# The dashboard's per-model table, left to right; the page reads it from `GET /dashboard/columns.json`.
+MODEL_COLUMNS: tuple[Column, ...] = (
+    Column("Model", "model", "text"),
+    Column("Sessions", "sessions"),
+    Column("Requests", "requests"),
+    Column("Tool calls", "tool_calls"),
+    Column("Errors", "errors"),
+    Column("Err/tool", "error_rate", "percent"),
+    Column("Loops", "loops.count"),
+    Column("Recovery", "recovery_rate", "percent"),
+)
+
+
 async def model_stats(
     engine: AsyncEngine,
     *,
@@ -103,44 +159,9 @@ async def model_stats(
     """DESIGN.md's `GET /stats/models` object for the calls and requests the filters select."""
     f = Filters(since=since, until=until, policy=policy, model=model, route=route)
     async with engine.connect() as conn:
-        calls = await figures.call_counts(conn, f)
-        reqs = await figures.request_counts(conn, f)
-        reasons = await figures.reason_counts(conn, f)
-        primaries = await figures.primary_reason_counts(conn, f)
-        sequences = await figures.sequence_stats(conn, f, loop_min_attempts)
-        attempts = await figures.attempt_histograms(conn, f)
-        throughput = await figures.throughput_by_concurrency(conn, f)
-        session_errors = await figures.session_error_counts(conn, f)
-        session_recoveries = await figures.session_recoveries(conn, f)
+        found = await gather(conn, f, loop_min_attempts=loop_min_attempts)
     live = await live_throughput(engine, model=model, since=since, until=until)
-    models = []
-    for name in sorted(set(calls) | set(reqs)):
-        n_calls, n_errors = calls.get(name, (0, 0))
-        n_requests, n_sessions = reqs.get(name, (0, 0))
-        seq = sequences.get(name, LoopSummary())
-        models.append({
-            "model": name,
-            "sessions": n_sessions,
-            "requests": n_requests,
-            "tool_calls": n_calls,
-            "errors": n_errors,
-            "error_rate": _rate(n_errors, n_calls),
-            "error_rate_ci95": _interval(wilson(n_errors, n_calls)),
-            "error_rate_session_ci95": _interval(bootstrap_ratio(session_errors.get(name, []))),
-            "reasons": _by_count(reasons.get(name, {})),
-            "primary_reasons": _by_count(primaries.get(name, {})),
-            "loops": {
-                "count": seq.count,
-                "max_attempts": seq.max_attempts,
-                "mean_attempts": seq.total_attempts / seq.count if seq.count else None,
-                "exact_repeats": seq.exact_repeats,
-            },
-            "recovery_rate": _rate(seq.recovered, seq.followed),
-            "recovery_rate_ci95": _interval(wilson(seq.recovered, seq.followed)),
-            "recovery_rate_session_ci95": _interval(bootstrap_ratio(session_recoveries.get(name, []))),
-            "median_attempts": median_from_histogram(attempts.get(name, {})),
-            "throughput": {**(live.get(name) or empty_throughput()), "by_concurrency": throughput.get(name, [])},
-        })
+    models = [model_entry(name, figures_of, live.get(name)) for name, figures_of in found.items()]
     return {"window": {"since": since, "until": until}, "models": models}
 
 

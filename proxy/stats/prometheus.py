@@ -44,7 +44,12 @@ def bound_label(name: str, value: Any) -> str:
 
 
 class _Bounded:
+    """A metric of this registry whose label values are bounded (`bound_label`)."""
+
     _labelnames: tuple[str, ...]
+
+    def __init__(self, name: str, documentation: str, labelnames: Any = (), **kwargs: Any) -> None:
+        super().__init__(name, documentation, labelnames, registry=REGISTRY, **kwargs)  # type: ignore[call-arg]
 
     def labels(self, *values: Any, **named: Any) -> Any:
         bounded = [bound_label(n, v) for n, v in zip(self._labelnames, values, strict=False)]
@@ -65,99 +70,64 @@ class Histogram(_Bounded, _Histogram):
 
 BUILD_INFO = Info("allowlist_proxy_build", "The running proxy's version", registry=REGISTRY)
 BUILD_INFO.info({"version": __version__})
-UPSTREAM_UP = Gauge(
-    "allowlist_proxy_upstream_up", "1 when the upstream answered its last /v1/models probe, else 0", ["upstream"],
-    registry=REGISTRY,
-)
+UPSTREAM_UP = Gauge("allowlist_proxy_upstream_up", "1 when the upstream answered its last /v1/models probe, else 0",
+                    ["upstream"])
 
-REQUESTS = Counter(
-    "allowlist_proxy_requests", "Client requests by model, route and status", ["model_name", "route", "status"],
-    registry=REGISTRY,
-)
-TOOL_CALLS = Counter(
-    "allowlist_proxy_tool_calls", "Judged tool calls by model, decision and primary reason",
-    ["model_name", "decision", "reason"], registry=REGISTRY,
-)
-RETRIES = Counter(
-    "allowlist_proxy_retries", "Extra upstream attempts after a rejection", ["model_name"], registry=REGISTRY
-)
-BUDGET_EXHAUSTED = Counter(
-    "allowlist_proxy_budget_exhausted", "Requests whose retry budget ran out", ["model_name"], registry=REGISTRY
-)
-IN_FLIGHT = Gauge("allowlist_proxy_in_flight", "Requests in flight by model", ["model_name"], registry=REGISTRY)
+_MODEL = ["model_name"]  # the label of the per-model series
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+REQUESTS = Counter("allowlist_proxy_requests", "Client requests by model, route and status",
+                   [*_MODEL, "route", "status"])
+TOOL_CALLS = Counter("allowlist_proxy_tool_calls", "Judged tool calls by model, decision and primary reason",
+                     [*_MODEL, "decision", "reason"])
+RETRIES = Counter("allowlist_proxy_retries", "Extra upstream attempts after a rejection", _MODEL)
+BUDGET_EXHAUSTED = Counter("allowlist_proxy_budget_exhausted", "Requests whose retry budget ran out", _MODEL)
+IN_FLIGHT = Gauge("allowlist_proxy_in_flight", "Requests in flight by model", _MODEL)
 UPSTREAM_LATENCY = Histogram(
     "allowlist_proxy_upstream_seconds",
     "One upstream attempt, request sent to last byte read; outcome ok, http_error (a non-200 answer) or error",
-    ["model_name", "upstream", "outcome"], registry=REGISTRY, buckets=_LATENCY_BUCKETS,
-)
+    [*_MODEL, "upstream", "outcome"], buckets=_LATENCY_BUCKETS)
 REQUEST_LATENCY = Histogram(
     "allowlist_proxy_request_seconds",
     "One client request, retries included, by its outcome (ok, blocked, upstream_error, client_disconnected, ...)",
-    ["model_name", "outcome"], registry=REGISTRY, buckets=_LATENCY_BUCKETS,
-)
-BLOCKED_TURNS = Counter(
-    "allowlist_proxy_blocked_turns", "Client requests answered with a block message: the retry budget ran out",
-    ["model_name"], registry=REGISTRY,
-)
-POLICY_RELOAD_FAILURES = Counter(
-    "allowlist_proxy_policy_reload_failures", "Policy files refused at load or reload", ["file"], registry=REGISTRY
-)
-POLICY_VALID = Gauge(
-    "allowlist_proxy_policy_valid", "1 when the file on disk is the policy being served, 0 when it was refused",
-    ["file"], registry=REGISTRY,
-)
-STORE_WRITE_FAILURES = Counter(
-    "allowlist_proxy_store_write_failures", "Failed batch writes to the store (retried)", registry=REGISTRY
-)
-STORE_QUEUE_DEPTH = Gauge("allowlist_proxy_store_queue_depth", "Rows waiting for the store writer", registry=REGISTRY)
+    [*_MODEL, "outcome"], buckets=_LATENCY_BUCKETS)
+BLOCKED_TURNS = Counter("allowlist_proxy_blocked_turns",
+                        "Client requests answered with a block message: the retry budget ran out", _MODEL)
+POLICY_RELOAD_FAILURES = Counter("allowlist_proxy_policy_reload_failures", "Policy files refused at load or reload",
+                                 ["file"])
+POLICY_VALID = Gauge("allowlist_proxy_policy_valid",
+                     "1 when the file on disk is the policy being served, 0 when it was refused", ["file"])
+STORE_WRITE_FAILURES = Counter("allowlist_proxy_store_write_failures", "Failed batch writes to the store (retried)")
+STORE_QUEUE_DEPTH = Gauge("allowlist_proxy_store_queue_depth", "Rows waiting for the store writer")
 LOOPS = Counter(
     "allowlist_proxy_loops",
     "Retry-variant loops: a session's consecutive same-shape rejections reaching the policy's loop_min_attempts",
-    ["model_name"], registry=REGISTRY,
-)
+    _MODEL)
 FIRST_TOKEN_LATENCY = Histogram(
-    "allowlist_proxy_upstream_first_token_seconds", "Time to the first token of streamed requests", ["model_name"],
-    registry=REGISTRY, buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
-)
-TOKENS = Counter(
-    "allowlist_proxy_tokens", "Tokens the upstream reported in its usage, by kind (prompt | completion)",
-    ["model_name", "kind"], registry=REGISTRY,
-)
-MODEL_NOT_FOUND = Counter(
-    "allowlist_proxy_model_not_found", "Requests refused because no upstream serves the model they named",
-    ["model_name"], registry=REGISTRY,
-)
+    "allowlist_proxy_upstream_first_token_seconds", "Time to the first token of streamed requests", _MODEL,
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
+TOKENS = Counter("allowlist_proxy_tokens", "Tokens the upstream reported in its usage, by kind (prompt | completion)",
+                 [*_MODEL, "kind"])
+MODEL_NOT_FOUND = Counter("allowlist_proxy_model_not_found",
+                          "Requests refused because no upstream serves the model they named", _MODEL)
 UNGOVERNED_REQUESTS = Counter(
     "allowlist_proxy_ungoverned_requests",
-    "Requests offering tools none of which a tool profile (or the shell heuristic) governs", ["model_name"],
-    registry=REGISTRY,
-)
+    "Requests offering tools none of which a tool profile (or the shell heuristic) governs", _MODEL)
 
-STORE_ROWS_LOST = Counter(
-    "allowlist_proxy_store_rows_lost", "Rows the store never got: queue full, store down at shutdown, row refused",
-    ["table"], registry=REGISTRY,
-)
+STORE_ROWS_LOST = Counter("allowlist_proxy_store_rows_lost",
+                          "Rows the store never got: queue full, store down at shutdown, row refused", ["table"])
 STORE_ROWS_REPAIRED = Counter(
     "allowlist_proxy_store_rows_repaired",
-    "Rows the database refused as they came and took with their text made safe (NUL escaped, cut)",
-    registry=REGISTRY,
-)
+    "Rows the database refused as they came and took with their text made safe (NUL escaped, cut)")
 STORE_UNRECORDED_RELEASES = Counter(
     "allowlist_proxy_store_unrecorded_releases",
-    "Calls released before the store committed them (on_store_failure: continue)", ["model_name"], registry=REGISTRY,
-)
+    "Calls released before the store committed them (on_store_failure: continue)", _MODEL)
 STORE_REFUSALS = Counter(
     "allowlist_proxy_store_refusals",
-    "Requests refused with 503 because the store could not record (on_store_failure: refuse)", ["model_name"],
-    registry=REGISTRY,
-)
+    "Requests refused with 503 because the store could not record (on_store_failure: refuse)", _MODEL)
 RELEASE_WAIT = Histogram(
     "allowlist_proxy_release_wait_seconds", "Time a judged call waited for its rows to be committed (enforce)",
-    registry=REGISTRY, buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 5),
-)
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 5))
 CONNECTION_LIMITS = Counter(
     "allowlist_proxy_connection_limits",
-    "Client connections closed or refused by a limit (header_timeout | body_timeout | idle | too_many)", ["limit"],
-    registry=REGISTRY,
-)
+    "Client connections closed or refused by a limit (header_timeout | body_timeout | idle | too_many)", ["limit"])

@@ -20,7 +20,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from proxy.store import queries
 from proxy.store.latency_sketch import Bin, bin_of, merge_bin
-from proxy.store.queries import ERROR_DECISIONS, Filters, LoopSummary
+from proxy.store.queries import (
+    ERROR_DECISIONS,
+    CallCounts,
+    Filters,
+    LoopSummary,
+    RequestCounts,
+    SessionErrors,
+    SessionRecovery,
+)
 from proxy.store.rollups import BUCKET_SECONDS, latency_values
 from proxy.store.tables import (
     error_runs,
@@ -100,20 +108,20 @@ def _add_counts(into: dict[str, dict[Any, int]], found: dict[str, dict[Any, int]
 
 # --- counts -------------------------------------------------------------------------------------------------
 
-async def call_counts(conn: AsyncConnection, f: Filters) -> dict[str, tuple[int, int]]:
-    """model -> (tool calls, errors)."""
+async def call_counts(conn: AsyncConnection, f: Filters) -> dict[str, CallCounts]:
+    """model -> its tool calls and errors."""
     parts = split(f)
-    out: dict[str, tuple[int, int]] = {}
+    out: dict[str, CallCounts] = {}
     if parts.hours is not None:
         c = stats_calls.c
         errors = func.sum(case((c.decision.in_(ERROR_DECISIONS), c.n), else_=0))
         stmt = (select(c.model, func.sum(c.n), errors)
                 .where(*_rollup_conditions(f, parts.hours, stats_calls)).group_by(c.model))
-        out = {m: (int(n), int(e or 0)) for m, n, e in await conn.execute(stmt)}
+        out = {m: CallCounts(calls=int(n), errors=int(e or 0)) for m, n, e in await conn.execute(stmt)}
     for edge in parts.edges:
-        for model, (n, e) in (await queries.call_counts(conn, edge)).items():
-            n0, e0 = out.get(model, (0, 0))
-            out[model] = (n0 + n, e0 + e)
+        for model, found in (await queries.call_counts(conn, edge)).items():
+            mine = out.get(model, CallCounts())
+            out[model] = CallCounts(calls=mine.calls + found.calls, errors=mine.errors + found.errors)
     return out
 
 
@@ -147,8 +155,8 @@ async def reason_counts(conn: AsyncConnection, f: Filters) -> dict[str, dict[str
     return await _counts_by_key(conn, f, stats_reasons, "reason", queries.reason_counts)
 
 
-async def request_counts(conn: AsyncConnection, f: Filters) -> dict[str, tuple[int, int]]:
-    """model -> (requests, distinct sessions among them)."""
+async def request_counts(conn: AsyncConnection, f: Filters) -> dict[str, RequestCounts]:
+    """model -> its requests and the distinct sessions among them."""
     parts = split(f)
     counts: dict[str, int] = {}
     sides = []
@@ -169,11 +177,11 @@ async def request_counts(conn: AsyncConnection, f: Filters) -> dict[str, tuple[i
     both = union_all(*sides).subquery("seen") if len(sides) > 1 else sides[0].subquery("seen")
     stmt = select(both.c.model, func.count(both.c.session_id.distinct())).group_by(both.c.model)
     sessions = {m: int(n) for m, n in await conn.execute(stmt)}
-    return {m: (n, sessions.get(m, 0)) for m, n in counts.items()}
+    return {m: RequestCounts(requests=n, sessions=sessions.get(m, 0)) for m, n in counts.items()}
 
 
-async def session_error_counts(conn: AsyncConnection, f: Filters) -> dict[str, list[tuple[int, int]]]:
-    """model -> (errors, tool calls) of each session with calls in the window."""
+async def session_error_counts(conn: AsyncConnection, f: Filters) -> dict[str, list[SessionErrors]]:
+    """model -> errors and tool calls of each session with calls in the window."""
     parts = split(f)
     found: dict[tuple[str, str], list[int]] = {}
     if parts.hours is not None:
@@ -183,13 +191,13 @@ async def session_error_counts(conn: AsyncConnection, f: Filters) -> dict[str, l
         for model, session, e, n in await conn.execute(stmt):
             found[(model, session)] = [int(e or 0), int(n or 0)]
     for edge in parts.edges:
-        for model, session, e, n in await queries.session_error_rows(conn, edge):
-            mine = found.setdefault((model, session), [0, 0])
-            mine[0] += e
-            mine[1] += n
-    out: dict[str, list[tuple[int, int]]] = {}
+        for row in await queries.session_error_rows(conn, edge):
+            mine = found.setdefault((row.model, row.session_id), [0, 0])
+            mine[0] += row.errors
+            mine[1] += row.calls
+    out: dict[str, list[SessionErrors]] = {}
     for (model, _session), (e, n) in found.items():
-        out.setdefault(model, []).append((e, n))
+        out.setdefault(model, []).append(SessionErrors(errors=e, calls=n))
     return out
 
 
@@ -287,17 +295,18 @@ async def sequence_stats(conn: AsyncConnection, f: Filters, min_attempts: int) -
     }
 
 
-async def session_recoveries(conn: AsyncConnection, f: Filters) -> dict[str, list[tuple[int, int]]]:
-    """model -> (recovered, followed) of each session, over its error runs that start in the window."""
+async def session_recoveries(conn: AsyncConnection, f: Filters) -> dict[str, list[SessionRecovery]]:
+    """model -> recovered and followed error calls of each session, over its error runs that start in the
+    window."""
     e = error_runs.c
     stmt = select(
         e.model, e.session_id,
         func.sum(case((e.next_decision == "allow", 1), else_=0)),
         func.sum(e.attempts - 1 + case((e.next_decision.is_not(None), 1), else_=0)),
     ).where(*_run_conditions(f)).group_by(e.session_id, e.model)  # the primary key's order: no sort
-    out: dict[str, list[tuple[int, int]]] = {}
+    out: dict[str, list[SessionRecovery]] = {}
     for model, _session, recovered, followed in await conn.execute(stmt):
-        out.setdefault(model, []).append((int(recovered or 0), int(followed or 0)))
+        out.setdefault(model, []).append(SessionRecovery(recovered=int(recovered or 0), followed=int(followed or 0)))
     return out
 
 

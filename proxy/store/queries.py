@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     and_,
@@ -37,8 +37,13 @@ from proxy.store.tables import requests, sessions, tool_call_reasons, tool_calls
 
 __all__ = [
     "ERROR_DECISIONS",
+    "CallCounts",
     "Filters",
     "LoopSummary",
+    "RequestCounts",
+    "SessionErrorRow",
+    "SessionErrors",
+    "SessionRecovery",
     "attempt_histograms",
     "call_counts",
     "conditions",
@@ -79,6 +84,40 @@ class LoopSummary:
     recovered: int = 0
 
 
+# The figures' named results. NamedTuples, so a figure from the rollups compares equal to the same figure from
+# the rows; readers take them by field name.
+
+class CallCounts(NamedTuple):
+    calls: int = 0
+    errors: int = 0
+
+
+class RequestCounts(NamedTuple):
+    requests: int = 0
+    sessions: int = 0  # distinct sessions among the requests
+
+
+class SessionErrors(NamedTuple):
+    """One session's (part, whole) of the error rate: the unit the session bootstrap resamples."""
+
+    errors: int
+    calls: int
+
+
+class SessionRecovery(NamedTuple):
+    """One session's (part, whole) of the recovery rate."""
+
+    recovered: int
+    followed: int
+
+
+class SessionErrorRow(NamedTuple):
+    model: str
+    session_id: str
+    errors: int
+    calls: int
+
+
 def conditions(f: Filters, time_col: Any, policy_col: Any, model_col: Any, route_col: Any) -> list[Any]:
     conds: list[Any] = []
     if f.since is not None:
@@ -110,8 +149,8 @@ def _is_error(decision: Any) -> ColumnElement[Any]:
 
 # --- plain counts -----------------------------------------------------------------------------------------
 
-async def call_counts(conn: AsyncConnection, f: Filters) -> dict[str, tuple[int, int]]:
-    """model -> (tool calls, errors).
+async def call_counts(conn: AsyncConnection, f: Filters) -> dict[str, CallCounts]:
+    """model -> its tool calls and errors.
 
     Grouped by model alone so the rows come in index order and need no sort; the primary reasons are a
     second query over the error calls only (grouping every call by reason sorts them all: ten times slower).
@@ -119,24 +158,25 @@ async def call_counts(conn: AsyncConnection, f: Filters) -> dict[str, tuple[int,
     t = tool_calls.c
     errors = func.sum(case((_is_error(t.decision), 1), else_=0))
     stmt = select(t.model, func.count(), errors).where(*_call_conditions(f)).group_by(t.model)
-    return {m: (int(n), int(e or 0)) for m, n, e in await conn.execute(stmt)}
+    return {m: CallCounts(calls=int(n), errors=int(e or 0)) for m, n, e in await conn.execute(stmt)}
 
 
-async def session_error_rows(conn: AsyncConnection, f: Filters) -> list[tuple[str, str, int, int]]:
-    """(model, session, errors, tool calls) of each session with calls in the window, from the rows."""
+async def session_error_rows(conn: AsyncConnection, f: Filters) -> list[SessionErrorRow]:
+    """Each session with calls in the window: its model, errors and tool calls, from the rows."""
     t = tool_calls.c
     errors = func.sum(case((_is_error(t.decision), 1), else_=0))
     # Grouped session first: the rows come in the order of the session index.
     stmt = (select(t.model, t.session_id, errors, func.count()).where(*_call_conditions(f))
             .group_by(t.session_id, t.model))
-    return [(model, session, int(e or 0), int(n)) for model, session, e, n in await conn.execute(stmt)]
+    return [SessionErrorRow(model=model, session_id=session, errors=int(e or 0), calls=int(n))
+            for model, session, e, n in await conn.execute(stmt)]
 
 
-async def session_error_counts(conn: AsyncConnection, f: Filters) -> dict[str, list[tuple[int, int]]]:
-    """model -> (errors, tool calls) of each session: the units the session bootstrap resamples."""
-    out: dict[str, list[tuple[int, int]]] = {}
-    for model, _session, e, n in await session_error_rows(conn, f):
-        out.setdefault(model, []).append((e, n))
+async def session_error_counts(conn: AsyncConnection, f: Filters) -> dict[str, list[SessionErrors]]:
+    """model -> errors and tool calls of each session: the units the session bootstrap resamples."""
+    out: dict[str, list[SessionErrors]] = {}
+    for row in await session_error_rows(conn, f):
+        out.setdefault(row.model, []).append(SessionErrors(errors=row.errors, calls=row.calls))
     return out
 
 
@@ -150,12 +190,12 @@ async def variant_calls(conn: AsyncConnection, f: Filters) -> list[dict[str, Any
     return [dict(row._mapping) for row in await conn.execute(stmt)]
 
 
-async def request_counts(conn: AsyncConnection, f: Filters) -> dict[str, tuple[int, int]]:
-    """model -> (requests, distinct sessions among them)."""
+async def request_counts(conn: AsyncConnection, f: Filters) -> dict[str, RequestCounts]:
+    """model -> its requests and the distinct sessions among them."""
     r = requests.c
     stmt = (select(r.model, func.count(), func.count(distinct(r.session_id)))
             .where(*request_conditions(f)).group_by(r.model))
-    return {m: (int(n), int(s)) for m, n, s in await conn.execute(stmt)}
+    return {m: RequestCounts(requests=int(n), sessions=int(s)) for m, n, s in await conn.execute(stmt)}
 
 
 async def reason_counts(conn: AsyncConnection, f: Filters) -> dict[str, dict[str, int]]:

@@ -26,7 +26,7 @@
   const RANGES = ["1h", "24h", "7d", "all"];
   const RANGE_WORDS = { "1h": "the last hour", "24h": "the last 24 hours", "7d": "the last 7 days", all: "all time" };
   const state = {
-    refreshes: 0, errors: 0, lastError: null, stats: null, overview: null, headline: [], charts: {},
+    refreshes: 0, errors: 0, lastError: null, stats: null, overview: null, headline: [], charts: {}, columns: null,
     range: RANGES.includes(params.get("range")) ? params.get("range") : "24h", open: new Set(),
   };
   window.dashboard = state; // for people poking at the page, and for the browser test
@@ -202,12 +202,22 @@
       scales: { x: { min: 0, max: 100, title: { display: true, text: "% of tool calls rejected or malformed" } } },
       plugins: { legend: { display: false } },
     });
+    const head = document.createElement("tr");
+    head.append(...state.columns.map((column) => el("th", column.header)));
+    document.querySelector("#table-models thead").replaceChildren(head);
     fill("table-models", models.map((m) => {
-      const tr = row([m.model, m.sessions, m.requests, m.tool_calls, m.errors, percent(m.error_rate),
-        m.loops ? m.loops.count : "-", percent(m.recovery_rate)]);
+      const tr = row(state.columns.map((column) => cell(m, column)));
       tr.dataset.model = m.model;
       return tr;
     }));
+  }
+
+  // One cell of the per-model table: the value at the column's dotted path, shown as its format says.
+  function cell(model, column) {
+    let value = model;
+    for (const key of column.path.split(".")) value = value === null || value === undefined ? value : value[key];
+    if (column.format === "percent") return percent(value);
+    return value === null || value === undefined ? "-" : value;
   }
 
   function when(seconds, withDate) {
@@ -420,6 +430,7 @@
   async function refresh() {
     clearTimeout(timer);
     try {
+      if (!state.columns) state.columns = (await getJSON("dashboard/columns.json")).models;
       const [stats, overview] = await Promise.all([
         getJSON(withFilters("stats/models")),
         getJSON(withFilters("stats/overview", { range: state.range })),
