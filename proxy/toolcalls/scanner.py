@@ -106,12 +106,13 @@ class _Grammar:
     block_formats: tuple[ContentFormat, ...]  # those reading `<tool_call>` blocks, by priority
     bare: dict[str, ContentFormat]  # a bare tag -> the format it opens
     openers: tuple[str, ...]  # every tag that leaves plain text, by priority
+    # A call's opener -> its closers, how many trailing characters may hold a split one, and the
+    # character every closer ends with ("" when they differ).
+    closing: dict[str, tuple[tuple[str, ...], int, str]]
     mark: str  # the one character every opener starts with; "" when they differ
     opening: re.Pattern[str]  # any opener's first character
 
     def find_opening(self, text: str, pos: int) -> int:
-        if self.mark:
-            return text.find(self.mark, pos)
         found = self.opening.search(text, pos)
         return found.start() if found is not None else -1
 
@@ -128,11 +129,16 @@ def _grammar(formats: tuple[ContentFormat, ...], read_think: bool) -> _Grammar:
             openers.append(tag)
             if tag != TOOL_CALL_START:
                 bare[tag] = fmt
+    closing = {tag: fmt.bare_closers for tag, fmt in bare.items()}
+    if TOOL_CALL_START in openers:
+        closing[TOOL_CALL_START] = (TOOL_CALL_END,)
     firsts = sorted({tag[0] for tag in openers})
     return _Grammar(
         block_formats=tuple(fmt for fmt in ranked if TOOL_CALL_START in fmt.openers),
         bare=bare,
         openers=tuple(openers),
+        closing={tag: (closers, max(map(len, closers), default=1) - 1, _common_end(closers))
+                 for tag, closers in closing.items()},
         mark=firsts[0] if len(firsts) == 1 else "",
         opening=re.compile("[" + "".join(map(re.escape, firsts)) + "]"),
     )
@@ -160,6 +166,11 @@ def scan_text(text: str, formats: Sequence[ContentFormat], schemas: Schemas, *,
             result.add(event.call)
     result.content = "".join(pieces)
     return result
+
+
+def _common_end(closers: tuple[str, ...]) -> str:
+    ends = {closer[-1] for closer in closers}
+    return ends.pop() if len(ends) == 1 else ""
 
 
 class ContentScanner(FormatStream):
@@ -245,9 +256,10 @@ class ContentScanner(FormatStream):
         buf = self._held + data
         self._held = ""
         grammar = self._grammar
+        mark = self.mark
         pos = 0
         while True:
-            i = grammar.find_opening(buf, pos)
+            i = buf.find(mark, pos) if mark else grammar.find_opening(buf, pos)
             if i < 0:
                 self._release(buf, texts)
                 return ""
@@ -274,10 +286,7 @@ class ContentScanner(FormatStream):
         self._pending_ws = ""  # whitespace between two calls is not content
         self._state = _CALL
         self._opener = tag
-        self._closers = (TOOL_CALL_END,) if tag == TOOL_CALL_START else self._grammar.bare[tag].bare_closers
-        self._tail_len = max(map(len, self._closers)) - 1
-        ends = {closer[-1] for closer in self._closers}
-        self._closer_end = ends.pop() if len(ends) == 1 else ""
+        self._closers, self._tail_len, self._closer_end = self._grammar.closing[tag]
         self._parts = []
         self._skip_to = 0
         return rest
@@ -303,7 +312,8 @@ class ContentScanner(FormatStream):
     def _scan_call(self, data: str, texts: list[str], events: list[Event]) -> str:
         # A closer split across pieces starts within the body's last (len(closer) - 1)
         # characters; every piece holds at least one character, so that many pieces cover them.
-        window = "".join(self._parts[-self._tail_len :]) + data
+        tail = self._tail_len
+        window = "".join(self._parts[-tail:]) + data if tail else data  # [-0:] would be every piece
         self._parts.append(data)
         body: str | None = None
         offset = 0  # where in `window` to look: past closers already read as text

@@ -43,13 +43,14 @@ class ChoiceStream:
             return []
         # Hot path: nearly every vLLM delta holds one field; go straight to its reader.
         if len(delta) == 1:
-            if "content" in delta and self._content is not None:
+            scanner = self._content
+            if "content" in delta and scanner is not None:
                 value = delta["content"]
                 if type(value) is not str or not value:
                     return []
-                if self._content.plain and self._content.mark not in value:
+                if scanner.plain and scanner.mark not in value:
                     return [TextDelta("content", value)]  # plain text: released as it stands
-                return self._content.feed_text(value)
+                return scanner.feed_text(value)
             if "tool_calls" in delta:
                 return self._structured.feed_value(delta["tool_calls"])
         events: list[Event] = []
