@@ -124,7 +124,7 @@ def _grammar(formats: tuple[ContentFormat, ...], read_think: bool) -> _Grammar:
     openers: list[str] = [] if read_think else [THINK_START]
     for fmt in ranked:
         for tag in fmt.openers:
-            if tag in openers or tag in bare:
+            if tag in openers:
                 continue  # taken by a format of higher priority
             openers.append(tag)
             if tag != TOOL_CALL_START:
@@ -140,7 +140,7 @@ def _grammar(formats: tuple[ContentFormat, ...], read_think: bool) -> _Grammar:
         closing={tag: (closers, max(map(len, closers), default=1) - 1, _common_end(closers))
                  for tag, closers in closing.items()},
         mark=firsts[0] if len(firsts) == 1 else "",
-        opening=re.compile("[" + "".join(map(re.escape, firsts)) + "]"),
+        opening=re.compile("[" + "".join(map(re.escape, firsts)) + "]" if firsts else "(?!)"),  # (?!): none
     )
 
 
