@@ -99,7 +99,8 @@ def _policy(folder: Path, name: str) -> Path:
     if name == "plain":
         text = text.replace(" {suggestion}\"", "\"")
     if name == "repair":
-        text += "\nrepair: [output_filters, stderr_redirect, timeout, cd_workdir]\n"
+        # Beside `name:`, not appended: the shipped file ends with YAML's `...` end-of-document marker.
+        text = text.replace(f"name: sim-{name}", f"name: sim-{name}\nrepair: [output_filters, stderr_redirect, timeout, cd_workdir]")
     path = folder / name / "policy.yaml"
     path.parent.mkdir()
     path.write_text(text)

@@ -29,12 +29,20 @@ from proxy.enforce.exchange import (
     refused_stream,
     request_attempt,
 )
-from proxy.enforce.feedback_turns import blocked_message, retry_messages, tool_call_delta
+from proxy.enforce.feedback_turns import blocked_message, retry_messages
 from proxy.enforce.judging import JudgedCall, apply_repairs
 from proxy.errors import BadRequest, ProxyError, StoreUnavailable, UpstreamUnjudgeable, error_body
 from proxy.logs import get_logger
 from proxy.services import ProxyState
-from proxy.toolcalls import ChoiceStream, CompletedCall, TextDelta, ToolCall, extract_from_response
+from proxy.toolcalls import (
+    ChoiceStream,
+    CompletedCall,
+    TextDelta,
+    ToolCall,
+    extract_from_response,
+    openai_call,
+    openai_call_delta,
+)
 from proxy.upstream import strict
 from proxy.upstream.client import response_headers
 from proxy.upstream.sse import DONE, SSEDecoder, SSEEvent
@@ -118,7 +126,7 @@ async def _complete(ex: Exchange, messages: list[Any]) -> Response:
             return Response(response.content, status_code=200, headers=headers)
         record.usage.add(obj.get("usage"))
         record.mark_first_token()
-        calls = [c for r in results for c in (r.tool_calls + r.malformed) if ex.scan_content or c.source == "openai"]
+        calls = [c for r in results for c in (r.tool_calls + r.malformed) if ex.scan_content or c.structured]
         judged = ex.judge(calls + _unjudgeable_choices(obj))
         outcome = await ex.settle(attempt, judged)
         if outcome == DELIVER:
@@ -178,15 +186,12 @@ def _convert_content_calls(ex: Exchange, obj: dict[str, Any], results: list[Any]
         return False
     changed = False
     for choice, result in zip(obj.get("choices") or [], results, strict=False):
-        found = [c for c in result.tool_calls if c.source != "openai"]
+        found = [c for c in result.tool_calls if not c.structured]
         if not found:
             continue
         message = choice.setdefault("message", {})
         existing = message.get("tool_calls") or []
-        for call in found:
-            delta = tool_call_delta(len(existing), call)
-            delta.pop("index")
-            existing.append(delta)
+        existing += [openai_call(call) for call in found]
         message["tool_calls"] = existing
         message["content"] = result.content or None
         choice["finish_reason"] = "tool_calls"
@@ -481,7 +486,7 @@ class _StreamRelay:
                 choice.content.append(released["content"])
             choice.pending.extend(completed)
             same_text = all(released.get(f, "") == (delta.get(f) or "") for f in _TEXT_FIELDS)
-            content_calls = any(c.source != "openai" for c in completed)
+            content_calls = any(not c.structured for c in completed)
             if not same_text or (ex.enforce and (delta.get("tool_calls") or finish)):
                 passthrough = False
             if content_calls and (ex.enforce or ex.state.settings.convert_content_tool_calls):
@@ -522,8 +527,8 @@ class _StreamRelay:
                 choice.emitted_tools = _tool_count(choice.emitted_tools, delta)
                 if ex.state.settings.convert_content_tool_calls:
                     for e in events:
-                        if isinstance(e, CompletedCall) and e.call.source != "openai":
-                            tool_deltas.append(tool_call_delta(choice.emitted_tools, e.call))
+                        if isinstance(e, CompletedCall) and not e.call.structured:
+                            tool_deltas.append(openai_call_delta(e.call, choice.emitted_tools))
                             choice.emitted_tools += 1
                             choice.converted = True
             if tool_deltas:
@@ -560,7 +565,7 @@ class _StreamRelay:
         out: list[bytes] = []
         for index, choice in sorted(self.choices.items()):
             for position, call in enumerate(choice.pending):
-                delta = tool_call_delta(position, call)
+                delta = openai_call_delta(call, position)
                 self.reply_calls.append({k: v for k, v in delta.items() if k != "index"})
                 out.append(self._encode([{"index": index, "delta": {"tool_calls": [delta]}, "logprobs": None,
                                           "finish_reason": None}]))

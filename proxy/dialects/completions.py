@@ -39,7 +39,7 @@ from proxy.errors import ProxyError, StoreUnavailable, UpstreamUnjudgeable, erro
 from proxy.services import ProxyState
 from proxy.toolcalls import CompletedCall, ToolCall
 from proxy.toolcalls.families import XmlRules
-from proxy.toolcalls.registry import CONTENT_FORMATS, content_formats
+from proxy.toolcalls.registry import content_formats
 from proxy.toolcalls.scanner import ContentScanner, scan_text
 from proxy.upstream import strict
 from proxy.upstream.client import response_headers
@@ -84,7 +84,7 @@ def _text_calls(obj: dict[str, Any], rules: XmlRules | None = None) -> list[Tool
         problem = choice_problem(choice, "text")
         if problem is not None:
             return [*calls, unjudgeable_call("choice", problem, choice)]
-        result = scan_text(choice.get("text") or "", content_formats(rules) if rules else CONTENT_FORMATS, {},
+        result = scan_text(choice.get("text") or "", content_formats(rules), {},
                            read_think=True)
         calls += result.tool_calls + result.malformed
     return calls
@@ -146,7 +146,7 @@ class _Choice:
     """One choice's text: scanned for calls; in enforce mode, the text not yet known to be free of them."""
 
     def __init__(self, rules: XmlRules | None = None) -> None:
-        self.scanner = ContentScanner(content_formats(rules) if rules else CONTENT_FORMATS, {}, read_think=True)
+        self.scanner = ContentScanner(content_formats(rules), {}, read_think=True)
         self.pending = ""
         self.finished = False
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import json
 from typing import Any
 
 from proxy.enforce.judging import JudgedCall
 from proxy.policy import LoadedPolicy, format_feedback
 from proxy.policy.judge import shell_command
-from proxy.toolcalls import ToolCall, new_call_id
+from proxy.toolcalls import openai_call
 
 __all__ = ["SIBLING_NOT_RUN", "blocked_message", "retry_messages", "turn_allowed"]
 
@@ -21,15 +20,10 @@ def turn_allowed(judged: list[JudgedCall]) -> bool:
 
 
 def _assistant_turn(content: str | None, judged: list[JudgedCall]) -> dict[str, Any]:
-    calls = []
-    for item in judged:
-        call = item.call
-        if call.id is None:
-            call.id = new_call_id()
-        # A chat template renders arguments as an object; unparseable ones are replayed empty
-        # and quoted in the feedback instead, so the retry itself cannot fail upstream.
-        arguments = call.arguments_text if call.arguments is not None else "{}"
-        calls.append({"id": call.id, "type": "function", "function": {"name": call.name, "arguments": arguments}})
+    # A chat template renders arguments as an object; unparseable ones are replayed empty
+    # and quoted in the feedback instead, so the retry itself cannot fail upstream.
+    calls = [openai_call(item.call, arguments="{}" if item.call.malformed else item.call.arguments_text)
+             for item in judged]
     return {"role": "assistant", "content": content or None, "tool_calls": calls}
 
 
@@ -78,13 +72,3 @@ def blocked_message(policy: LoadedPolicy, judged: list[JudgedCall], attempts: in
     # Quoted in text, a blocked call must not read as a call: no tag a client's text parser would open.
     return "\n".join(lines).replace("<", "\u2039")
 
-
-def tool_call_delta(index: int, call: ToolCall) -> dict[str, Any]:
-    """An allowed call as one delta: OpenCode finalizes a call as soon as its arguments parse."""
-    if call.id is None:
-        call.id = new_call_id()
-    arguments = call.arguments_text
-    if call.source != "openai":
-        arguments = json.dumps(call.arguments, ensure_ascii=False)
-    return {"index": index, "id": call.id, "type": "function",
-            "function": {"name": call.name, "arguments": arguments}}

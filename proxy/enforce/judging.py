@@ -141,7 +141,7 @@ def apply_repairs(message: dict[str, Any], judged: list[JudgedCall]) -> bool:
     entries = [e for e in message.get("tool_calls") or [] if isinstance(e, dict)]
     changed = False
     for item in judged:
-        if not item.repaired or item.call.source != "openai":
+        if not item.repaired or not item.call.structured:
             continue
         call = item.call
         found = next((e for e in entries if call.id and e.get("id") == call.id), None)

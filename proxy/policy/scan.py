@@ -155,18 +155,9 @@ class _Scanner:
                     out.weak["obfuscation"] = None  # line continuation: joins lines, hides structure
                     i += 2
                 else:
-                    out.add("obfuscation")
-                    word.raw += s[i : i + 2]
-                    word.value += s[i + 1]
-                    word.escaped = True
-                    i += 2
-            elif c == "$":
-                i = self._dollar(i, word)
-            elif c == "`":
-                out.add("substitution", "chain")
-                word.raw += c
-                word.dynamic = True
-                i = self._nested(i + 1, "`")
+                    i = self._escaped(i, word)
+            elif c == "$" or c == "`":
+                i = self._substitution(i, word)
             elif c == "|":
                 word = self._finish_word(word, words)
                 words = self._finish_command(words, nested)
@@ -376,18 +367,9 @@ class _Scanner:
                 word.raw += c
                 return i + 1
             if c == "\\":
-                out.add("obfuscation")
-                word.raw += s[i : i + 2]
-                word.value += s[i + 1 : i + 2]
-                word.escaped = True
-                i += 2
-            elif c == "$":
-                i = self._dollar(i, word)
-            elif c == "`":
-                out.add("substitution", "chain")
-                word.raw += c
-                word.dynamic = True
-                i = self._nested(i + 1, "`")
+                i = self._escaped(i, word)
+            elif c == "$" or c == "`":
+                i = self._substitution(i, word)
             else:
                 if c == "!":
                     out.add("expansion")  # history expansion in interactive bash and zsh
@@ -398,6 +380,24 @@ class _Scanner:
                 i += 1
         out.add("parse_error")
         raise _Abort
+
+    def _escaped(self, i: int, word: Word) -> int:
+        """A backslash and the character it escapes (unquoted or in double quotes): escapes can spell
+        a word the policy would refuse."""
+        self.out.add("obfuscation")
+        word.raw += self.s[i : i + 2]
+        word.value += self.s[i + 1 : i + 2]
+        word.escaped = True
+        return i + 2
+
+    def _substitution(self, i: int, word: Word) -> int:
+        """`$...` or a backquoted command inside a word (unquoted or in double quotes)."""
+        if self.s[i] == "$":
+            return self._dollar(i, word)
+        self.out.add("substitution", "chain")
+        word.raw += "`"
+        word.dynamic = True
+        return self._nested(i + 1, "`")
 
     def _dollar(self, i: int, word: Word) -> int:
         s, out = self.s, self.out

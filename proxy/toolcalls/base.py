@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 __all__ = [
+    "STRUCTURED_SOURCE",
     "CompletedCall",
     "Event",
     "ExtractionResult",
@@ -27,6 +28,9 @@ __all__ = [
     "loads_strict",
     "new_call_id",
 ]
+
+# The `source` of a call the upstream sent as a structured `tool_calls` entry (the `openai` format).
+STRUCTURED_SOURCE = "openai"
 
 # Tool name -> that tool's `parameters` JSON schema, as the request offered it.
 Schemas = dict[str, dict[str, Any]]
@@ -47,7 +51,7 @@ class ToolCall:
     name: str
     arguments_text: str
     arguments: dict[str, Any] | None
-    source: str  # "openai" | "qwen3_coder" | "hermes"
+    source: str  # a format's name ("openai", "qwen3_coder", "hermes"), or what the proxy made it from
     id: str | None = None
     index: int = 0
     error: str | None = None
@@ -57,26 +61,11 @@ class ToolCall:
     def malformed(self) -> bool:
         return self.arguments is None
 
-    def openai_dict(self) -> dict[str, Any]:
-        """The call as an entry of a message's `tool_calls` (what a converted response carries).
-
-        A call without an id gets one here, once, so every rendering of it agrees.
-        """
-        if not self.id:
-            self.id = new_call_id()
-        return {
-            "id": self.id,
-            "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments_text},
-        }
-
-    def delta_dict(self, index: int) -> dict[str, Any]:
-        """The call as ONE stream delta entry with id, name and the whole arguments.
-
-        OpenCode finalizes a call as soon as its accumulated arguments parse as JSON, so a held
-        call is released in one piece rather than in fragments.
-        """
-        return {"index": index, **self.openai_dict()}
+    @property
+    def structured(self) -> bool:
+        """The upstream sent it as a structured OpenAI `tool_calls` entry (not written in content, nor
+        made by the proxy): its arguments text is the upstream's own and is relayed as it came."""
+        return self.source == STRUCTURED_SOURCE
 
 
 @dataclass(slots=True)
@@ -154,6 +143,11 @@ class FormatStream(ABC):
         """Read one `choices[i].delta`; return what is known now."""
 
     @abstractmethod
+    def feed_value(self, value: Any) -> list[Event]:
+        """Read the value of the format's own delta field (`ToolCallFormat.field`) straight: what `feed`
+        does with a delta, without building one (the per-chunk hot path)."""
+
+    @abstractmethod
     def finish(self) -> list[Event]:
         """The choice ended: flush held text and complete open calls."""
 
@@ -166,6 +160,9 @@ class ToolCallFormat(ABC):
     """
 
     name: ClassVar[str]
+    # The message (and delta) field its calls travel in: "content" for the formats written in text,
+    # read together by one scanner; any other field is read by one format alone.
+    field: ClassVar[str]
 
     @abstractmethod
     def extract(self, message: dict[str, Any], schemas: Schemas) -> ExtractionResult:

@@ -6,7 +6,7 @@ from typing import Any
 
 from proxy.toolcalls.base import ExtractionResult
 from proxy.toolcalls.families import DEFAULT_RULES, XmlRules
-from proxy.toolcalls.registry import OPENAI, content_formats
+from proxy.toolcalls.registry import content_formats, structured_format
 from proxy.toolcalls.scanner import message_text, scan_text
 from proxy.toolcalls.schema import tool_schemas
 
@@ -16,7 +16,7 @@ __all__ = ["extract_from_message", "extract_from_response", "extract_from_text"]
 def extract_from_text(
     text: str, tools: list[dict[str, Any]] | None = None, *, rules: XmlRules | None = None
 ) -> ExtractionResult:
-    """Calls written in a model's text (Qwen3-Coder XML, Hermes JSON); `<think>` is never read.
+    """Calls written in a model's text (the registered content formats); `<think>` is never read.
 
     XML is read as `rules` say (default: vLLM 0.19 `qwen3_coder`). This is the whole-response
     path: where the family strips a whole response's content when tools are called (0.24+), so
@@ -41,7 +41,7 @@ def extract_from_message(
         result = ExtractionResult(content=text)
     else:
         result = _whole_content(scan_text(text, content_formats(rules), schemas), rules)
-    structured = OPENAI.extract(message, schemas)
+    structured = structured_format().extract(message, schemas)
     result.tool_calls += structured.tool_calls
     result.malformed += structured.malformed
     return result

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from proxy.toolcalls.base import (
+    STRUCTURED_SOURCE,
     CompletedCall,
     Event,
     ExtractionResult,
@@ -32,11 +33,12 @@ if TYPE_CHECKING:
 
 __all__ = ["OpenAIFormat", "StructuredStream", "structured_call"]
 
-SOURCE = "openai"
+SOURCE = STRUCTURED_SOURCE
 
 
 class OpenAIFormat(ToolCallFormat):
     name: ClassVar[str] = SOURCE
+    field: ClassVar[str] = "tool_calls"
 
     def extract(self, message: dict[str, Any], schemas: Schemas) -> ExtractionResult:
         result = ExtractionResult(content=message_text(message))
@@ -110,9 +112,9 @@ class StructuredStream(FormatStream):
 
     def feed(self, delta: dict[str, Any]) -> list[Event]:
         fragments = delta.get("tool_calls") if isinstance(delta, dict) else None
-        return self.feed_fragments(fragments) if fragments else []
+        return self.feed_value(fragments) if fragments else []
 
-    def feed_fragments(self, fragments: Any) -> list[Event]:
+    def feed_value(self, fragments: Any) -> list[Event]:
         if type(fragments) is not list:
             return []
         # Hot path: one more argument fragment of the open, named call (what most deltas are).

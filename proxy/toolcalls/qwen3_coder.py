@@ -54,7 +54,9 @@ _ENGINE_PARAM = re.compile(
 
 class Qwen3CoderFormat(ContentFormat):
     name: ClassVar[str] = SOURCE
-    bare_tag: ClassVar[str | None] = FUNCTION_START
+    # The catch-all for `<tool_call>` blocks: asked after the formats with a stricter mark.
+    priority: ClassVar[int] = 10
+    openers: ClassVar[tuple[str, ...]] = (TOOL_CALL_START, FUNCTION_START)
     # A bare call also ends at `</tool_call>`: a stray closer must not swallow the rest of the text.
     bare_closers: tuple[str, ...] = (FUNCTION_END, TOOL_CALL_END)
 
@@ -63,6 +65,9 @@ class Qwen3CoderFormat(ContentFormat):
         if rules.engine == "engine":
             # The engine reads `</tool_call>` inside a function as text: only `</function>` ends it.
             self.bare_closers = (FUNCTION_END,)
+
+    def for_rules(self, rules: XmlRules) -> Qwen3CoderFormat:
+        return self if rules == self.rules else Qwen3CoderFormat(rules)
 
     def block_closes(self, body: str) -> bool:
         if self.rules.engine != "engine":

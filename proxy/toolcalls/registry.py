@@ -1,8 +1,9 @@
-"""The tool-call formats by name: what `ChoiceStream` and the `extract_*` functions read.
+"""The tool-call formats by name: the table that whole extraction and `ChoiceStream` dispatch through.
 
-`CONTENT_FORMATS` is the order in which content formats are asked to claim a `<tool_call>`
-block: Hermes first (its mark, a JSON object, is the stricter), Qwen3-Coder last as the catch-all
-that reports any other block as a malformed call.
+A format registered here is read everywhere calls are read. The formats written in content are read
+together by one scanner, each by what it declares (`ContentFormat.openers`, `priority`); a format
+with a field of its own (OpenAI's structured `tool_calls`) reads that field alone. Adding a format:
+its module, and one `register(...)` line below.
 """
 
 from __future__ import annotations
@@ -16,17 +17,51 @@ from proxy.toolcalls.openai import OpenAIFormat
 from proxy.toolcalls.qwen3_coder import Qwen3CoderFormat
 from proxy.toolcalls.scanner import ContentFormat
 
-__all__ = ["CONTENT_FORMATS", "OPENAI", "REGISTRY", "content_formats"]
+__all__ = ["FORMATS", "content_formats", "register", "structured_format", "unregister"]
 
-_HERMES = HermesFormat()
-OPENAI = OpenAIFormat()
-
-
-@functools.cache  # one tuple per rules object: a handful of families
-def content_formats(rules: XmlRules = DEFAULT_RULES) -> tuple[ContentFormat, ...]:
-    """The content formats in claiming order, with Qwen3-Coder XML read by `rules`."""
-    return (_HERMES, Qwen3CoderFormat(rules))
+FORMATS: dict[str, ToolCallFormat] = {}
+"""Every registered format by name, in registration order."""
 
 
-CONTENT_FORMATS: tuple[ContentFormat, ...] = content_formats(DEFAULT_RULES)
-REGISTRY: dict[str, ToolCallFormat] = {fmt.name: fmt for fmt in (CONTENT_FORMATS[1], _HERMES, OPENAI)}
+def register(fmt: ToolCallFormat) -> ToolCallFormat:
+    """Adds `fmt` (or replaces the format of its name); returns it."""
+    if not isinstance(fmt, ContentFormat):
+        other = next((f for f in FORMATS.values() if f.field == fmt.field and f.name != fmt.name), None)
+        if other is not None:  # a delta field holds one format's calls: two readers would disagree
+            raise ValueError(f"format {fmt.name!r}: field {fmt.field!r} is already read by {other.name!r}")
+    FORMATS[fmt.name] = fmt
+    _forget()
+    return fmt
+
+
+def unregister(name: str) -> None:
+    """Removes the format `name` (a test's own format, once the test is done)."""
+    del FORMATS[name]
+    _forget()
+
+
+def content_formats(rules: XmlRules | None = None) -> tuple[ContentFormat, ...]:
+    """The registered content formats, highest priority first, XML read by `rules` (default: vLLM 0.19)."""
+    return _content_formats(DEFAULT_RULES if rules is None else rules)
+
+
+@functools.cache  # one tuple per rules object (a handful of families), until the table changes
+def _content_formats(rules: XmlRules) -> tuple[ContentFormat, ...]:
+    formats = [fmt.for_rules(rules) for fmt in FORMATS.values() if isinstance(fmt, ContentFormat)]
+    return tuple(sorted(formats, key=lambda fmt: -fmt.priority))
+
+
+@functools.cache
+def structured_format() -> ToolCallFormat:
+    """The format that reads a message's structured `tool_calls`."""
+    return next(fmt for fmt in FORMATS.values() if fmt.field == "tool_calls")
+
+
+def _forget() -> None:
+    _content_formats.cache_clear()
+    structured_format.cache_clear()
+
+
+register(Qwen3CoderFormat())
+register(HermesFormat())
+register(OpenAIFormat())

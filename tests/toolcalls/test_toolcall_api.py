@@ -6,12 +6,12 @@ import json
 import re
 
 import proxy.toolcalls as toolcalls
-from proxy.toolcalls import ToolCall, extract_from_response, new_call_id
+from proxy.toolcalls import ToolCall, extract_from_response, new_call_id, openai_call, openai_call_delta
 
 from .toolcall_cases import LS, response, structured, text
 
 PUBLIC = {
-    "ToolCall", "ExtractionResult", "REGISTRY", "extract_from_text", "extract_from_message",
+    "ToolCall", "ExtractionResult", "FORMATS", "extract_from_text", "extract_from_message",
     "extract_from_response", "ChoiceStream", "TextDelta", "CompletedCall", "new_call_id", "tool_schemas",
 }  # fmt: skip
 
@@ -23,8 +23,8 @@ def test_public_names() -> None:
 
 
 def test_registry_names() -> None:
-    assert list(toolcalls.REGISTRY) == ["qwen3_coder", "hermes", "openai"]
-    for name, fmt in toolcalls.REGISTRY.items():
+    assert list(toolcalls.FORMATS) == ["qwen3_coder", "hermes", "openai"]
+    for name, fmt in toolcalls.FORMATS.items():
         assert fmt.name == name and isinstance(fmt, toolcalls.ToolCallFormat)
 
 
@@ -42,16 +42,16 @@ def test_call_as_openai_entry_and_as_one_delta() -> None:
         source="qwen3_coder",
         id="chatcmpl-tool-x",
     )
-    assert call.openai_dict() == {
+    assert openai_call(call) == {
         "id": "chatcmpl-tool-x",
         "type": "function",
         "function": {"name": "bash", "arguments": '{"command": "ls"}'},
     }
-    delta = call.delta_dict(2)
+    delta = openai_call_delta(call, 2)
     assert delta["index"] == 2 and delta["id"] == "chatcmpl-tool-x" and delta["function"]["name"] == "bash"
     assert json.loads(delta["function"]["arguments"]) == {"command": "ls"}
     anonymous = ToolCall(name="x", arguments_text="{}", arguments={}, source="hermes")
-    assert anonymous.openai_dict()["id"] == anonymous.delta_dict(0)["id"] == anonymous.id  # minted once
+    assert openai_call(anonymous)["id"] == openai_call_delta(anonymous, 0)["id"] == anonymous.id  # minted once
 
 
 def test_extract_from_response_one_result_per_choice_in_order() -> None:

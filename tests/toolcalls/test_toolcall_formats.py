@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from proxy.toolcalls import REGISTRY, ChoiceStream, extract_from_message, extract_from_text, tool_schemas
+from proxy.toolcalls import FORMATS, ChoiceStream, extract_from_message, extract_from_text, tool_schemas
 
 from .helpers import check_expected, run_stream, summary
 from .toolcall_cases import CASES, Case, random_cuts
@@ -37,10 +37,10 @@ def _content_only(case: Case) -> bool:
 
 def test_every_registered_format_has_cases() -> None:
     covered = {case.fmt for case in CASES}
-    missing = set(REGISTRY) - covered
+    missing = set(FORMATS) - covered
     assert not missing, f"registered formats without test cases: {sorted(missing)}"
-    assert covered <= set(REGISTRY), f"cases for unregistered formats: {sorted(covered - set(REGISTRY))}"
-    for name in REGISTRY:
+    assert covered <= set(FORMATS), f"cases for unregistered formats: {sorted(covered - set(FORMATS))}"
+    for name in FORMATS:
         assert sum(case.fmt == name for case in CASES) >= 5, name
 
 
@@ -59,7 +59,7 @@ def test_whole_message(case: Case) -> None:
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.alone], ids=str)
 def test_format_alone_whole(case: Case) -> None:
-    check_expected(case, REGISTRY[case.fmt].extract(case.message, tool_schemas(case.tools)))
+    check_expected(case, FORMATS[case.fmt].extract(case.message, tool_schemas(case.tools)))
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
@@ -83,7 +83,7 @@ def test_stream_random_chunkings(case: Case) -> None:
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.alone], ids=str)
 def test_format_alone_streamed_equals_whole(case: Case) -> None:
-    fmt = REGISTRY[case.fmt]
+    fmt = FORMATS[case.fmt]
     schemas = tool_schemas(case.tools)
     whole = fmt.extract(case.message, schemas)
     if case.fmt == "openai":
