@@ -100,7 +100,8 @@ def _policy(folder: Path, name: str) -> Path:
         text = text.replace(" {suggestion}\"", "\"")
     if name == "repair":
         # Beside `name:`, not appended: the shipped file ends with YAML's `...` end-of-document marker.
-        text = text.replace(f"name: sim-{name}", f"name: sim-{name}\nrepair: [output_filters, stderr_redirect, timeout, cd_workdir]")
+        repair = "repair: [output_filters, stderr_redirect, timeout, cd_workdir]"
+        text = text.replace(f"name: sim-{name}", f"name: sim-{name}\n{repair}")
     path = folder / name / "policy.yaml"
     path.parent.mkdir()
     path.write_text(text)
