@@ -118,7 +118,7 @@ def _rows_now(proxy, sql: str) -> list[Any]:
         async with proxy.services.engine.connect() as conn:
             return [tuple(r) for r in await conn.execute(text(sql))]
 
-    return asyncio.run_coroutine_threadsafe(query(), proxy.http.app.state.loop).result(15)
+    return asyncio.run_coroutine_threadsafe(query(), proxy.app.state.loop).result(15)
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -527,7 +527,7 @@ def test_the_same_looping_session_gives_the_same_loop_count_on_every_route(upstr
     # The statistics agree, split by route.
     proxy.flush()
     stats = {route: asyncio.run_coroutine_threadsafe(model_stats(proxy.services.engine, route=route),
-                                                     proxy.http.app.state.loop).result(15)["models"][0]["loops"]["count"]
+                                                     proxy.app.state.loop).result(15)["models"][0]["loops"]["count"]
              for route in counts}
     assert stats == counts
     by_route = proxy.rows("SELECT route, count(*) FROM tool_calls GROUP BY route ORDER BY route")

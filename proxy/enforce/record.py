@@ -117,7 +117,7 @@ class RequestRecord:
                     f"{b['tool']} {','.join(b['reasons'])}: {b['call']}" for b in self.blocked)[:1000]
 
     def save(self, writer: StoreWriter) -> None:
-        """Queue the session (first time) and the request row; called exactly once per request."""
+        """Queue the session (first time) and the request row; `Services.finish` calls it as a request ends."""
         if self.saved:
             return
         self.saved = True
