@@ -32,14 +32,6 @@ class Usage:
         if isinstance(details, dict):
             self.cached_tokens += _int(details.get("cached_tokens"))
 
-    def as_openai(self) -> dict[str, Any]:
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "total_tokens": self.prompt_tokens + self.completion_tokens,
-            "completion_tokens": self.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": self.cached_tokens} if self.cached_tokens else None,
-        }
-
 
 def _call_text(arguments: Any) -> str:
     if isinstance(arguments, dict) and isinstance(arguments.get("command"), str):

@@ -55,7 +55,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.loop = asyncio.get_running_loop()  # lets tests and the CLI reach the writer
             host, port = getattr(app.state, "listen", (settings.host, settings.port))
             report = await startup_report(services, host=host, port=port)
-            app.state.banner = report
             if getattr(app.state, "print_banner", False):
                 print(render(report), file=sys.stderr, flush=True)
             log.info("proxy.started", xml_rules=services.vllm.rules.label, **report)
