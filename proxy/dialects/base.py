@@ -248,8 +248,8 @@ async def handle(request: Request, state: Services, dialect: Dialect) -> Respons
 
 
 async def _exchange(request: Request, state: Services, dialect: Dialect) -> DialectExchange:
-    shape = RouteShape(dialect.route, dialect.validate, dialect.conversation,
-                       lambda payload: (None, dialect.offered(payload)), asks_usage=False)
+    shape = RouteShape(name=dialect.route, validate=dialect.validate, conversation=dialect.conversation,
+                       tools=lambda payload: (None, dialect.offered(payload)), asks_usage=False)
     exchange: DialectExchange = await open_exchange(request, state, shape, DialectExchange, dialect=dialect)
     return exchange
 

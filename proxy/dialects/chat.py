@@ -77,8 +77,8 @@ def _validate(payload: dict[str, Any]) -> None:
                              param=f"messages[{position}]")
 
 
-CHAT = RouteShape("chat", _validate, lambda payload: payload["messages"],
-                  lambda payload: _offered_tools(payload.get("tools")))
+CHAT = RouteShape(name="chat", validate=_validate, conversation=lambda payload: payload["messages"],
+                  tools=lambda payload: _offered_tools(payload.get("tools")))
 
 
 async def chat_completions(request: Request, state: Services) -> Response:

@@ -52,7 +52,8 @@ _COMPACT = (",", ":")
 
 
 # No tools are offered on this route: no call is `unknown_tool`. A raw prompt has no turns for lineage to follow.
-COMPLETIONS = RouteShape("completions", lambda payload: None, lambda payload: None, lambda payload: (None, set()))
+COMPLETIONS = RouteShape(name="completions", validate=lambda payload: None, conversation=lambda payload: None,
+                         tools=lambda payload: (None, set()))
 
 
 async def completions(request: Request, state: Services) -> Response:

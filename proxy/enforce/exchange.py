@@ -59,7 +59,7 @@ class Outcome(StrEnum):
     BLOCKED = "blocked"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Exchange:
     """One client request: what was asked, under which policy, and what has happened so far."""
 
@@ -211,7 +211,7 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class RouteShape:
     """What sets one judged route's requests apart before the first attempt; the rest is `open_exchange`."""
 

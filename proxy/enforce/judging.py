@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
 from proxy.logs import get_logger
@@ -43,6 +43,7 @@ _UNGOVERNED_MEMORY = 10_000
 class JudgedCall:
     call: ToolCall
     verdict: Verdict
+    _: KW_ONLY
     # When repaired: the arguments text and command the model wrote (`call` now holds the repaired form).
     original_arguments: str | None = None
     original_command: str | None = None

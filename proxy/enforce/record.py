@@ -47,7 +47,7 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class RequestRecord:
     session: SessionRef
     model: str

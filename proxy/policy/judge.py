@@ -48,7 +48,7 @@ def _bad_arguments(also: tuple[str, ...] = ()) -> Verdict:
 
 def tool_set(policy: Policy) -> ToolSet:
     """The tools as judged when nothing is known about the request (CLI checks, rechecks, examples)."""
-    return ToolSet(profile_table(policy))
+    return ToolSet(table=profile_table(policy))
 
 
 _MISSING = object()

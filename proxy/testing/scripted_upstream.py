@@ -37,7 +37,7 @@ __all__ = ["Reply", "ScriptedUpstream"]
 _COMPACT = (",", ":")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Reply:
     content: str = ""
     reasoning: str | None = None

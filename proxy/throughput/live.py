@@ -280,7 +280,8 @@ def _table_from_json(model: str, entry: Mapping[str, Any]) -> ModelTable:
             n_active=c["n_active"], prompt_tps_active=c["prompt_tps_active"],
             completed_requests=c["completed_requests"], requests_per_minute=c["requests_per_minute"],
         )
-    return ModelTable(model, dict(sorted(cells.items())), entry.get("windows", 0), entry.get("idle_windows", 0))
+    return ModelTable(model=model, cells=dict(sorted(cells.items())), windows=entry.get("windows", 0),
+                      idle_windows=entry.get("idle_windows", 0))
 
 
 def _latency_text(cell: Mapping[str, Any] | None, kind: str) -> str:
