@@ -22,7 +22,7 @@ from proxy.dialects.routes import passthrough_refusal
 from proxy.enforce.exchange import pick_policy
 from proxy.http.auth import ADMIN
 from proxy.http.dashboard import router as dashboard_router
-from proxy.http.errors import install_error_handlers
+from proxy.http.error_handlers import install_error_handlers
 from proxy.http.stats_routes import router as stats_router
 from proxy.logs import configure_logging, get_logger
 from proxy.services import Services

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 
 from proxy.errors import BadRequest, ProxyError
 from proxy.http.auth import ADMIN
-from proxy.http.errors import ShapedErrorRoute
+from proxy.http.error_handlers import ShapedErrorRoute
 from proxy.stats.compare import compare_models
 from proxy.stats.models import model_stats, parse_time, session_detail, top_loops
 from proxy.stats.variants import variant_stats

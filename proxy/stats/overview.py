@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.errors import BadRequest
 from proxy.http.auth import ADMIN
-from proxy.http.errors import ShapedErrorRoute
+from proxy.http.error_handlers import ShapedErrorRoute
 from proxy.http.stats_routes import _answer, _loop_min
 from proxy.store.tables import error_runs, requests, tool_calls
 

@@ -17,7 +17,7 @@ from proxy.store.db import translate_db_error
 
 __all__ = ["ShapedErrorRoute", "install_error_handlers"]
 
-log = get_logger("proxy.http.errors")
+log = get_logger("proxy.http.error_handlers")
 
 
 def install_error_handlers(app: FastAPI) -> None:
