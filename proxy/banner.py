@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from proxy import __version__
 from proxy.config import Settings
-from proxy.services import ProxyState
+from proxy.services import Services
 
 __all__ = ["config_warnings", "is_loopback", "render", "startup_report"]
 
@@ -52,7 +52,7 @@ def _display_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-async def startup_report(state: ProxyState, *, host: str, port: int) -> dict[str, Any]:
+async def startup_report(state: Services, *, host: str, port: int) -> dict[str, Any]:
     settings = state.settings
     base = f"http://{_display_host(host)}:{port}"
     upstreams = []

@@ -43,9 +43,21 @@ def error_body(message: str, type_: str, *, code: str | int | None = None, param
 
 
 class ProxyError(Exception):
+    """The base: a subclass declares its answer in its class line, `class X(ProxyError, status_code=404, ...)`."""
+
     status_code = 500
     error_type = "internal_error"
     code: str | None = None
+
+    def __init_subclass__(cls, *, status_code: int | None = None, error_type: str | None = None,
+                          code: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if status_code is not None:
+            cls.status_code = status_code
+        if error_type is not None:
+            cls.error_type = error_type
+        if code is not None:
+            cls.code = code
 
     def __init__(self, message: str, *, param: str | None = None) -> None:
         super().__init__(message)
@@ -56,68 +68,22 @@ class ProxyError(Exception):
         return error_body(self.message, self.error_type, code=self.code, param=self.param)
 
 
-class BadRequest(ProxyError):
-    status_code = 400
-    error_type = "invalid_request_error"
+class BadRequest(ProxyError, status_code=400, error_type="invalid_request_error"): ...
+class PayloadTooLarge(ProxyError, status_code=413, error_type="invalid_request_error", code="request_too_large"): ...
+class ModelNotFound(ProxyError, status_code=404, error_type="invalid_request_error", code="model_not_found"): ...
+class Forbidden(ProxyError, status_code=403, error_type="permission_error"): ...
+class Unauthorized(ProxyError, status_code=401, error_type="authentication_error"): ...
+class UpstreamUnavailable(ProxyError, status_code=502, error_type="upstream_error", code="upstream_unreachable"): ...
+class UpstreamTimeout(ProxyError, status_code=504, error_type="upstream_timeout", code="upstream_timeout"): ...
+class UpstreamProtocolError(ProxyError, status_code=502, error_type="upstream_error",
+                            code="upstream_protocol_error"): ...
+class StoreUnavailable(ProxyError, status_code=503, error_type="store_unavailable", code="store_unavailable"): ...
+class ClientGone(ProxyError, status_code=499, error_type="client_disconnected", code="client_disconnected"): ...
 
 
-class PayloadTooLarge(ProxyError):
-    status_code = 413
-    error_type = "invalid_request_error"
-    code = "request_too_large"
-
-
-class ModelNotFound(ProxyError):
-    status_code = 404
-    error_type = "invalid_request_error"
-    code = "model_not_found"
-
-
-class Forbidden(ProxyError):
-    status_code = 403
-    error_type = "permission_error"
-
-
-class Unauthorized(ProxyError):
-    status_code = 401
-    error_type = "authentication_error"
-
-
-class UpstreamUnavailable(ProxyError):
-    status_code = 502
-    error_type = "upstream_error"
-    code = "upstream_unreachable"
-
-
-class UpstreamTimeout(ProxyError):
-    status_code = 504
-    error_type = "upstream_timeout"
-    code = "upstream_timeout"
-
-
-class UpstreamProtocolError(ProxyError):
-    status_code = 502
-    error_type = "upstream_error"
-    code = "upstream_protocol_error"
-
-
-class StoreUnavailable(ProxyError):
-    status_code = 503
-    error_type = "store_unavailable"
-    code = "store_unavailable"
-
-
-class ClientGone(ProxyError):
-    status_code = 499
-    error_type = "client_disconnected"
-    code = "client_disconnected"
-
-
-class UpstreamUnjudgeable(UpstreamProtocolError):
+class UpstreamUnjudgeable(UpstreamProtocolError, code="unjudgeable"):
     """The upstream answered something the proxy will not relay: a body or event that does not parse, a
     status other than 200 on success, a redirect."""
-
-    code = "unjudgeable"
 
 
 def error_response(exc: ProxyError) -> JSONResponse:

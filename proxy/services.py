@@ -1,28 +1,37 @@
-"""Everything a request handler needs, built once at start-up."""
+"""Everything a request handler needs: built and started in one place (`Services.start`), closed in one
+place (`Services.close`, in the reverse order), and the one place a request ends (`Services.finish`)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.config import Settings
 from proxy.enforce.record import RequestRecord
-from proxy.policy import PolicyManager
+from proxy.logs import get_logger
+from proxy.policy import PolicyManager, default_policy_path
 from proxy.sessions.resolve import SessionResolver
-from proxy.stats.prometheus import IN_FLIGHT
+from proxy.stats.prometheus import IN_FLIGHT, REQUESTS
+from proxy.stats.prometheus_feed import observe_request
+from proxy.store.db import create_engine, migrate
+from proxy.store.journal import OwnerLock, recover
 from proxy.store.writer import StoreWriter
+from proxy.throughput.live import LiveWindows
 from proxy.upstream.client import Upstreams
 from proxy.upstream.model_catalog import ModelCatalog
 from proxy.upstream.vllm_version import UpstreamVllm
 
-__all__ = ["ProxyState"]
+__all__ = ["Services"]
+
+log = get_logger("proxy.services")
 
 
-@dataclass
-class ProxyState:
+@dataclass(kw_only=True)
+class Services:
     settings: Settings
     upstream: Upstreams
     engine: AsyncEngine
@@ -30,11 +39,70 @@ class ProxyState:
     models: ModelCatalog
     sessions: SessionResolver
     policies: PolicyManager
+    # The upstream's vLLM version family: how raw XML in content is read.
+    vllm: UpstreamVllm
     in_flight: Counter[str] = field(default_factory=Counter)
-    # Called with every finished request (throughput windows, for one); must not block.
+    # Called with every finished request (throughput windows, metrics); must not block.
     listeners: list[Callable[[RequestRecord], None]] = field(default_factory=list)
-    # The upstream's vLLM version family: how raw XML in content is read (None: the default rules).
-    vllm: UpstreamVllm | None = None
+    live: LiveWindows | None = None
+    # What `close` undoes, newest first.
+    _closers: AsyncExitStack = field(default_factory=AsyncExitStack, repr=False)
+
+    # -- start and close --------------------------------------------------------------------------------
+
+    @classmethod
+    async def start(cls, settings: Settings) -> Services:
+        """Builds and starts every service; a failure part way closes what had started, then raises."""
+        closers = AsyncExitStack()
+        try:
+            return await cls._start(settings, closers)
+        except BaseException:
+            await closers.aclose()
+            raise
+
+    @classmethod
+    async def _start(cls, settings: Settings, closers: AsyncExitStack) -> Services:
+        policies = PolicyManager(settings.policy or default_policy_path())
+        engine = create_engine(settings.db)
+        closers.push_async_callback(engine.dispose)
+        await migrate(engine)
+        writer = StoreWriter(engine, batch_size=settings.store_batch_size,
+                             flush_seconds=settings.store_flush_seconds, max_queue=settings.store_max_queue)
+        owner_lock = OwnerLock(engine, writer.owner)
+        await owner_lock.acquire()
+        closers.push_async_callback(owner_lock.release)
+        # The requests of calls released by a proxy that died are on record before anything new is.
+        try:
+            await recover(engine, writer.owner)
+        except Exception as exc:  # a store that cannot be written: the writer's probe reports it in /health
+            log.error("store.journal_recovery_failed", error=str(exc))
+        await writer.start()
+        closers.push_async_callback(_stopped, writer)
+        upstream = Upstreams(settings)
+        closers.push_async_callback(upstream.aclose)
+        services = cls(
+            settings=settings, upstream=upstream, engine=engine, writer=writer, policies=policies,
+            models=ModelCatalog(upstream, ttl=settings.models_cache_seconds, aliases=settings.model_aliases),
+            sessions=SessionResolver(settings.session_header, engine=engine, writer=writer),
+            vllm=UpstreamVllm(vllm_version=settings.vllm_version, tool_parser=settings.tool_parser,
+                              upstream=upstream),
+            _closers=closers,
+        )
+        await services.vllm.detect()
+        live = services.live = LiveWindows(engine, services.in_flight,
+                                           window_seconds=settings.throughput_window_seconds)
+        services.listeners += [live.observe, observe_request]
+        await policies.start()
+        closers.push_async_callback(policies.stop)
+        await live.start()
+        closers.push_async_callback(live.stop)
+        return services
+
+    async def close(self) -> None:
+        """Stops and closes every service, in the reverse order of `start`."""
+        await self._closers.aclose()
+
+    # -- one request ----------------------------------------------------------------------------------
 
     def enter(self, model: str) -> int:
         """Counts the request in; returns the concurrency it started at (itself included)."""
@@ -42,17 +110,34 @@ class ProxyState:
         IN_FLIGHT.labels(model).inc()
         return self.in_flight[model]
 
-    def leave(self, model: str) -> None:
+    def _leave(self, model: str) -> None:
         self.in_flight[model] -= 1
         IN_FLIGHT.labels(model).dec()
         if self.in_flight[model] <= 0:
             del self.in_flight[model]
 
     def finish(self, record: RequestRecord) -> None:
-        """The one place a request ends: counted out, queued for the store, told to listeners."""
+        """The one place a request ends, whatever its route: counted out, its outcome settled and queued for
+        the store, the metrics and the other listeners fed, the `request` log line written. A second call
+        for the same record does nothing."""
         if record.saved:
             return
-        self.leave(record.model)
+        self._leave(record.model)
         record.save(self.writer)
+        REQUESTS.labels(record.model, record.route, str(record.status)).inc()
         for listener in self.listeners:
             listener(record)
+        log.info("request", request_id=record.id, session=record.session.id, model=record.model,
+                 route=record.route, stream=record.stream, status=record.status, outcome=record.outcome,
+                 error=record.error, blocked=record.blocked, attempts=record.attempts,
+                 ttfb_ms=_round(record.ttfb_ms), ttft_ms=_round(record.ttft_ms),
+                 duration_ms=_round(record.duration_ms), concurrency=record.concurrency)
+
+
+async def _stopped(writer: StoreWriter) -> None:
+    await writer.stop()
+    log.info("proxy.stopped", rows_written=writer.rows_written)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)

@@ -53,12 +53,12 @@ class RunningProxy:
         return self.server.url
 
     @property
-    def state(self) -> Any:
+    def services(self) -> Any:
         return self.app.state.proxy
 
     def flush(self) -> None:
         """Wait until the writer has stored every row queued so far."""
-        future = asyncio.run_coroutine_threadsafe(self.state.writer.flush(10), self.app.state.loop)
+        future = asyncio.run_coroutine_threadsafe(self.services.writer.flush(10), self.app.state.loop)
         future.result(15)
 
     def rows(self, sql: str, **params: Any) -> list[Row]:
@@ -68,7 +68,7 @@ class RunningProxy:
         self.flush()
 
         async def query() -> list[Row]:
-            async with self.state.engine.connect() as conn:
+            async with self.services.engine.connect() as conn:
                 result = await conn.execute(text(sql), params)
                 keys = list(result.keys())
                 return [Row(tuple(r), keys) for r in result]

@@ -115,7 +115,7 @@ def test_a_full_queue_drops_rows_counted_and_degrades_health(tmp_path):
 def _rows_now(proxy, sql: str) -> list[Any]:
     """Rows as committed right now: no flush of the writer first (unlike proxy.rows)."""
     async def query():
-        async with proxy.state.engine.connect() as conn:
+        async with proxy.services.engine.connect() as conn:
             return [tuple(r) for r in await conn.execute(text(sql))]
 
     return asyncio.run_coroutine_threadsafe(query(), proxy.app.state.loop).result(15)

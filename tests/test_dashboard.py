@@ -213,7 +213,7 @@ def test_dashboard_draws_the_stats_live_and_stays_on_host(
     _seed(upstream, proxy)
 
     def live_windows() -> bool:
-        future = asyncio.run_coroutine_threadsafe(live_throughput(proxy.state.engine), proxy.app.state.loop)
+        future = asyncio.run_coroutine_threadsafe(live_throughput(proxy.services.engine), proxy.app.state.loop)
         return bool(future.result(10).get(MODEL, {}).get("concurrency"))
 
     assert wait_until(live_windows, timeout=5), "no throughput window was written"

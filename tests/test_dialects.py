@@ -605,7 +605,7 @@ def test_the_same_looping_session_gives_the_same_loop_count_on_every_route(upstr
     assert counts == {"chat": 2, "responses": 2, "messages": 2}
     # The statistics agree, split by route.
     proxy.flush()
-    stats = {route: asyncio.run_coroutine_threadsafe(model_stats(proxy.state.engine, route=route),
+    stats = {route: asyncio.run_coroutine_threadsafe(model_stats(proxy.services.engine, route=route),
                                                      proxy.app.state.loop).result(15)["models"][0]["loops"]["count"]
              for route in counts}
     assert stats == counts

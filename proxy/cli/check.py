@@ -22,7 +22,8 @@ import json
 import sys
 from typing import Any, TextIO
 
-from ..policy import Policy, PolicyError, default_policy_path, format_feedback, judge_call, load_policy_file
+from ..enforce.judging import judge_offline
+from ..policy import LoadedPolicy, Policy, PolicyError, default_policy_path, format_feedback, load_policy_file
 from ..policy.judge import tool_set
 from ..policy.suggest import suggest
 from ..policy.verdict import MALFORMED, Verdict
@@ -59,24 +60,28 @@ Judged = tuple[str, dict[str, Any] | None, Verdict]
 _UNREADABLE = Verdict(MALFORMED, ("bad_arguments",), "bad_arguments")
 
 
-def _bash_call(policy: Policy, command: str) -> Judged:
+def _call(loaded: LoadedPolicy, tool: str, arguments: str | dict[str, Any] | None) -> Judged:
+    judged = judge_offline(loaded, tool, arguments)  # as the proxy judges it
+    return tool, judged.call.arguments, judged.verdict
+
+
+def _bash_call(loaded: LoadedPolicy, command: str) -> Judged:
+    policy = loaded.policy
     tool = policy.bash.tools[0] if policy.bash.tools else "bash"
-    arguments = {policy.bash.command_argument: command}
-    return tool, arguments, judge_call(policy, tool, arguments)
+    return _call(loaded, tool, {policy.bash.command_argument: command})
 
 
-def _judge(policy: Policy, tool: str | None, payload: str) -> Judged:
+def _judge(loaded: LoadedPolicy, tool: str | None, payload: str) -> Judged:
     if tool is None:
-        return _bash_call(policy, payload)
+        return _bash_call(loaded, payload)
     try:
         arguments = json.loads(payload)
     except ValueError:
         arguments = None
-    if not isinstance(arguments, dict) and _is_string_shell(policy, tool):
+    if not isinstance(arguments, dict) and _is_string_shell(loaded.policy, tool):
         # `--tool bash 'uv run ...'`: a shell tool's command given as it is, not wrapped in JSON.
-        return _bash_call(policy, payload)
-    arguments = arguments if isinstance(arguments, dict) else None
-    return tool, arguments, judge_call(policy, tool, arguments)
+        return _bash_call(loaded, payload)
+    return _call(loaded, tool, payload)
 
 
 def _is_string_shell(policy: Policy, tool: str) -> bool:
@@ -85,7 +90,7 @@ def _is_string_shell(policy: Policy, tool: str) -> bool:
     return bool(rules) and all(r.map.shell is not None and r.map.shell.command for r in rules)
 
 
-def _judge_line(policy: Policy, line: str) -> Judged:
+def _judge_line(loaded: LoadedPolicy, line: str) -> Judged:
     try:
         item = json.loads(line)
     except ValueError:
@@ -96,18 +101,12 @@ def _judge_line(policy: Policy, line: str) -> Judged:
         cmd = item["cmd"]
         if not isinstance(cmd, str):
             return "", None, _UNREADABLE
-        return _bash_call(policy, cmd)
+        return _bash_call(loaded, cmd)
     tool = item.get("tool")
     if not isinstance(tool, str):
         return "", None, _UNREADABLE
-    arguments = item.get("arguments")
-    if isinstance(arguments, str):  # arguments as the model sent them: a JSON text
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            arguments = None
-    arguments = arguments if isinstance(arguments, dict) else None
-    return tool, arguments, judge_call(policy, tool, arguments)
+    arguments = item.get("arguments")  # an object, or a JSON text as the model sent it
+    return _call(loaded, tool, arguments if isinstance(arguments, str | dict) else None)
 
 
 def _print(policy: Policy, judged: Judged, out: TextIO, *, explain: bool, echo: str | None = None) -> None:
@@ -138,12 +137,12 @@ def run(args: argparse.Namespace, *, stdin: TextIO | None = None, stdout: TextIO
     if args.jsonl:
         for line in stdin:
             if line.strip():
-                _print(policy, _judge_line(policy, line), stdout, explain=args.explain, echo=line)
+                _print(policy, _judge_line(loaded, line), stdout, explain=args.explain, echo=line)
         stdout.flush()
         return 0
     if args.command is None:
         sys.stderr.write("allowlist-proxy check: give a COMMAND, or --jsonl to read calls from stdin\n")
         return 2
-    judged = _judge(policy, args.tool, args.command)
+    judged = _judge(loaded, args.tool, args.command)
     _print(policy, judged, stdout, explain=args.explain)
     return 0 if judged[2].allowed else 1

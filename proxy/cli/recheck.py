@@ -102,22 +102,10 @@ async def _stored_calls(engine: Any, since: float | None, until: float | None,
             yield rows
 
 
-def _judge(policy: Any, tool: str, arguments_json: str | None) -> Any:
-    from proxy.policy import judge_call
-    from proxy.policy.verdict import Verdict
+def _judge(loaded: Any, tool: str, arguments_json: str | None) -> Any:
+    from proxy.enforce.judging import judge_offline
 
-    arguments: Any = None
-    if arguments_json is not None:
-        try:
-            arguments = json.loads(arguments_json)
-        except ValueError:
-            arguments = None
-    try:
-        if not isinstance(arguments, dict):
-            arguments = None  # valid JSON but not an object: malformed, as on the live path
-        return judge_call(policy, tool, arguments, offered_tools=None)
-    except Exception:  # judging fails closed, as on the live path (proxy.enforce.judging)
-        return Verdict("reject", ("parse_error",), "parse_error")
+    return judge_offline(loaded, tool, arguments_json).verdict  # as the proxy judges it; unknown_tool aside
 
 
 async def recheck(engine: Any, loaded: Any, *, since: float | None = None, until: float | None = None,
@@ -126,7 +114,7 @@ async def recheck(engine: Any, loaded: Any, *, since: float | None = None, until
     result = RecheckResult(policy=loaded.name)
     async for rows in _stored_calls(engine, since, until, model):
         for row in rows:
-            verdict = _judge(loaded.policy, row.tool_name, row.arguments_json)
+            verdict = _judge(loaded, row.tool_name, row.arguments_json)
             stats = result.models.setdefault(row.model, ModelRecheck(row.model))
             stats.tool_calls += 1
             stats.errors += row.decision in _ERRORS

@@ -30,9 +30,8 @@ from starlette.responses import Response, StreamingResponse
 
 from proxy.enforce.actions import unjudgeable_call
 from proxy.enforce.exchange import (
-    BLOCKED,
-    DELIVER,
     Exchange,
+    Outcome,
     RouteShape,
     finish_exchange,
     open_exchange,
@@ -44,7 +43,7 @@ from proxy.enforce.feedback_turns import blocked_message, retry_messages
 from proxy.enforce.judging import JudgedCall
 from proxy.enforce.record import Usage
 from proxy.errors import ProxyError, StoreUnavailable, UpstreamProtocolError, UpstreamUnjudgeable, error_response
-from proxy.services import ProxyState
+from proxy.services import Services
 from proxy.toolcalls import ToolCall
 from proxy.upstream import strict
 from proxy.upstream.client import response_headers
@@ -273,7 +272,7 @@ class DialectStream(ABC):
 # ---------------------------------------------------------------- the request
 
 
-async def handle(request: Request, state: ProxyState, dialect: Dialect) -> Response:
+async def handle(request: Request, state: Services, dialect: Dialect) -> Response:
     ex = await _exchange(request, state, dialect)
     if ex.record.stream:
         return await _stream(ex)
@@ -283,9 +282,9 @@ async def handle(request: Request, state: ProxyState, dialect: Dialect) -> Respo
         finish_exchange(ex)
 
 
-async def _exchange(request: Request, state: ProxyState, dialect: Dialect) -> DialectExchange:
-    shape = RouteShape(dialect.route, dialect.validate, dialect.conversation,
-                       lambda payload: (None, dialect.offered(payload)), asks_usage=False)
+async def _exchange(request: Request, state: Services, dialect: Dialect) -> DialectExchange:
+    shape = RouteShape(name=dialect.route, validate=dialect.validate, conversation=dialect.conversation,
+                       tools=lambda payload: (None, dialect.offered(payload)), asks_usage=False)
     exchange: DialectExchange = await open_exchange(request, state, shape, DialectExchange, dialect=dialect)
     return exchange
 
@@ -318,7 +317,7 @@ async def _complete(ex: DialectExchange) -> Response:
         record.mark_first_token()
         judged = ex.judge(calls)
         outcome = await ex.settle(attempt, judged)
-        if outcome == DELIVER:
+        if outcome is Outcome.DELIVER:
             if any(item.repaired for item in judged):
                 dialect.write_repairs(obj, judged)  # enforce mode only: the re-encoded object goes out below
             ex.remember(dialect.reply(obj))
@@ -326,7 +325,7 @@ async def _complete(ex: DialectExchange) -> Response:
                 return Response(response.content, status_code=200, headers=headers)
             dialect.set_usage(obj, record.usage)
             return _json(obj)
-        if outcome == BLOCKED:
+        if outcome is Outcome.BLOCKED:
             break
         ex.extra_messages += dialect.retry_items(retry_messages(ex.policy, dialect.text(obj), judged))
     dialect.set_blocked(obj, blocked_message(ex.policy, judged, record.attempts))
@@ -397,12 +396,12 @@ class _Relay:
                 except StoreUnavailable as exc:  # nothing goes out unrecorded: an error event instead
                     yield stream.error(exc.message, exc.error_type, exc.code)
                     break
-                if outcome == DELIVER:
+                if outcome is Outcome.DELIVER:
                     if ex.enforce:
                         for piece in stream.release(judged):
                             yield piece
                     break
-                if outcome == BLOCKED:
+                if outcome is Outcome.BLOCKED:
                     for piece in stream.blocked(blocked_message(ex.policy, judged, stream.attempt)):
                         yield piece
                     break

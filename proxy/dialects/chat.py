@@ -19,9 +19,8 @@ from starlette.responses import Response, StreamingResponse
 from proxy.dialects.shapes import choice_problem
 from proxy.enforce.actions import unjudgeable_call
 from proxy.enforce.exchange import (
-    BLOCKED,
-    DELIVER,
     Exchange,
+    Outcome,
     RouteShape,
     finish_exchange,
     open_exchange,
@@ -33,7 +32,7 @@ from proxy.enforce.feedback_turns import blocked_message, retry_messages
 from proxy.enforce.judging import JudgedCall, apply_repairs
 from proxy.errors import BadRequest, ProxyError, StoreUnavailable, UpstreamUnjudgeable, error_body
 from proxy.logs import get_logger
-from proxy.services import ProxyState
+from proxy.services import Services
 from proxy.toolcalls import (
     ChoiceStream,
     CompletedCall,
@@ -86,11 +85,11 @@ def _validate(payload: dict[str, Any]) -> None:
                              param=f"messages[{position}]")
 
 
-CHAT = RouteShape("chat", _validate, lambda payload: payload["messages"],
-                  lambda payload: _offered_tools(payload.get("tools")))
+CHAT = RouteShape(name="chat", validate=_validate, conversation=lambda payload: payload["messages"],
+                  tools=lambda payload: _offered_tools(payload.get("tools")))
 
 
-async def chat_completions(request: Request, state: ProxyState) -> Response:
+async def chat_completions(request: Request, state: Services) -> Response:
     exchange = await open_exchange(request, state, CHAT)
     messages = exchange.conversation
     if exchange.record.stream:
@@ -129,7 +128,7 @@ async def _complete(ex: Exchange, messages: list[Any]) -> Response:
         calls = [c for r in results for c in (r.tool_calls + r.malformed) if ex.scan_content or c.structured]
         judged = ex.judge(calls + _unjudgeable_choices(obj))
         outcome = await ex.settle(attempt, judged)
-        if outcome == DELIVER:
+        if outcome is Outcome.DELIVER:
             changed = _convert_content_calls(ex, obj, results) or attempt > 1
             if any(item.repaired for item in judged):
                 # The judged (repaired) calls are delivered, never the upstream's bytes (judging.py).
@@ -144,7 +143,7 @@ async def _complete(ex: Exchange, messages: list[Any]) -> Response:
                 return Response(response.content, status_code=200, headers=headers)
             return Response(json.dumps(obj, ensure_ascii=False).encode(), status_code=200,
                             media_type="application/json")
-        if outcome == BLOCKED:
+        if outcome is Outcome.BLOCKED:
             break
         content = results[0].content if results else None
         ex.extra_messages += retry_messages(ex.policy, content, judged)
@@ -284,14 +283,14 @@ class _StreamRelay:
                 except StoreUnavailable as exc:  # nothing goes out unrecorded: an error event instead
                     yield self._error(exc.message, exc.error_type, exc.code)
                     break
-                if outcome == DELIVER:
+                if outcome is Outcome.DELIVER:
                     for piece in held:
                         yield piece
                     if ex.enforce:
                         for piece in self._release():
                             yield piece
                     break
-                if outcome == BLOCKED:
+                if outcome is Outcome.BLOCKED:
                     yield self._blocked(judged)
                     break
                 ex.extra_messages += retry_messages(ex.policy, self._content(), judged)

@@ -36,7 +36,7 @@ from proxy.enforce.exchange import (
 from proxy.enforce.feedback_turns import blocked_message, turn_allowed
 from proxy.enforce.judging import JudgedCall
 from proxy.errors import ProxyError, StoreUnavailable, UpstreamUnjudgeable, error_body
-from proxy.services import ProxyState
+from proxy.services import Services
 from proxy.toolcalls import CompletedCall, ToolCall
 from proxy.toolcalls.families import XmlRules
 from proxy.toolcalls.registry import content_formats
@@ -52,10 +52,11 @@ _COMPACT = (",", ":")
 
 
 # No tools are offered on this route: no call is `unknown_tool`. A raw prompt has no turns for lineage to follow.
-COMPLETIONS = RouteShape("completions", lambda payload: None, lambda payload: None, lambda payload: (None, set()))
+COMPLETIONS = RouteShape(name="completions", validate=lambda payload: None, conversation=lambda payload: None,
+                         tools=lambda payload: (None, set()))
 
 
-async def completions(request: Request, state: ProxyState) -> Response:
+async def completions(request: Request, state: Services) -> Response:
     ex = await open_exchange(request, state, COMPLETIONS)
     if ex.record.stream:
         return await _stream(ex)

@@ -30,7 +30,7 @@ from proxy.enforce.actions import unjudgeable_call
 from proxy.enforce.judging import JudgedCall
 from proxy.enforce.record import Usage
 from proxy.errors import BadRequest, ProxyError
-from proxy.services import ProxyState
+from proxy.services import Services
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.openai import structured_call
 from proxy.upstream import strict
@@ -55,7 +55,7 @@ def anthropic_error(message: str, status: int) -> JSONResponse:
                         status_code=status)
 
 
-async def create_message(request: Request, state: ProxyState) -> Response:
+async def create_message(request: Request, state: Services) -> Response:
     dialect = MessagesDialect()
     try:
         return await handle(request, state, dialect)

@@ -12,7 +12,7 @@ from starlette.responses import Response, StreamingResponse
 from proxy.errors import ProxyError
 from proxy.http.body import read_body
 from proxy.logs import get_logger
-from proxy.services import ProxyState
+from proxy.services import Services
 from proxy.stats.prometheus import REQUESTS
 from proxy.upstream.client import response_headers
 
@@ -21,13 +21,13 @@ __all__ = ["forward", "list_models"]
 log = get_logger("proxy.dialects.passthrough")
 
 
-async def list_models(request: Request, state: ProxyState) -> Response:
+async def list_models(request: Request, state: Services) -> Response:
     headers = state.upstream.headers(request.headers)
     answer = await state.models.fetch(headers)
     return Response(answer.body, status_code=answer.status, media_type=answer.content_type)
 
 
-async def forward(request: Request, state: ProxyState, path: str) -> Response:
+async def forward(request: Request, state: Services, path: str) -> Response:
     body = await read_body(request, state.settings.max_body_bytes)
     headers = state.upstream.headers(request.headers)
     response = await state.upstream.open_stream(request.method, path, headers=headers, content=body or None,

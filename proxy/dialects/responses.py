@@ -33,7 +33,7 @@ from proxy.enforce.actions import ACTION_ITEMS, UNJUDGEABLE, action_call, unjudg
 from proxy.enforce.judging import JudgedCall
 from proxy.enforce.record import Usage
 from proxy.errors import BadRequest
-from proxy.services import ProxyState
+from proxy.services import Services
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.openai import structured_call
 from proxy.upstream import strict
@@ -65,7 +65,7 @@ _CALL_DELTAS = frozenset({"response.function_call_arguments.delta", "response.fu
                           "response.custom_tool_call_input.delta", "response.custom_tool_call_input.done"})
 
 
-async def create_response(request: Request, state: ProxyState) -> Response:
+async def create_response(request: Request, state: Services) -> Response:
     return await handle(request, state, ResponsesDialect())
 
 

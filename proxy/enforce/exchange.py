@@ -10,6 +10,7 @@ import logging
 import sys
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, TypeVar
 
 import httpx
@@ -32,8 +33,8 @@ from proxy.http.body import read_body, read_json_object
 from proxy.logs import get_logger
 from proxy.policy import LoadedPolicy
 from proxy.policy.profiles import ToolSet
-from proxy.services import ProxyState
-from proxy.stats.prometheus import BUDGET_EXHAUSTED, REQUESTS, RETRIES, TOOL_CALLS
+from proxy.services import Services
+from proxy.stats.prometheus import BUDGET_EXHAUSTED, RETRIES, TOOL_CALLS
 from proxy.stats.prometheus_feed import LOOP_TRACKER
 from proxy.store.recorder import queue_calls, release_calls
 from proxy.toolcalls import ToolCall
@@ -41,7 +42,7 @@ from proxy.toolcalls.families import XmlRules
 from proxy.upstream.client import response_headers
 from proxy.upstream.sse import SSEDecoder, SSEEvent
 
-__all__ = ["BLOCKED", "DELIVER", "RETRY", "Exchange", "RouteShape", "finish_exchange", "normalize_stream",
+__all__ = ["Exchange", "Outcome", "RouteShape", "finish_exchange", "normalize_stream",
            "open_exchange", "open_stream_attempt", "pick_policy", "refused_status", "refused_stream", "request_attempt",
            "upstream_events"]
 
@@ -49,17 +50,24 @@ T = TypeVar("T")
 
 log = get_logger("proxy.enforce.exchange")
 
-# What happens after an attempt whose calls were judged.
-DELIVER, RETRY, BLOCKED = "deliver", "retry", "blocked"
+
+class Outcome(StrEnum):
+    """What happens after an attempt whose calls were judged."""
+
+    DELIVER = "deliver"
+    RETRY = "retry"
+    BLOCKED = "blocked"
+
+
 # The routes whose relays deliver a repaired call re-encoded from the judged call object (proxy/enforce/judging.py).
 REPAIRING_ROUTES = frozenset({"chat", "responses", "messages"})
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Exchange:
     """One client request: what was asked, under which policy, and what has happened so far."""
 
-    state: ProxyState
+    state: Services
     record: RequestRecord
     payload: dict[str, Any]
     original_body: bytes
@@ -143,7 +151,7 @@ class Exchange:
         finally:
             self._count(judged)
 
-    async def settle(self, attempt: int, judged: list[JudgedCall]) -> str:
+    async def settle(self, attempt: int, judged: list[JudgedCall]) -> Outcome:
         """Records an attempt's verdicts and says what follows under the policy's mode and budget:
         DELIVER (observe mode, or every call allowed), RETRY (budget left) or BLOCKED (budget spent).
 
@@ -151,15 +159,15 @@ class Exchange:
         cannot record them and `on_store_failure` is `refuse`, raises StoreUnavailable instead."""
         if not self.enforce or turn_allowed(judged):
             await self.release(attempt, judged)
-            return DELIVER
+            return Outcome.DELIVER
         self.keep(attempt, judged, delivered=False)
         if attempt > self.budget:
             self.record.budget_exhausted = True
             self.record.note_blocked(judged)
             BUDGET_EXHAUSTED.labels(self.record.model).inc()
-            return BLOCKED
+            return Outcome.BLOCKED
         RETRIES.labels(self.record.model).inc()
-        return RETRY
+        return Outcome.RETRY
 
     def settle_truncated(self, attempt: int, judged: list[JudgedCall]) -> None:
         """A stream that ended without a finish (no finish_reason, or no [DONE] / completed event): an upstream
@@ -207,7 +215,7 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class RouteShape:
     """What sets one judged route's requests apart before the first attempt; the rest is `open_exchange`."""
 
@@ -218,7 +226,7 @@ class RouteShape:
     asks_usage: bool = True  # streams get `stream_options.include_usage` (the statistics count tokens)
 
 
-async def open_exchange(request: Request, state: ProxyState, shape: RouteShape,
+async def open_exchange(request: Request, state: Services, shape: RouteShape,
                         make: Callable[..., Exchange] | None = None, **extra: Any) -> Any:
     """The one request prelude of every judged route: the body read and checked, the model resolved, the
     policy and the session picked, the `stream` decided, the request counted in and its record begun."""
@@ -295,7 +303,9 @@ def refused_stream(response: httpx.Response) -> UpstreamUnjudgeable | None:
     return refused_status(response.status_code)
 
 
-def pick_policy(request: Request, state: ProxyState) -> LoadedPolicy:
+def pick_policy(request: Request, state: Services) -> LoadedPolicy:
+    """The one policy-selection rule: the main policy, unless `policy_header` is on and the request's
+    `x-allowlist-policy` header names another loaded policy (a name none has is a 400)."""
     manager = state.policies
     wanted = request.headers.get("x-allowlist-policy")
     chosen = manager.current()
@@ -308,7 +318,7 @@ def pick_policy(request: Request, state: ProxyState) -> LoadedPolicy:
     return chosen
 
 
-def _refuse_when_store_down(state: ProxyState, policy: LoadedPolicy) -> None:
+def _refuse_when_store_down(state: Services, policy: LoadedPolicy) -> None:
     """Enforce mode with `on_store_failure: refuse`: while the store cannot record, no request starts (the GPU
     would answer for nothing the client may receive)."""
     if policy.policy.mode != "enforce" or state.settings.on_store_failure != "refuse":
@@ -318,19 +328,12 @@ def _refuse_when_store_down(state: ProxyState, policy: LoadedPolicy) -> None:
 
 
 def finish_exchange(ex: Exchange) -> None:
-    """The request is over: counted out, recorded, logged (exactly once, whatever the route).
+    """Ends the exchange's request through `Services.finish`, the one place a request ends.
 
     Called from `finally` blocks: when an exception is on its way to the client, the record says what the
     client will get (its status and error), not what the upstream had answered."""
-    record = ex.record
-    _note_exception(record, sys.exc_info()[1])
-    ex.state.finish(record)
-    REQUESTS.labels(record.model, record.route, str(record.status)).inc()
-    log.info("request", request_id=record.id, session=record.session.id, model=record.model,
-             route=record.route, stream=record.stream, status=record.status, outcome=record.outcome,
-             error=record.error, blocked=record.blocked, attempts=record.attempts,
-             ttfb_ms=_round(record.ttfb_ms), ttft_ms=_round(record.ttft_ms),
-             duration_ms=_round(record.duration_ms), concurrency=record.concurrency)
+    _note_exception(ex.record, sys.exc_info()[1])
+    ex.state.finish(ex.record)
 
 
 async def request_attempt(ex: Exchange, path: str) -> httpx.Response | Response:
@@ -415,7 +418,3 @@ def _note_exception(record: RequestRecord, exc: BaseException | None) -> None:
         record.fail(outcome, exc.message, exc.status_code)
     elif isinstance(exc, Exception):
         record.fail("internal_error", f"{type(exc).__name__}: {str(exc)[:500]}", 500)
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 2)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
 from proxy.logs import get_logger
@@ -22,14 +22,15 @@ from proxy.policy.judge import shell_command
 from proxy.policy.profiles import ToolSet
 from proxy.policy.repair import repair_call
 from proxy.policy.variants import variant_for
-from proxy.policy.verdict import MALFORMED, REJECT, REPAIRED, Verdict
+from proxy.policy.verdict import REJECT, REPAIRED, Verdict
 from proxy.stats.prometheus import UNGOVERNED_REQUESTS
 from proxy.toolcalls import ToolCall
+from proxy.toolcalls.openai import structured_call
 
 if TYPE_CHECKING:
     from proxy.enforce.record import RequestRecord
 
-__all__ = ["JudgedCall", "apply_repairs", "call_command", "judge_calls", "request_tools"]
+__all__ = ["JudgedCall", "apply_repairs", "call_command", "judge_calls", "judge_offline", "request_tools"]
 
 log = get_logger("proxy.enforce.judging")
 
@@ -42,6 +43,7 @@ _UNGOVERNED_MEMORY = 10_000
 class JudgedCall:
     call: ToolCall
     verdict: Verdict
+    _: KW_ONLY
     # When repaired: the arguments text and command the model wrote (`call` now holds the repaired form).
     original_arguments: str | None = None
     original_command: str | None = None
@@ -120,17 +122,20 @@ def judge_calls(policy: LoadedPolicy, calls: list[ToolCall], offered: set[str] |
     variant = variant_for(policy.policy, session_id)
     repairs = repair and bool(policy.policy.repair) and policy.policy.mode == "enforce"
     for call in calls:
-        if call.arguments is None:
-            verdict = Verdict(MALFORMED, ("bad_arguments",), "bad_arguments")
-        else:
-            try:
-                verdict = judge_call(policy.policy, call.name, call.arguments, offered_tools=offered, tools=tools)
-            except Exception:  # judging must fail closed, whatever broke
-                verdict = Verdict("reject", ("parse_error",), "parse_error")
+        verdict = judge_call(policy.policy, call.name, call.arguments, offered_tools=offered, tools=tools)
         item = JudgedCall(call, verdict, variant=variant)
         if repairs and verdict.decision == REJECT:
             _repair(policy, item, tools, offered)
         judged.append(item)
+    return judged
+
+
+def judge_offline(policy: LoadedPolicy, tool: str, arguments: str | dict[str, Any] | None) -> JudgedCall:
+    """One call judged away from any request (`allowlist-proxy check`, `allowlist-proxy recheck`) exactly as the
+    proxy judges it: the arguments read as the proxy reads a function call's (a strict JSON object, else
+    malformed), then `judge_calls` with no offered tools known and no repair."""
+    call = structured_call(name=tool, arguments=arguments, call_id=None, index=0)
+    (judged,) = judge_calls(policy, [call], None, repair=False)
     return judged
 
 

@@ -32,14 +32,6 @@ class Usage:
         if isinstance(details, dict):
             self.cached_tokens += _int(details.get("cached_tokens"))
 
-    def as_openai(self) -> dict[str, Any]:
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "total_tokens": self.prompt_tokens + self.completion_tokens,
-            "completion_tokens": self.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": self.cached_tokens} if self.cached_tokens else None,
-        }
-
 
 def _call_text(arguments: Any) -> str:
     if isinstance(arguments, dict) and isinstance(arguments.get("command"), str):
@@ -55,7 +47,7 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class RequestRecord:
     session: SessionRef
     model: str
@@ -117,7 +109,7 @@ class RequestRecord:
                     f"{b['tool']} {','.join(b['reasons'])}: {b['call']}" for b in self.blocked)[:1000]
 
     def save(self, writer: StoreWriter) -> None:
-        """Queue the session (first time) and the request row; called exactly once per request."""
+        """Queue the session (first time) and the request row; `Services.finish` calls it as a request ends."""
         if self.saved:
             return
         self.saved = True

@@ -1,46 +1,37 @@
 """HTTP routes of the statistics: `/stats/models`, `/stats/compare`, `/stats/variants`,
 `/stats/sessions/{id}`, `/stats/loops`.
 
-Errors leave in the one OpenAI error shape; the routes answer it themselves (not through the app's
-exception handler) so the router behaves the same on whatever app includes it.
+Every route needs the admin token (`require_admin`). Errors leave in the one OpenAI error shape; the routes
+answer it themselves (`ShapedErrorRoute`, not the app's exception handlers) so the router behaves the same
+on whatever app includes it.
 """
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import SQLAlchemyError
 
-from proxy.errors import BadRequest, ProxyError, Unauthorized, error_response
+from proxy.errors import BadRequest, ProxyError
+from proxy.http.auth import ADMIN
+from proxy.http.error_handlers import ShapedErrorRoute
 from proxy.stats.compare import compare_models
 from proxy.stats.models import model_stats, parse_time, session_detail, top_loops
 from proxy.stats.variants import variant_stats
-from proxy.store.db import translate_db_error
 
 __all__ = ["router"]
 
-router = APIRouter()
+# Admin routes that answer errors in the one shape on any app (tests mount this router alone).
+router = APIRouter(route_class=ShapedErrorRoute, dependencies=[ADMIN])
 
 
 class _NotFound(ProxyError):
     status_code = 404
     error_type = "invalid_request_error"
     code = "session_not_found"
-
-
-def _check_admin(request: Request) -> None:
-    token = request.app.state.proxy.settings.admin_token
-    if not token:
-        return
-    given = request.headers.get("authorization", "")
-    # Constant-time comparison: the token guards the only endpoints that show other users' commands.
-    if not secrets.compare_digest(given.encode(), f"Bearer {token}".encode()):
-        raise Unauthorized("this endpoint needs the admin token: Authorization: Bearer <admin_token>")
 
 
 def _time(value: str | None, name: str) -> float | None:
@@ -71,13 +62,7 @@ def _loop_min(request: Request, given: str | None) -> int:
 
 
 async def _answer(request: Request, compute: Callable[[], Awaitable[Any]]) -> JSONResponse:
-    try:
-        _check_admin(request)
-        return JSONResponse(await compute())
-    except ProxyError as exc:
-        return error_response(exc)
-    except SQLAlchemyError as exc:
-        return error_response(translate_db_error(exc))
+    return JSONResponse(await compute())  # errors: ShapedErrorRoute
 
 
 @dataclass(slots=True)

@@ -48,7 +48,7 @@ def _bad_arguments(also: tuple[str, ...] = ()) -> Verdict:
 
 def tool_set(policy: Policy) -> ToolSet:
     """The tools as judged when nothing is known about the request (CLI checks, rechecks, examples)."""
-    return ToolSet(profile_table(policy))
+    return ToolSet(table=profile_table(policy))
 
 
 _MISSING = object()
@@ -171,13 +171,23 @@ def _judge_rule(policy: Policy, rule: Rule, arguments: Mapping[str, Any], roots:
 
 def judge_call(policy: Policy, tool: str, arguments: dict[str, Any] | None, *,
                offered_tools: set[str] | None = None, tools: ToolSet | None = None) -> Verdict:
-    """The verdict for one tool call.
+    """The verdict for one tool call: the one judging entry point, behind the proxy
+    (proxy.enforce.judging.judge_calls), `allowlist-proxy check` and `allowlist-proxy recheck`.
 
     A call to a tool the request did not offer is `unknown_tool` whatever its arguments; arguments that are
     not a JSON object (None: they did not parse) make the call `malformed`, carrying `unknown_tool` too
     when both apply. `tools` is the request's tool set (which profiles apply, the project roots); without
-    it every map that fits the call's arguments applies.
+    it every map that fits the call's arguments applies. Whatever breaks inside gives `parse_error` (reject).
     """
+    try:
+        return _judge_call(policy, tool, arguments, offered_tools, tools)
+    except Exception:  # judging fails closed, whatever broke
+        _log.exception("policy.judge_failed", tool=str(tool)[:40])
+        return parse_error_verdict()
+
+
+def _judge_call(policy: Policy, tool: str, arguments: dict[str, Any] | None, offered_tools: set[str] | None,
+                tools: ToolSet | None) -> Verdict:
     unknown = offered_tools is not None and tool not in offered_tools
     if not isinstance(arguments, dict):
         return _bad_arguments(("unknown_tool",) if unknown else ())

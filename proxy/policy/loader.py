@@ -28,7 +28,7 @@ MAX_POLICY_BYTES = 1 << 20
 _PACKAGED = Path(__file__).resolve().parent.parent / "default_policies" / "strict.yaml"
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class LoadedPolicy:
     policy: Policy
     name: str

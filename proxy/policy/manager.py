@@ -59,12 +59,10 @@ def _check_reload(current: LoadedPolicy, loaded: LoadedPolicy, path: Path) -> No
 
 
 class PolicyManager:
-    def __init__(self, path: Path | str, *, allow_header_selection: bool = False, debounce_ms: int = 200) -> None:
+    def __init__(self, path: Path | str, *, debounce_ms: int = 200) -> None:
         self.path = Path(path)  # as given, so messages read like the operator's own path
         self.directory = self.path.absolute().parent
         self._reload_lock = threading.Lock()
-        # Whether a request may pick a sibling policy by name (the app reads this flag).
-        self.allow_header_selection = allow_header_selection
         self._debounce_ms = debounce_ms
         self._errors: dict[str, dict[str, Any]] = {}  # file -> its current error
         self._hashes: dict[str, str] = {}  # file -> hash of the version last loaded from it
@@ -86,14 +84,6 @@ class PolicyManager:
         if name == current.name:
             return current
         return self._siblings.get(name)
-
-    def select(self, name: str | None) -> LoadedPolicy:
-        """The policy a request asked for by name, when header selection is on; else the main one."""
-        if name and self.allow_header_selection:
-            chosen = self.get(name)
-            if chosen is not None:
-                return chosen
-        return self._current
 
     # -- loading --------------------------------------------------------------------------------------
 

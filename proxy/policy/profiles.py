@@ -54,7 +54,7 @@ def builtin_profiles() -> dict[str, Profile]:
 # -- the compiled table of one policy -------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Rule:
     """One map that governs a tool, and the profile it came from."""
 
@@ -71,7 +71,7 @@ class Rule:
     def of(cls, profile: str, tool: str, tool_map: ToolMap) -> Rule:
         reads = tuple(tool_map.arguments())
         needs = reads[-1] if tool_map.shell is not None else None
-        return cls(profile, tool, tool_map, needs, reads, tool_map.governed)
+        return cls(profile=profile, tool=tool, map=tool_map, needs=needs, reads=reads, governed=tool_map.governed)
 
     def fits(self, names: Any) -> bool:
         """Whether the arguments this map reads exist: its command argument, or any of its path arguments."""
@@ -80,7 +80,7 @@ class Rule:
         return not self.reads or any(name in names for name in self.reads)
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class ProfileTable:
     """A policy's profiles in order of precedence (the policy's own first) and an index by tool name."""
 
@@ -116,8 +116,9 @@ class ProfileTable:
             legacy.setdefault(tool, []).append(
                 Rule.of(LEGACY_PROFILE, tool, ToolMap(paths=list(policy.path_arguments(tool)))))
         agents = {name: re.compile(p.user_agent) for name, p in profiles.items() if p.user_agent}
-        return cls(profiles, agents, by_tool, legacy, tuple(policy.paths.project_root),
-                   (policy.profiles, policy.builtin_profiles, policy.bash, policy.paths))
+        return cls(profiles=profiles, user_agents=agents, by_tool=by_tool, legacy=legacy,
+                   roots=tuple(policy.paths.project_root),
+                   source=(policy.profiles, policy.builtin_profiles, policy.bash, policy.paths))
 
 
 def profile_table(policy: Policy) -> ProfileTable:
@@ -137,7 +138,7 @@ _SELECTIONS_KEPT = 256
 # -- one request ----------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ToolSet:
     """The tools of one request as the judge sees them: which profiles apply and what governs each tool.
 
@@ -160,7 +161,8 @@ class ToolSet:
             value = _header(headers, root_header)
             root = normal_root(value) if value else None
             roots = (root,) if root else ()
-        tools = cls(profile_table(policy), offered_tools(payload), _header(headers, "user-agent"), roots)
+        tools = cls(table=profile_table(policy), offered=offered_tools(payload),
+                    user_agent=_header(headers, "user-agent"), extra_roots=roots)
         tools.select()
         return tools
 

@@ -26,7 +26,7 @@ _GLOB = frozenset("*?[]")
 _MAX_DEPTH = 40
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class Word:
     raw: str = ""
     value: str = ""

@@ -106,13 +106,6 @@ class BashRules(_Strict):
             raise ValueError(f"expected a plain relative directory like 'scripts' (got {value!r})")
         return value
 
-    def script_flags(self, name: str) -> frozenset[str] | None:
-        """The declared flags of a listed script, None when the script is not listed."""
-        if name not in self.scripts:
-            return None
-        rule = self.scripts[name]
-        return frozenset(rule.flags) if rule is not None else frozenset()
-
 
 class ShellMap(_Strict):
     """Where a shell tool's command is: exactly one of `command` (a string), `commands` (a list of strings,

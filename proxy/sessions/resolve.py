@@ -26,7 +26,7 @@ from proxy.store import tables
 from proxy.store.recorder import queue_lineage
 from proxy.store.writer import StoreWriter
 
-__all__ = ["DEFAULT_SESSION_HEADERS", "FEEDBACK_MARKER", "SessionRef", "SessionResolver", "conversation_digests"]
+__all__ = ["DEFAULT_SESSION_HEADERS", "SessionRef", "SessionResolver", "conversation_digests"]
 
 DEFAULT_SESSION_HEADERS = ("x-session-id", "x-claude-code-session-id", "session-id")
 
@@ -35,10 +35,6 @@ log = get_logger("proxy.sessions.resolve")
 # How many of a conversation's latest prefixes are looked up in the shared store: the turn a
 # request continues is one of its last few messages.
 _SHARED_LOOKBACK = 64
-
-# Set on the proxy's own feedback turns; never part of the lineage a client can continue.
-FEEDBACK_MARKER = "allowlist_proxy_feedback"
-
 
 @dataclass(frozen=True, slots=True)
 class SessionRef:
@@ -92,12 +88,11 @@ _INSTRUCTION_ROLES = frozenset({"system", "developer"})
 
 
 def conversation_digests(messages: Sequence[Mapping[str, Any]]) -> list[str]:
-    """digests[k] identifies the first k+1 turns, feedback turns and instructions skipped."""
+    """digests[k] identifies the first k+1 turns, instructions (system, developer) skipped."""
     digests: list[str] = []
     running = hashlib.sha256()
     for message in messages:
-        if not isinstance(message, Mapping) or message.get(FEEDBACK_MARKER) \
-                or message.get("role") in _INSTRUCTION_ROLES:
+        if not isinstance(message, Mapping) or message.get("role") in _INSTRUCTION_ROLES:
             continue
         running.update(hashlib.sha256(_canonical(message)).digest())
         digests.append(running.copy().hexdigest()[:32])
@@ -186,8 +181,8 @@ class SessionResolver:
         if session.source != "lineage" or not reply:
             return
         session_id = session.id
-        if not isinstance(reply, Mapping) or reply.get(FEEDBACK_MARKER):
-            return  # not a message the client holds: nothing it can continue
+        if not isinstance(reply, Mapping):
+            return
         digests = conversation_digests([*messages, reply])[-1:]
         for digest in digests:
             self._lineage[digest] = session_id

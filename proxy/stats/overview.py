@@ -14,12 +14,14 @@ from sqlalchemy import Integer, and_, case, cast, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.errors import BadRequest
+from proxy.http.auth import ADMIN
+from proxy.http.error_handlers import ShapedErrorRoute
 from proxy.http.stats_routes import _answer, _loop_min
 from proxy.store.tables import error_runs, requests, tool_calls
 
 __all__ = ["RANGES", "error_timeline", "loop_groups", "router"]
 
-router = APIRouter()
+router = APIRouter(route_class=ShapedErrorRoute, dependencies=[ADMIN])
 
 # range name -> (seconds back from now, bucket seconds); "all" spans the store in about 60 buckets.
 RANGES: dict[str, tuple[float | None, float]] = {

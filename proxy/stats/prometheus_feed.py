@@ -64,7 +64,7 @@ LOOP_TRACKER = LoopTracker()
 
 
 def observe_request(record: RequestRecord) -> None:
-    """ProxyState listener: the client request's latency by outcome, first-token latency of streamed requests,
+    """Services listener: the client request's latency by outcome, first-token latency of streamed requests,
     blocked turns, and the tokens the upstream counted."""
     REQUEST_LATENCY.labels(record.model, record.outcome).observe((record.duration_ms or 0) / 1000.0)
     if record.outcome == "blocked":

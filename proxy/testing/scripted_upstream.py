@@ -15,7 +15,6 @@ matches).
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import threading
 import time
@@ -38,7 +37,7 @@ __all__ = ["Reply", "ScriptedUpstream"]
 _COMPACT = (",", ":")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Reply:
     content: str = ""
     reasoning: str | None = None
@@ -95,7 +94,6 @@ class ScriptedUpstream:
         self.disconnected_at: list[float] = []
         self.completed_streams = 0
         self._lock = threading.Lock()
-        self._ids = itertools.count(1)
         self.app = Starlette(routes=[
             *dialect_routes(self),  # /v1/responses, /v1/messages and streamed /v1/completions, on the same replies
             Route("/v1/chat/completions", self._chat, methods=["POST"]),

@@ -95,7 +95,7 @@ class LiveWindows:
         if window_seconds <= 0:
             raise ValueError(f"window_seconds must be positive (got {window_seconds})")
         self.engine = engine
-        self.in_flight = in_flight  # ProxyState.in_flight: read at each boundary, never written here
+        self.in_flight = in_flight  # Services.in_flight: read at each boundary, never written here
         self.seconds = float(window_seconds)
         self._clock = clock
         self._pending: dict[tuple[str, int], _Pending] = {}
@@ -112,7 +112,7 @@ class LiveWindows:
     # -- the request path: plain dictionary updates
 
     def observe(self, record: RequestRecord) -> None:
-        """ProxyState listener: one finished request's shares of its windows."""
+        """Services listener: one finished request's shares of its windows."""
         try:
             self._observe(record)
         except Exception as exc:  # a statistic must never break the request that fed it
@@ -280,7 +280,8 @@ def _table_from_json(model: str, entry: Mapping[str, Any]) -> ModelTable:
             n_active=c["n_active"], prompt_tps_active=c["prompt_tps_active"],
             completed_requests=c["completed_requests"], requests_per_minute=c["requests_per_minute"],
         )
-    return ModelTable(model, dict(sorted(cells.items())), entry.get("windows", 0), entry.get("idle_windows", 0))
+    return ModelTable(model=model, cells=dict(sorted(cells.items())), windows=entry.get("windows", 0),
+                      idle_windows=entry.get("idle_windows", 0))
 
 
 def _latency_text(cell: Mapping[str, Any] | None, kind: str) -> str:

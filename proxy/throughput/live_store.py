@@ -41,7 +41,7 @@ class WindowRow:
     completed_requests: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class LatencyCell:
     """Nearest-rank percentiles of one model at one concurrency level, in milliseconds."""
 

@@ -51,7 +51,7 @@ _YEAR = 366 * 86400
 _PROGRESS_EVERY = 1 << 20  # bytes between progress callbacks
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class LineCounts:
     total: int = 0
     stats: int = 0
@@ -85,7 +85,7 @@ class _Segment:
     spec: list[SpecLine] = field(default_factory=list)
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class _Stream:
     fallback_name: str
     model: str | None  # --model: overrides every name found in the log

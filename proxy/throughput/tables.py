@@ -54,7 +54,7 @@ class Window:
     seconds: float = DEFAULT_WINDOW_SECONDS
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Cell:
     """One concurrency level of one model; the means are unrounded."""
 
@@ -68,7 +68,7 @@ class Cell:
     requests_per_minute: float | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class SpecDecode:
     """Speculative-decoding acceptance of one model: means over the logged intervals."""
 
@@ -79,7 +79,7 @@ class SpecDecode:
     drafted_tokens: int | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class ModelTable:
     model: str
     cells: Mapping[int, Cell]  # concurrency >= 1 only; idle windows are counted, not tabled
@@ -88,7 +88,7 @@ class ModelTable:
     spec_decode: SpecDecode | None = None
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class _Sums:
     n: int = 0
     generation: float = 0.0
@@ -128,7 +128,8 @@ class TableBuilder:
 
     def table(self, spec_decode: SpecDecode | None = None) -> ModelTable:
         cells = {c: _cell(c, s) for c, s in sorted(self._sums.items())}
-        return ModelTable(self.model, cells, self._windows, self._idle, spec_decode)
+        return ModelTable(model=self.model, cells=cells, windows=self._windows, idle_windows=self._idle,
+                          spec_decode=spec_decode)
 
 
 def _cell(c: int, s: _Sums) -> Cell:
@@ -154,7 +155,7 @@ def build_table(
     return builder.table(spec_decode)
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class SpecDecodeBuilder:
     """Means over intervals as the seed's author took them; NaN (nothing drafted) is skipped."""
 

@@ -24,7 +24,7 @@ __all__ = ["ModelCatalog", "ModelsAnswer"]
 log = get_logger("proxy.upstream.model_catalog")
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class ModelsAnswer:
     status: int
     body: bytes
@@ -75,7 +75,8 @@ class ModelCatalog:
                     seen.add(str(entry.get("id")))
                     entries.append(entry)
         body = json.dumps({"object": "list", "data": entries}).encode()
-        return ModelsAnswer(200, body, "application/json", sorted(seen), min(a.fetched_at for a in good))
+        return ModelsAnswer(status=200, body=body, content_type="application/json", names=sorted(seen),
+                            fetched_at=min(a.fetched_at for a in good))
 
     async def _fetch_one(self, index: int, headers: Mapping[str, str]) -> ModelsAnswer:
         key = (index, self._key(headers))
@@ -105,8 +106,9 @@ class ModelCatalog:
                 names = [m["id"] for m in json.loads(response.content)["data"]]
             except (ValueError, KeyError, TypeError):
                 names = None
-        answer = ModelsAnswer(response.status_code, response.content,
-                              response.headers.get("content-type", "application/json"), names, now)
+        answer = ModelsAnswer(status=response.status_code, body=response.content,
+                              content_type=response.headers.get("content-type", "application/json"), names=names,
+                              fetched_at=now)
         if response.status_code == 200:
             self._cache.pop(key, None)
             self._cache[key] = answer

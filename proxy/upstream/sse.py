@@ -24,7 +24,7 @@ _BOM = b"\xef\xbb\xbf"
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class SSEEvent:
     raw: bytes  # the event exactly as received, terminator included
     data: str | None  # the joined `data` lines, None for an event without any (comments, blank lines)
@@ -141,7 +141,7 @@ def _one_plain_event(chunk: bytes) -> bool:
 def _plain(raw: bytes) -> SSEEvent:
     raw = bytes(raw)  # a bytearray or memoryview read becomes the immutable event
     try:
-        return SSEEvent(raw, raw[6:-2].decode("utf-8"), None, None, True)
+        return SSEEvent(raw=raw, data=raw[6:-2].decode("utf-8"), plain=True)
     except UnicodeDecodeError as exc:
         return SSEEvent(raw=raw, data=None, invalid=f"an event that is not UTF-8 (byte {exc.start - 6})")
 

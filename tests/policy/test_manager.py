@@ -50,13 +50,6 @@ def test_loads_main_and_siblings(policy_dir: Path) -> None:
     assert _valid(policy_dir / "strict.yaml") == 1
 
 
-def test_header_selection_is_opt_in(policy_dir: Path) -> None:
-    assert PolicyManager(policy_dir / "strict.yaml").select("observe-uv-scripts").name == "strict-uv-scripts"
-    manager = PolicyManager(policy_dir / "strict.yaml", allow_header_selection=True)
-    assert manager.select("observe-uv-scripts").name == "observe-uv-scripts"
-    assert manager.select("unknown").name == "strict-uv-scripts"
-
-
 def test_first_load_failure_raises(policy_dir: Path) -> None:
     (policy_dir / "strict.yaml").write_text("name: [\n")
     with pytest.raises(PolicyError):

@@ -206,7 +206,7 @@ def test_two_parallel_streams_give_the_known_cells(upstream: ScriptedUpstream, l
     time.sleep(math.floor(start) + 4.3 - time.time())  # the tick closing W3 has run and written
     live_proxy.flush()  # and the request rows are in, whatever the writer's pace
 
-    result = on_app(live_proxy, live_throughput(live_proxy.state.engine))[MODEL]
+    result = on_app(live_proxy, live_throughput(live_proxy.services.engine))[MODEL]
     cells = result["concurrency"]
     w0 = math.floor(start)
     windows = live_proxy.rows("SELECT window_start, running FROM throughput_windows ORDER BY window_start")

@@ -47,8 +47,8 @@ def test_xml_in_content_is_read_as_the_detected_vllm_reads_it(
 ) -> None:
     upstream = family_upstream(family)
     proxy = start_proxy(upstream.url)
-    assert proxy.state.vllm.version == upstream.version
-    assert proxy.state.vllm.rules == FAMILIES[family_of(family)[0]]["qwen3_coder"]
+    assert proxy.services.vllm.version == upstream.version
+    assert proxy.services.vllm.rules == FAMILIES[family_of(family)[0]]["qwen3_coder"]
     for stream in (False, True):
         upstream.script(Reply(content=XML))
         assert written(proxy, stream=stream) == {"filePath": "a.py", "content": content}
@@ -59,7 +59,7 @@ def test_a_pinned_version_and_parser_win_over_get_version(
 ) -> None:
     upstream = family_upstream("0.34")
     proxy = start_proxy(upstream.url, vllm_version="0.24.0", tool_parser="qwen3_xml")
-    assert proxy.state.vllm.rules == rules_for("0.24", "qwen3_xml")
+    assert proxy.services.vllm.rules == rules_for("0.24", "qwen3_xml")
     with proxy.client() as client:
         health = client.get("/health").json()["vllm"]
     assert health == {"setting": "0.24.0", "version": "0.24.0", "source": "pinned", "family": "0.24",
@@ -73,7 +73,7 @@ def test_the_version_is_read_again_after_the_upstream_failed(
 ) -> None:
     upstream = family_upstream("0.19")
     proxy = start_proxy(upstream.url)
-    assert proxy.state.vllm.rules.family == "0.19"
+    assert proxy.services.vllm.rules.family == "0.19"
     upstream.version = "0.24.1"  # restarted as a newer vLLM behind the same address
     upstream.script(Reply(content="partial answer", drop_after=1))
     with proxy.client() as client:  # the connection breaks mid-stream: the upstream failed
@@ -81,8 +81,8 @@ def test_the_version_is_read_again_after_the_upstream_failed(
     upstream.script(Reply(content="hello"))
     with proxy.client() as client:
         assert client.post("/v1/chat/completions", json=chat()).status_code == 200
-    assert wait_until(lambda: proxy.state.vllm.version == "0.24.1")
-    assert proxy.state.vllm.rules.family == "0.24"
+    assert wait_until(lambda: proxy.services.vllm.version == "0.24.1")
+    assert proxy.services.vllm.rules.family == "0.24"
 
 
 def test_an_upstream_without_get_version_keeps_the_default_rules(
@@ -92,9 +92,9 @@ def test_an_upstream_without_get_version_keeps_the_default_rules(
     upstream = family_upstream()
     upstream.version = None  # type: ignore[assignment]  # answers {"version": null}: not vLLM
     proxy = start_proxy(upstream.url)
-    assert proxy.state.vllm.version is None
-    assert proxy.state.vllm.rules.family == "0.19"
-    [note] = proxy.state.vllm.describe()["notes"]
+    assert proxy.services.vllm.version is None
+    assert proxy.services.vllm.rules.family == "0.19"
+    [note] = proxy.services.vllm.describe()["notes"]
     assert note.endswith("gave no vLLM version: reading XML as vLLM 0.19 qwen3_coder")
 
 
