@@ -21,7 +21,6 @@ from proxy.config import Settings
 __all__ = ["ModelRecheck", "RecheckResult", "recheck", "register", "run"]
 
 _BATCH = 2000
-_ERRORS = ("reject", "malformed", "repaired")
 
 
 def register(subparsers: Any) -> None:
@@ -123,14 +122,16 @@ def _judge(policy: Any, tool: str, arguments_json: str | None) -> Any:
 async def recheck(engine: Any, loaded: Any, *, since: float | None = None, until: float | None = None,
                   model: str | None = None, limit: int = 100) -> RecheckResult:
     """Judge each stored call with `loaded.policy`; count old and new errors per model, list the changes."""
+    from proxy.policy.verdict import is_error
+
     result = RecheckResult(policy=loaded.name)
     async for rows in _stored_calls(engine, since, until, model):
         for row in rows:
             verdict = _judge(loaded.policy, row.tool_name, row.arguments_json)
             stats = result.models.setdefault(row.model, ModelRecheck(row.model))
             stats.tool_calls += 1
-            stats.errors += row.decision in _ERRORS
-            stats.new_errors += verdict.decision in _ERRORS
+            stats.errors += is_error(row.decision)
+            stats.new_errors += verdict.is_error
             if verdict.decision == row.decision:
                 continue
             result.changed_total += 1

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from proxy.errors import BadRequest
 from proxy.http.stats_routes import _answer, _loop_min
 from proxy.store.tables import error_runs, requests, tool_calls
+from proxy.store.verdict_sql import is_error_sql
 
 __all__ = ["RANGES", "error_timeline", "loop_groups", "router"]
 
@@ -51,7 +52,7 @@ async def error_timeline(engine: AsyncEngine, range_name: str, *, now: float | N
             since = now - back
         since = since - since % size  # whole buckets, aligned like the axis labels
         bucket = _bucket_of(engine, t.created_at, size).label("bucket")
-        is_error = case((t.decision.in_(("reject", "malformed", "repaired")), 1), else_=0)
+        is_error = case((is_error_sql(t.decision), 1), else_=0)
         stmt = (select(t.model, bucket, func.count().label("calls"), func.sum(is_error).label("errors"))
                 .where(t.created_at >= since, t.created_at <= now)
                 .group_by(t.model, bucket).order_by(t.model, bucket))

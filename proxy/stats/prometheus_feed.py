@@ -19,9 +19,6 @@ from proxy.stats.prometheus import BLOCKED_TURNS, FIRST_TOKEN_LATENCY, LOOPS, RE
 
 __all__ = ["LOOP_TRACKER", "LoopTracker", "observe_request"]
 
-_ERRORS = ("reject", "malformed", "repaired")
-
-
 @dataclass(slots=True)
 class _Run:
     model: str
@@ -38,10 +35,10 @@ class LoopTracker:
     def observe(self, session: str, model: str, verdict: Verdict, loop_min_attempts: int) -> bool:
         """Feed one judged call, in session order; True when it made its run a loop."""
         run = self._runs.get(session)
-        if verdict.decision not in _ERRORS:
+        if not verdict.is_error:
             self._remember(session, _Run(model, None, 0))
             return False
-        shape = verdict.shape or (verdict.reasons[0] if verdict.reasons else None) or verdict.decision
+        shape = verdict.loop_key
         if run is not None and run.shape == shape and run.model == model:
             run.length += 1
             self._runs.move_to_end(session)

@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import Connection, Table, case, delete, inspect, select
 from sqlalchemy.dialects import postgresql, sqlite
 
+from proxy.policy.verdict import is_error
 from proxy.store import runs
 from proxy.store.latency_sketch import Bin, bin_of, merge_bin
 from proxy.store.tables import (
@@ -89,7 +90,7 @@ class Rollup:
         self.calls[key] = self.calls.get(key, 0) + 1
         counts = self.session_calls.setdefault((*head, row["session_id"]), [0, 0])
         counts[0] += 1
-        counts[1] += decision in runs.ERROR_DECISIONS
+        counts[1] += is_error(decision)
         for code in filter(None, (row.get("reasons") or "").split(",")):
             rkey = (*head, code)
             self.reasons[rkey] = self.reasons.get(rkey, 0) + 1

@@ -20,24 +20,23 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, case, delete, func, or_, select, text, tuple_
 
+from proxy.policy.verdict import is_error
 from proxy.store.tables import error_runs, tool_calls
+from proxy.store.verdict_sql import is_error_sql, loop_key_sql
 
-__all__ = ["ERROR_DECISIONS", "error_runs", "find_runs", "rebuild", "update_sessions"]
+__all__ = ["error_runs", "find_runs", "rebuild", "update_sessions"]
 
-ERROR_DECISIONS = ("reject", "malformed", "repaired")  # repaired: the model still broke the rule
 _INSERT_CHUNK = 5_000
 _SESSIONS_PER_QUERY = 200  # three parameters each, under SQLite's old limit of 999
 
 
 def _call_columns() -> tuple[Any, ...]:
     t = tool_calls.c
-    is_error = t.decision.in_(ERROR_DECISIONS)
     return (
         t.session_id, t.created_at, t.call_index, t.decision, t.model, t.policy_name, t.route,
-        # A rejection explained without a shape still groups with its own kind.
-        func.coalesce(t.shape, t.primary_reason, t.decision).label("shape_key"),
+        loop_key_sql(t).label("shape_key"),
         # Only the error calls' commands are compared (exact repeats); an allowed call's is not read.
-        case((is_error, func.coalesce(t.command, t.arguments_raw))).label("command_key"),
+        case((is_error_sql(t.decision), func.coalesce(t.command, t.arguments_raw))).label("command_key"),
     )
 
 
@@ -57,9 +56,9 @@ def find_runs(calls: Iterable[Mapping[str, Any]], open_run: Mapping[str, Any] | 
         last = next(calls, None)
         command = "" if last is None else last["command_key"]
     for call in calls:
-        is_error = call["decision"] in ERROR_DECISIONS
+        error = is_error(call["decision"])
         if current is not None:
-            if is_error and call["shape_key"] == current["shape"] and call["model"] == current["model"]:
+            if error and call["shape_key"] == current["shape"] and call["model"] == current["model"]:
                 current["attempts"] += 1
                 current["end_at"], current["end_index"] = call["created_at"], call["call_index"]
                 current["exact"] = bool(current["exact"]) and call["command_key"] == command
@@ -67,7 +66,7 @@ def find_runs(calls: Iterable[Mapping[str, Any]], open_run: Mapping[str, Any] | 
             current.update(next_at=call["created_at"], next_index=call["call_index"],
                            next_decision=call["decision"])
             current = None
-        if is_error:
+        if error:
             command = call["command_key"]
             current = {
                 "session_id": call["session_id"], "start_at": call["created_at"],
@@ -151,7 +150,7 @@ def update_sessions(conn: Connection, calls: Sequence[Mapping[str, Any]]) -> Non
         sid = call["session_id"]
         if sid not in first or key < first[sid]:
             first[sid] = key
-        if call["decision"] in ERROR_DECISIONS:
+        if is_error(call["decision"]):
             with_errors.add(sid)
     sessions = sorted(first)
     _lock(conn, sessions)
