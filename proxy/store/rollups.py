@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, Table, case, delete, inspect, select
-from sqlalchemy.dialects import postgresql, sqlite
 
 from proxy.policy.verdict import is_error
 from proxy.store import runs
+from proxy.store.dialect import upsert_add
 from proxy.store.latency_sketch import Bin, bin_of, merge_bin
 from proxy.store.tables import (
     requests,
@@ -138,23 +138,14 @@ class Rollup:
 def _add(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> None:
     if not rows:
         return
-    dialect = conn.dialect.name
-    if dialect == "postgresql":
-        stmt: Any = postgresql.insert(table)
-    elif dialect == "sqlite":
-        stmt = sqlite.insert(table)
-    else:
-        raise NotImplementedError(f"rollups need SQLite or Postgres, not {dialect}")
-    keys = [c.name for c in table.primary_key.columns]
-    new, old = stmt.excluded, table.c
-    summed = {c.name: old[c.name] + new[c.name] for c in table.columns
-              if c.name not in keys and c.name not in ("low", "high")}
-    if "low" in table.c:
-        summed["low"] = case((new.low < old.low, new.low), else_=old.low)
-        summed["high"] = case((new.high > old.high, new.high), else_=old.high)
-    stmt = stmt.on_conflict_do_update(index_elements=keys, set_=summed) if summed else \
-        stmt.on_conflict_do_nothing(index_elements=keys)
-    conn.execute(stmt, rows)
+    conn.execute(upsert_add(conn, table, _latency_range if "low" in table.c else None), rows)
+
+
+def _latency_range(new: Any) -> dict[str, Any]:
+    # A latency bin keeps the lowest and highest values it has seen, not their sums.
+    old = stats_latency.c
+    return {"low": case((new.low < old.low, new.low), else_=old.low),
+            "high": case((new.high > old.high, new.high), else_=old.high)}
 
 
 def apply_rows(conn: Connection, calls: Sequence[Mapping[str, Any]], reqs: Sequence[Mapping[str, Any]]) -> None:

@@ -18,9 +18,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from itertools import groupby
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, case, delete, func, or_, select, text, tuple_
+from sqlalchemy import Connection, and_, bindparam, case, delete, func, or_, select, tuple_
 
 from proxy.policy.verdict import is_error
+from proxy.store.dialect import backend_of
 from proxy.store.tables import error_runs, tool_calls
 from proxy.store.verdict_sql import is_error_sql, loop_key_sql
 
@@ -101,11 +102,6 @@ def _anchor(conn: Connection, session_id: str, first: tuple[float, int]) -> tupl
     return before.start_at, before.start_index
 
 
-def _lock(conn: Connection, session_ids: Sequence[str]) -> None:
-    if conn.dialect.name == "postgresql":  # in one order for every replica
-        conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:s, 0))"), [{"s": s} for s in session_ids])
-
-
 def _latest_runs(conn: Connection, session_ids: Sequence[str]) -> dict[str, Any]:
     """session -> its run that starts last."""
     e = error_runs.c
@@ -153,7 +149,7 @@ def update_sessions(conn: Connection, calls: Sequence[Mapping[str, Any]]) -> Non
         if is_error(call["decision"]):
             with_errors.add(sid)
     sessions = sorted(first)
-    _lock(conn, sessions)
+    backend_of(conn).lock_sessions(conn, sessions)  # sorted: one order for every replica
     latest = _latest_runs(conn, sessions)
     continued: dict[str, Any] = {}  # session -> its last run, which the new calls may continue or end
     loads: dict[str, tuple[float, int]] = {}
