@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from proxy.cli.store_options import add_db, add_window
 from proxy.config import Settings
 
 __all__ = ["ModelRecheck", "RecheckResult", "recheck", "register", "run"]
@@ -31,10 +32,9 @@ def register(subparsers: Any) -> None:
                "  allowlist-proxy recheck --policy my-policy.yaml --since 24h --markdown\n",
     )
     parser.add_argument("--policy", required=True, metavar="FILE", help="the policy file to judge with")
-    parser.add_argument("--since", metavar="T", help="epoch seconds, ISO 8601, or a duration ago (24h, 7d)")
-    parser.add_argument("--until", metavar="T", help="epoch seconds, ISO 8601, or a duration ago")
+    add_window(parser)
     parser.add_argument("--model", help="only this model")
-    parser.add_argument("--db", metavar="URL", default=None, help="database URL [env ALLOWLIST_PROXY_DB]")
+    add_db(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     parser.add_argument("--limit", type=int, default=100, metavar="N",

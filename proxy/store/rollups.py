@@ -21,25 +21,15 @@ from typing import Any
 from sqlalchemy import Connection, Table, case, delete, inspect, select
 
 from proxy.policy.verdict import is_error
-from proxy.store import runs
+from proxy.store import runs, tables
 from proxy.store.dialect import upsert_add
 from proxy.store.latency_sketch import Bin, bin_of, merge_bin
-from proxy.store.tables import (
-    requests,
-    stats_calls,
-    stats_latency,
-    stats_reasons,
-    stats_requests,
-    stats_session_calls,
-    stats_sessions,
-    tool_calls,
-)
 
 __all__ = ["BUCKET_SECONDS", "ROLLUP_TABLES", "Rollup", "apply_rows", "bucket_of", "latency_values", "rebuild"]
 
 BUCKET_SECONDS = 3600.0
-ROLLUP_TABLES: tuple[Table, ...] = (stats_calls, stats_reasons, stats_requests, stats_sessions, stats_latency,
-                                    stats_session_calls)
+ROLLUP_TABLES: tuple[Table, ...] = (tables.stats_calls, tables.stats_reasons, tables.stats_requests,
+                                    tables.stats_sessions, tables.stats_latency, tables.stats_session_calls)
 _STREAM_CHUNK = 20_000
 
 
@@ -120,17 +110,17 @@ class Rollup:
             return [{**dict(zip(names, key, strict=True)), **values} for key, values in sorted(items)]
 
         head = ("bucket", "model", "policy_name", "route")
-        _add(conn, stats_calls, rows((*head, "decision", "primary_reason"),
+        _add(conn, tables.stats_calls, rows((*head, "decision", "primary_reason"),
                                      ((k, {"n": n}) for k, n in self.calls.items())))
-        _add(conn, stats_reasons, rows((*head, "reason"), ((k, {"n": n}) for k, n in self.reasons.items())))
-        _add(conn, stats_requests, rows((*head, "attempts", "concurrency"), (
+        _add(conn, tables.stats_reasons, rows((*head, "reason"), ((k, {"n": n}) for k, n in self.reasons.items())))
+        _add(conn, tables.stats_requests, rows((*head, "attempts", "concurrency"), (
             (k, {"n": s.n, "rate_sum": s.rate_sum, "rate_n": s.rate_n, "ttft_sum": s.ttft_sum,
                  "ttft_n": s.ttft_n}) for k, s in self.requests.items())))
-        _add(conn, stats_sessions, rows((*head, "session_id"), ((k, {}) for k in self.sessions)))
+        _add(conn, tables.stats_sessions, rows((*head, "session_id"), ((k, {}) for k in self.sessions)))
         if self.with_session_calls:
-            _add(conn, stats_session_calls, rows((*head, "session_id"), (
+            _add(conn, tables.stats_session_calls, rows((*head, "session_id"), (
                 (k, {"calls": n, "errors": e}) for k, (n, e) in self.session_calls.items())))
-        _add(conn, stats_latency, rows(("bucket", "model", "concurrency", "kind", "bin"), (
+        _add(conn, tables.stats_latency, rows(("bucket", "model", "concurrency", "kind", "bin"), (
             ((*k, index), {"n": b.count, "low": b.low, "high": b.high})
             for k, bins in self.latency.items() for index, b in bins.items())))
 
@@ -143,7 +133,7 @@ def _add(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> None:
 
 def _latency_range(new: Any) -> dict[str, Any]:
     # A latency bin keeps the lowest and highest values it has seen, not their sums.
-    old = stats_latency.c
+    old = tables.stats_latency.c
     return {"low": case((new.low < old.low, new.low), else_=old.low),
             "high": case((new.high > old.high, new.high), else_=old.high)}
 
@@ -166,8 +156,8 @@ def rebuild(conn: Connection) -> None:
     present = [t for t in ROLLUP_TABLES if inspect(conn).has_table(t.name)]
     for table in (*present, runs.error_runs):
         conn.execute(delete(table))
-    rollup = Rollup(with_session_calls=stats_session_calls in present)
-    t, r = tool_calls.c, requests.c
+    rollup = Rollup(with_session_calls=tables.stats_session_calls in present)
+    t, r = tables.tool_calls.c, tables.requests.c
     call_columns = (t.created_at, t.model, t.policy_name, t.route, t.decision, t.primary_reason, t.reasons,
                     t.session_id)
     for row in _stream(conn, select(*call_columns)):
