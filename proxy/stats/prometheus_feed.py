@@ -2,9 +2,9 @@
 latency by outcome, blocked turns.
 
 Loops follow `proxy.store.queries`' definition so `/metrics` and `/stats/models` count the same thing: a
-run is consecutive error calls (reject or malformed) of one session and one model with the same shape
-key (shape, else primary reason, else decision); it becomes a loop when it reaches the policy's
-`loop_min_attempts`, and is counted once, at that moment. The tracker keeps one small entry per
+run is consecutive error calls (`Verdict.is_error`) of one session and one model with the same
+`Verdict.loop_key`; it becomes a loop when it reaches the policy's `loop_min_attempts`, and is counted
+once, at that moment. The tracker keeps one small entry per
 recently active session, so it costs a dictionary update per judged call.
 """
 

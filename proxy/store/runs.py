@@ -1,10 +1,11 @@
 """Each session's runs of consecutive error calls of one shape, kept in `error_runs` as calls are written.
 
-A run is a session's consecutive error calls (reject or malformed) with the same shape and model, no other
-call between; a run of at least `loop_min_attempts` is a retry-variant loop (DESIGN.md). Runs are found on
-the session's whole sequence, so a time window never cuts a loop in two: a window or filter takes the runs
-whose first call it covers. A run also keeps the decision of the call after it, which is all that recovery
-needs: of a run's attempts, all but the last are followed by a retry, and the last by `next_decision`.
+A run is a session's consecutive error calls (`Verdict.is_error`) with the same loop key (`Verdict.loop_key`)
+and model, no other call between; a run of at least `loop_min_attempts` is a retry-variant loop (DESIGN.md).
+Runs are found on the session's whole sequence, so a time window never cuts a loop in two: a window or filter
+takes the runs whose first call it covers. A run also keeps the decision of the call after it, which is all
+that recovery needs: of a run's attempts, all but the last are followed by a retry, and the last by
+`next_decision`.
 
 When a batch brings calls of a session, the runs from the last one that could change are found again from
 the session's rows: in order, that is the session's open run (or nothing); a call arriving out of order
