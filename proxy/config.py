@@ -18,6 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
+# The URL rules belong to the store's dialect seam; re-exported here for the settings' readers.
+from proxy.store.dialect import check_db_url, normalize_db_url
+
 __all__ = ["DEFAULT_CONFIG_FILE", "ConfigError", "Settings", "UpstreamConfig", "normalize_db_url"]
 
 DEFAULT_CONFIG_FILE = "allowlist-proxy.yaml"
@@ -256,29 +259,3 @@ class Settings(BaseSettings):
         if self.upstreams:
             return list(self.upstreams)
         return [UpstreamConfig(url=self.upstream, api_key=self.upstream_api_key)]
-
-
-_SCHEMES = ("sqlite://", "sqlite+aiosqlite://", "postgres://", "postgresql://", "postgresql+asyncpg://")
-
-
-def check_db_url(url: str) -> None:
-    """Raises ValueError with what to write instead when `url` is not a store URL this proxy can open."""
-    if url.startswith(_SCHEMES):
-        return
-    scheme, sep, _ = url.partition("://")
-    if sep:
-        raise ValueError(f"{scheme}:// databases are not supported; use sqlite:///FILE.db or "
-                         "postgresql://USER:PASSWORD@HOST/DBNAME")
-    raise ValueError(f"{url!r} is not a database URL; for a file write sqlite:///{url} "
-                     "(or postgresql://USER:PASSWORD@HOST/DBNAME)")
-
-
-def normalize_db_url(url: str) -> str:
-    """Accept the URLs people write (`sqlite:///x.db`, `postgresql://...`) and pick the async driver."""
-    if url.startswith("sqlite://"):
-        return "sqlite+aiosqlite://" + url[len("sqlite://"):]
-    if url.startswith("postgres://"):
-        return "postgresql+asyncpg://" + url[len("postgres://"):]
-    if url.startswith("postgresql://"):
-        return "postgresql+asyncpg://" + url[len("postgresql://"):]
-    return url

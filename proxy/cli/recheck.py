@@ -16,12 +16,12 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from proxy.cli.store_options import add_db, add_window
 from proxy.config import Settings
 
 __all__ = ["ModelRecheck", "RecheckResult", "recheck", "register", "run"]
 
 _BATCH = 2000
-_ERRORS = ("reject", "malformed", "repaired")
 
 
 def register(subparsers: Any) -> None:
@@ -32,10 +32,9 @@ def register(subparsers: Any) -> None:
                "  allowlist-proxy recheck --policy my-policy.yaml --since 24h --markdown\n",
     )
     parser.add_argument("--policy", required=True, metavar="FILE", help="the policy file to judge with")
-    parser.add_argument("--since", metavar="T", help="epoch seconds, ISO 8601, or a duration ago (24h, 7d)")
-    parser.add_argument("--until", metavar="T", help="epoch seconds, ISO 8601, or a duration ago")
+    add_window(parser)
     parser.add_argument("--model", help="only this model")
-    parser.add_argument("--db", metavar="URL", default=None, help="database URL [env ALLOWLIST_PROXY_DB]")
+    add_db(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     parser.add_argument("--limit", type=int, default=100, metavar="N",
@@ -111,14 +110,16 @@ def _judge(loaded: Any, tool: str, arguments_json: str | None) -> Any:
 async def recheck(engine: Any, loaded: Any, *, since: float | None = None, until: float | None = None,
                   model: str | None = None, limit: int = 100) -> RecheckResult:
     """Judge each stored call with `loaded.policy`; count old and new errors per model, list the changes."""
+    from proxy.policy.verdict import is_error
+
     result = RecheckResult(policy=loaded.name)
     async for rows in _stored_calls(engine, since, until, model):
         for row in rows:
             verdict = _judge(loaded, row.tool_name, row.arguments_json)
             stats = result.models.setdefault(row.model, ModelRecheck(row.model))
             stats.tool_calls += 1
-            stats.errors += row.decision in _ERRORS
-            stats.new_errors += verdict.decision in _ERRORS
+            stats.errors += is_error(row.decision)
+            stats.new_errors += verdict.is_error
             if verdict.decision == row.decision:
                 continue
             result.changed_total += 1

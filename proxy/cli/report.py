@@ -12,6 +12,7 @@ import json
 import sys
 from typing import Any
 
+from proxy.cli.store_options import add_db, add_loop_min_attempts, add_window
 from proxy.config import Settings
 
 __all__ = ["register", "run"]
@@ -25,13 +26,11 @@ def register(subparsers: Any) -> None:
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--markdown", action="store_true", help="print Markdown")
     out.add_argument("--json", action="store_true", help="print the figures behind the report as JSON")
-    parser.add_argument("--since", metavar="T", help="epoch seconds, ISO 8601, or a duration ago (24h, 7d)")
-    parser.add_argument("--until", metavar="T", help="epoch seconds, ISO 8601, or a duration ago")
-    parser.add_argument("--db", metavar="URL", default=None, help="database URL [env ALLOWLIST_PROXY_DB]")
+    add_window(parser)
+    add_db(parser)
     parser.add_argument("--vllm-log", metavar="FILE", action="append",
                         help="throughput from these vLLM server logs instead of the live windows (repeatable)")
-    parser.add_argument("--loop-min-attempts", type=int, default=3, metavar="N",
-                        help="shortest run of same-shape rejections counted as a loop (default 3)")
+    add_loop_min_attempts(parser)
     parser.set_defaults(func=run)
 
 

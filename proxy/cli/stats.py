@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from proxy.cli.store_options import add_db, add_loop_min_attempts, add_window
 from proxy.config import Settings, normalize_db_url
 
 __all__ = ["parse_pair", "read_store", "register", "run", "sqlite_path"]
@@ -30,9 +31,8 @@ def register(subparsers: Any) -> None:
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the /stats/models JSON object")
     out.add_argument("--markdown", action="store_true", help="print Markdown tables")
-    parser.add_argument("--since", metavar="T", help="epoch seconds, ISO 8601, or a duration ago (24h, 7d)")
-    parser.add_argument("--until", metavar="T", help="epoch seconds, ISO 8601, or a duration ago")
-    parser.add_argument("--db", metavar="URL", default=None, help="database URL [env ALLOWLIST_PROXY_DB]")
+    add_window(parser)
+    add_db(parser)
     parser.add_argument("--model", help="only this model")
     parser.add_argument("--policy", help="only calls judged by this policy (its name)")
     parser.add_argument("--route", help="only this route, e.g. chat")
@@ -40,8 +40,7 @@ def register(subparsers: Any) -> None:
                         help="also print the live throughput tables per concurrency (10-second windows)")
     parser.add_argument("--compare", metavar="A,B",
                         help="compare two models' error rates: difference, 95 %% interval, p-values, a sentence")
-    parser.add_argument("--loop-min-attempts", type=int, default=3, metavar="N",
-                        help="shortest run of same-shape rejections counted as a loop (default 3)")
+    add_loop_min_attempts(parser)
     parser.set_defaults(func=run)
 
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from proxy.policy.verdict import is_error, loop_key
 from proxy.stats.confidence import bootstrap_ratio, wilson
 from proxy.stats.providers import ModelFigures, gather
 from proxy.store import figures, queries
@@ -183,7 +184,7 @@ async def session_detail(
         if row["run_no"] is not None and row["run_length"] >= loop_min_attempts:
             number = loop_numbers.setdefault(row["run_no"], len(loop_numbers) + 1)
             if number > len(loops):
-                shape = row["shape"] or row["primary_reason"] or row["decision"]
+                shape = loop_key(row["shape"], row["primary_reason"], row["decision"])
                 loops.append({"number": number, "shape": shape, "attempts": row["run_length"],
                               "commands": [], "started_at": row["created_at"]})
             loops[number - 1]["commands"].append(row["command"] or row["arguments_raw"])
@@ -207,7 +208,7 @@ async def session_detail(
         "requests": n_requests,
         "profiles": profiles,
         "tool_calls": len(calls),
-        "errors": sum(c["decision"] in queries.ERROR_DECISIONS for c in calls),
+        "errors": sum(is_error(c["decision"]) for c in calls),
         "loops": loops,
         "calls": calls,
     }

@@ -10,14 +10,16 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy import Integer, and_, case, cast, func, select
+from sqlalchemy import and_, case, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.errors import BadRequest
 from proxy.http.auth import ADMIN
 from proxy.http.error_handlers import ShapedErrorRoute
 from proxy.http.stats_routes import _answer, _loop_min
+from proxy.store.dialect import backend_of
 from proxy.store.tables import error_runs, requests, tool_calls
+from proxy.store.verdict_sql import is_error_sql
 
 __all__ = ["RANGES", "error_timeline", "loop_groups", "router"]
 
@@ -28,13 +30,6 @@ RANGES: dict[str, tuple[float | None, float]] = {
     "1h": (3600, 60), "24h": (86400, 1800), "7d": (7 * 86400, 3 * 3600), "all": (None, 0),
 }
 _SESSIONS_PER_GROUP = 20
-
-
-def _bucket_of(engine: AsyncEngine, column: Any, size: float) -> Any:
-    # floor(t / size): Postgres rounds a cast to integer, SQLite truncates; times are positive.
-    if engine.dialect.name == "postgresql":
-        return cast(func.floor(column / size), Integer)
-    return cast(column / size, Integer)
 
 
 async def error_timeline(engine: AsyncEngine, range_name: str, *, now: float | None = None) -> dict[str, Any]:
@@ -52,8 +47,8 @@ async def error_timeline(engine: AsyncEngine, range_name: str, *, now: float | N
         else:
             since = now - back
         since = since - since % size  # whole buckets, aligned like the axis labels
-        bucket = _bucket_of(engine, t.created_at, size).label("bucket")
-        is_error = case((t.decision.in_(("reject", "malformed", "repaired")), 1), else_=0)
+        bucket = backend_of(engine).bucket_number(t.created_at, size).label("bucket")
+        is_error = case((is_error_sql(t.decision), 1), else_=0)
         stmt = (select(t.model, bucket, func.count().label("calls"), func.sum(is_error).label("errors"))
                 .where(t.created_at >= since, t.created_at <= now)
                 .group_by(t.model, bucket).order_by(t.model, bucket))

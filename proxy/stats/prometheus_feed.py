@@ -2,9 +2,9 @@
 latency by outcome, blocked turns.
 
 Loops follow `proxy.store.queries`' definition so `/metrics` and `/stats/models` count the same thing: a
-run is consecutive error calls (reject or malformed) of one session and one model with the same shape
-key (shape, else primary reason, else decision); it becomes a loop when it reaches the policy's
-`loop_min_attempts`, and is counted once, at that moment. The tracker keeps one small entry per
+run is consecutive error calls (`Verdict.is_error`) of one session and one model with the same
+`Verdict.loop_key`; it becomes a loop when it reaches the policy's `loop_min_attempts`, and is counted
+once, at that moment. The tracker keeps one small entry per
 recently active session, so it costs a dictionary update per judged call.
 """
 
@@ -18,9 +18,6 @@ from proxy.policy.verdict import Verdict
 from proxy.stats.prometheus import BLOCKED_TURNS, FIRST_TOKEN_LATENCY, LOOPS, REQUEST_LATENCY, TOKENS
 
 __all__ = ["LOOP_TRACKER", "LoopTracker", "observe_request"]
-
-_ERRORS = ("reject", "malformed", "repaired")
-
 
 @dataclass(slots=True)
 class _Run:
@@ -38,10 +35,10 @@ class LoopTracker:
     def observe(self, session: str, model: str, verdict: Verdict, loop_min_attempts: int) -> bool:
         """Feed one judged call, in session order; True when it made its run a loop."""
         run = self._runs.get(session)
-        if verdict.decision not in _ERRORS:
+        if not verdict.is_error:
             self._remember(session, _Run(model, None, 0))
             return False
-        shape = verdict.shape or (verdict.reasons[0] if verdict.reasons else None) or verdict.decision
+        shape = verdict.loop_key
         if run is not None and run.shape == shape and run.model == model:
             run.length += 1
             self._runs.move_to_end(session)

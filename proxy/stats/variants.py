@@ -17,9 +17,10 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from proxy.policy.verdict import is_error
 from proxy.stats.confidence import bootstrap_median, median, wilson
 from proxy.store import queries
-from proxy.store.queries import ERROR_DECISIONS, Filters
+from proxy.store.queries import Filters
 
 __all__ = ["summarize_variant", "variant_stats"]
 
@@ -37,7 +38,7 @@ def summarize_variant(sessions: Iterable[list[dict[str, Any]]], loop_min_attempt
         run_shape: str | None = None
         run_length = 0
         for k, call in enumerate(calls):
-            error = call["decision"] in ERROR_DECISIONS
+            error = is_error(call["decision"])
             if error:
                 if k + 1 < len(calls):
                     followed += 1

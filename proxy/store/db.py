@@ -7,12 +7,11 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import event
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from proxy.config import normalize_db_url
 from proxy.errors import ProxyError
+from proxy.store.dialect import backend_for_url, normalize_db_url
 
 __all__ = ["StoreError", "alembic_config", "create_engine", "migrate", "schema_revisions", "translate_db_error"]
 
@@ -29,24 +28,9 @@ def translate_db_error(exc: SQLAlchemyError) -> StoreError:
     return StoreError(f"database error: {type(exc.orig if hasattr(exc, 'orig') else exc).__name__}: {exc}")
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    # WAL lets the stats readers run while the writer commits; busy_timeout rides out a
-    # short lock held by another process instead of failing the batch at once.
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA busy_timeout=5000")
-    cursor.execute("PRAGMA foreign_keys=OFF")
-    cursor.close()
-
-
 def create_engine(url: str) -> AsyncEngine:
-    url = normalize_db_url(url)
-    if url.startswith("sqlite"):
-        engine = create_async_engine(url)
-        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
-        return engine
-    return create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
+    """An engine for a store URL; any database without a backend in proxy.store.dialect fails here, at start."""
+    return backend_for_url(url).engine(normalize_db_url(url))
 
 
 def alembic_config(url: str | None = None) -> Config:

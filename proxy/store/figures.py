@@ -20,15 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from proxy.store import queries
 from proxy.store.latency_sketch import Bin, bin_of, merge_bin
-from proxy.store.queries import (
-    ERROR_DECISIONS,
-    CallCounts,
-    Filters,
-    LoopSummary,
-    RequestCounts,
-    SessionErrors,
-    SessionRecovery,
-)
+from proxy.store.queries import CallCounts, Filters, LoopSummary, RequestCounts, SessionErrors, SessionRecovery
 from proxy.store.rollups import BUCKET_SECONDS, latency_values
 from proxy.store.tables import (
     error_runs,
@@ -41,6 +33,7 @@ from proxy.store.tables import (
     stats_sessions,
     tool_calls,
 )
+from proxy.store.verdict_sql import is_error_sql
 
 __all__ = [
     "Split",
@@ -114,7 +107,7 @@ async def call_counts(conn: AsyncConnection, f: Filters) -> dict[str, CallCounts
     out: dict[str, CallCounts] = {}
     if parts.hours is not None:
         c = stats_calls.c
-        errors = func.sum(case((c.decision.in_(ERROR_DECISIONS), c.n), else_=0))
+        errors = func.sum(case((is_error_sql(c.decision), c.n), else_=0))
         stmt = (select(c.model, func.sum(c.n), errors)
                 .where(*_rollup_conditions(f, parts.hours, stats_calls)).group_by(c.model))
         out = {m: CallCounts(calls=int(n), errors=int(e or 0)) for m, n, e in await conn.execute(stmt)}
@@ -147,7 +140,7 @@ async def _counts_by_key(
 async def primary_reason_counts(conn: AsyncConnection, f: Filters) -> dict[str, dict[str, int]]:
     """model -> {primary reason: error calls led by it}."""
     return await _counts_by_key(conn, f, stats_calls, "primary_reason", queries.primary_reason_counts,
-                                stats_calls.c.decision.in_(ERROR_DECISIONS))
+                                is_error_sql(stats_calls.c.decision))
 
 
 async def reason_counts(conn: AsyncConnection, f: Filters) -> dict[str, dict[str, int]]:

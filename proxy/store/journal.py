@@ -15,11 +15,12 @@ import socket
 import time
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from proxy.logs import get_logger
 from proxy.store import tables
+from proxy.store.dialect import backend_of
 from proxy.store.writer import insert_rows
 
 __all__ = ["OwnerLock", "recover"]
@@ -28,8 +29,6 @@ log = get_logger("proxy.store.journal")
 
 INTERRUPTED = "interrupted"
 _FOREIGN_SQLITE_AGE = 86_400.0
-_LOCK_SQL = "SELECT pg_try_advisory_lock(hashtextextended(:owner, 0))"
-_UNLOCK_SQL = "SELECT pg_advisory_unlock(hashtextextended(:owner, 0))"
 
 
 class OwnerLock:
@@ -40,11 +39,8 @@ class OwnerLock:
         self._conn: AsyncConnection | None = None
 
     async def acquire(self) -> None:
-        if self._engine.dialect.name != "postgresql":
-            return
-        self._conn = await self._engine.connect()
-        await self._conn.execute(text(_LOCK_SQL), {"owner": self._owner})
-        await self._conn.commit()
+        # None where the database has no such lock (SQLite): owners are then told apart by host and age.
+        self._conn = await backend_of(self._engine).hold_owner_lock(self._engine, self._owner)
 
     async def release(self) -> None:
         if self._conn is not None:
@@ -71,11 +67,9 @@ async def _gone(conn: AsyncConnection, owner: str, me: str, oldest: float) -> bo
     # Our own pid under another nonce is an earlier life of this process number.
     if same_host and (int(pid_text) == os.getpid() or not _pid_alive(int(pid_text))):
         return True
-    if conn.dialect.name == "postgresql":
-        free = (await conn.execute(text(_LOCK_SQL), {"owner": owner})).scalar()
-        if free:
-            await conn.execute(text(_UNLOCK_SQL), {"owner": owner})
-        return bool(free)
+    alive = await backend_of(conn).owner_alive(conn, owner)
+    if alive is not None:
+        return not alive
     return time.time() - oldest > _FOREIGN_SQLITE_AGE
 
 

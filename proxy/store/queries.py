@@ -29,14 +29,12 @@ from sqlalchemy import (
     tuple_,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import CTE
 
-from proxy.store.runs import ERROR_DECISIONS
 from proxy.store.tables import requests, sessions, tool_call_reasons, tool_calls
+from proxy.store.verdict_sql import is_error_sql, loop_key_sql
 
 __all__ = [
-    "ERROR_DECISIONS",
     "CallCounts",
     "Filters",
     "LoopSummary",
@@ -143,10 +141,6 @@ def request_conditions(f: Filters) -> list[Any]:
     return conditions(f, r.started_at, r.policy_name, r.model, r.route)
 
 
-def _is_error(decision: Any) -> ColumnElement[Any]:
-    return decision.in_(ERROR_DECISIONS)
-
-
 # --- plain counts -----------------------------------------------------------------------------------------
 
 async def call_counts(conn: AsyncConnection, f: Filters) -> dict[str, CallCounts]:
@@ -156,7 +150,7 @@ async def call_counts(conn: AsyncConnection, f: Filters) -> dict[str, CallCounts
     second query over the error calls only (grouping every call by reason sorts them all: ten times slower).
     """
     t = tool_calls.c
-    errors = func.sum(case((_is_error(t.decision), 1), else_=0))
+    errors = func.sum(case((is_error_sql(t.decision), 1), else_=0))
     stmt = select(t.model, func.count(), errors).where(*_call_conditions(f)).group_by(t.model)
     return {m: CallCounts(calls=int(n), errors=int(e or 0)) for m, n, e in await conn.execute(stmt)}
 
@@ -164,7 +158,7 @@ async def call_counts(conn: AsyncConnection, f: Filters) -> dict[str, CallCounts
 async def session_error_rows(conn: AsyncConnection, f: Filters) -> list[SessionErrorRow]:
     """Each session with calls in the window: its model, errors and tool calls, from the rows."""
     t = tool_calls.c
-    errors = func.sum(case((_is_error(t.decision), 1), else_=0))
+    errors = func.sum(case((is_error_sql(t.decision), 1), else_=0))
     # Grouped session first: the rows come in the order of the session index.
     stmt = (select(t.model, t.session_id, errors, func.count()).where(*_call_conditions(f))
             .group_by(t.session_id, t.model))
@@ -184,7 +178,7 @@ async def variant_calls(conn: AsyncConnection, f: Filters) -> list[dict[str, Any
     """The calls of sessions in a feedback experiment, in session order, with what the variant stats read."""
     t = tool_calls.c
     stmt = (select(t.session_id, t.model, t.feedback_variant, t.decision,
-                   func.coalesce(t.shape, t.primary_reason, t.decision).label("shape_key"))
+                   loop_key_sql(t).label("shape_key"))
             .where(t.feedback_variant.is_not(None), *_call_conditions(f))
             .order_by(t.session_id, t.created_at, t.call_index))
     return [dict(row._mapping) for row in await conn.execute(stmt)]
@@ -221,7 +215,7 @@ async def primary_reason_counts(conn: AsyncConnection, f: Filters) -> dict[str, 
     t = tool_calls.c
     primary = func.coalesce(t.primary_reason, t.decision)
     stmt = (select(t.model, primary, func.count())
-            .where(_is_error(t.decision), *_call_conditions(f))
+            .where(is_error_sql(t.decision), *_call_conditions(f))
             .group_by(t.model, primary))
     out: dict[str, dict[str, int]] = {}
     for model, reason, n in await conn.execute(stmt):
@@ -271,11 +265,6 @@ def _neighbour(e: Any, selection: Selection, *, before: bool, value: Any) -> Any
     )
 
 
-def _shape_key(c: Any) -> Any:
-    # A rejection explained without a shape still groups with its own kind.
-    return func.coalesce(c.shape, c.primary_reason, c.decision)
-
-
 def _error_runs(selection: Selection, name: str = "runs") -> CTE:
     """The selected error calls, each with the number of its run within the session (gaps and islands).
 
@@ -285,12 +274,13 @@ def _error_runs(selection: Selection, name: str = "runs") -> CTE:
     t = tool_calls.c
 
     def continues(p: Any) -> Any:
-        return case((and_(_is_error(p.decision), _shape_key(p) == _shape_key(t), p.model == t.model), 1), else_=0)
+        same_run = and_(is_error_sql(p.decision), loop_key_sql(p) == loop_key_sql(t), p.model == t.model)
+        return case((same_run, 1), else_=0)
 
     errors = select(
-        t.session_id, t.model, t.created_at, t.call_index, _shape_key(t).label("shape_key"),
+        t.session_id, t.model, t.created_at, t.call_index, loop_key_sql(t).label("shape_key"),
         _neighbour(t, selection, before=True, value=continues).label("continues"),
-    ).where(_is_error(t.decision), *selection(tool_calls)).cte(name + "_errors")
+    ).where(is_error_sql(t.decision), *selection(tool_calls)).cte(name + "_errors")
     e = errors.c
     is_start = case((e.continues == 1, 0), else_=1)
     run_no = func.sum(is_start).over(partition_by=e.session_id, order_by=_session_order(e), rows=(None, 0))

@@ -19,26 +19,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, Table, case, delete, inspect, select
-from sqlalchemy.dialects import postgresql, sqlite
 
-from proxy.store import runs
+from proxy.policy.verdict import is_error
+from proxy.store import runs, tables
+from proxy.store.dialect import upsert_add
 from proxy.store.latency_sketch import Bin, bin_of, merge_bin
-from proxy.store.tables import (
-    requests,
-    stats_calls,
-    stats_latency,
-    stats_reasons,
-    stats_requests,
-    stats_session_calls,
-    stats_sessions,
-    tool_calls,
-)
 
 __all__ = ["BUCKET_SECONDS", "ROLLUP_TABLES", "Rollup", "apply_rows", "bucket_of", "latency_values", "rebuild"]
 
 BUCKET_SECONDS = 3600.0
-ROLLUP_TABLES: tuple[Table, ...] = (stats_calls, stats_reasons, stats_requests, stats_sessions, stats_latency,
-                                    stats_session_calls)
+ROLLUP_TABLES: tuple[Table, ...] = (tables.stats_calls, tables.stats_reasons, tables.stats_requests,
+                                    tables.stats_sessions, tables.stats_latency, tables.stats_session_calls)
 _STREAM_CHUNK = 20_000
 
 
@@ -89,7 +80,7 @@ class Rollup:
         self.calls[key] = self.calls.get(key, 0) + 1
         counts = self.session_calls.setdefault((*head, row["session_id"]), [0, 0])
         counts[0] += 1
-        counts[1] += decision in runs.ERROR_DECISIONS
+        counts[1] += is_error(decision)
         for code in filter(None, (row.get("reasons") or "").split(",")):
             rkey = (*head, code)
             self.reasons[rkey] = self.reasons.get(rkey, 0) + 1
@@ -119,17 +110,17 @@ class Rollup:
             return [{**dict(zip(names, key, strict=True)), **values} for key, values in sorted(items)]
 
         head = ("bucket", "model", "policy_name", "route")
-        _add(conn, stats_calls, rows((*head, "decision", "primary_reason"),
+        _add(conn, tables.stats_calls, rows((*head, "decision", "primary_reason"),
                                      ((k, {"n": n}) for k, n in self.calls.items())))
-        _add(conn, stats_reasons, rows((*head, "reason"), ((k, {"n": n}) for k, n in self.reasons.items())))
-        _add(conn, stats_requests, rows((*head, "attempts", "concurrency"), (
+        _add(conn, tables.stats_reasons, rows((*head, "reason"), ((k, {"n": n}) for k, n in self.reasons.items())))
+        _add(conn, tables.stats_requests, rows((*head, "attempts", "concurrency"), (
             (k, {"n": s.n, "rate_sum": s.rate_sum, "rate_n": s.rate_n, "ttft_sum": s.ttft_sum,
                  "ttft_n": s.ttft_n}) for k, s in self.requests.items())))
-        _add(conn, stats_sessions, rows((*head, "session_id"), ((k, {}) for k in self.sessions)))
+        _add(conn, tables.stats_sessions, rows((*head, "session_id"), ((k, {}) for k in self.sessions)))
         if self.with_session_calls:
-            _add(conn, stats_session_calls, rows((*head, "session_id"), (
+            _add(conn, tables.stats_session_calls, rows((*head, "session_id"), (
                 (k, {"calls": n, "errors": e}) for k, (n, e) in self.session_calls.items())))
-        _add(conn, stats_latency, rows(("bucket", "model", "concurrency", "kind", "bin"), (
+        _add(conn, tables.stats_latency, rows(("bucket", "model", "concurrency", "kind", "bin"), (
             ((*k, index), {"n": b.count, "low": b.low, "high": b.high})
             for k, bins in self.latency.items() for index, b in bins.items())))
 
@@ -137,23 +128,14 @@ class Rollup:
 def _add(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> None:
     if not rows:
         return
-    dialect = conn.dialect.name
-    if dialect == "postgresql":
-        stmt: Any = postgresql.insert(table)
-    elif dialect == "sqlite":
-        stmt = sqlite.insert(table)
-    else:
-        raise NotImplementedError(f"rollups need SQLite or Postgres, not {dialect}")
-    keys = [c.name for c in table.primary_key.columns]
-    new, old = stmt.excluded, table.c
-    summed = {c.name: old[c.name] + new[c.name] for c in table.columns
-              if c.name not in keys and c.name not in ("low", "high")}
-    if "low" in table.c:
-        summed["low"] = case((new.low < old.low, new.low), else_=old.low)
-        summed["high"] = case((new.high > old.high, new.high), else_=old.high)
-    stmt = stmt.on_conflict_do_update(index_elements=keys, set_=summed) if summed else \
-        stmt.on_conflict_do_nothing(index_elements=keys)
-    conn.execute(stmt, rows)
+    conn.execute(upsert_add(conn, table, _latency_range if "low" in table.c else None), rows)
+
+
+def _latency_range(new: Any) -> dict[str, Any]:
+    # A latency bin keeps the lowest and highest values it has seen, not their sums.
+    old = tables.stats_latency.c
+    return {"low": case((new.low < old.low, new.low), else_=old.low),
+            "high": case((new.high > old.high, new.high), else_=old.high)}
 
 
 def apply_rows(conn: Connection, calls: Sequence[Mapping[str, Any]], reqs: Sequence[Mapping[str, Any]]) -> None:
@@ -174,8 +156,8 @@ def rebuild(conn: Connection) -> None:
     present = [t for t in ROLLUP_TABLES if inspect(conn).has_table(t.name)]
     for table in (*present, runs.error_runs):
         conn.execute(delete(table))
-    rollup = Rollup(with_session_calls=stats_session_calls in present)
-    t, r = tool_calls.c, requests.c
+    rollup = Rollup(with_session_calls=tables.stats_session_calls in present)
+    t, r = tables.tool_calls.c, tables.requests.c
     call_columns = (t.created_at, t.model, t.policy_name, t.route, t.decision, t.primary_reason, t.reasons,
                     t.session_id)
     for row in _stream(conn, select(*call_columns)):

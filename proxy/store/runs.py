@@ -1,10 +1,11 @@
 """Each session's runs of consecutive error calls of one shape, kept in `error_runs` as calls are written.
 
-A run is a session's consecutive error calls (reject or malformed) with the same shape and model, no other
-call between; a run of at least `loop_min_attempts` is a retry-variant loop (DESIGN.md). Runs are found on
-the session's whole sequence, so a time window never cuts a loop in two: a window or filter takes the runs
-whose first call it covers. A run also keeps the decision of the call after it, which is all that recovery
-needs: of a run's attempts, all but the last are followed by a retry, and the last by `next_decision`.
+A run is a session's consecutive error calls (`Verdict.is_error`) with the same loop key (`Verdict.loop_key`)
+and model, no other call between; a run of at least `loop_min_attempts` is a retry-variant loop (DESIGN.md).
+Runs are found on the session's whole sequence, so a time window never cuts a loop in two: a window or filter
+takes the runs whose first call it covers. A run also keeps the decision of the call after it, which is all
+that recovery needs: of a run's attempts, all but the last are followed by a retry, and the last by
+`next_decision`.
 
 When a batch brings calls of a session, the runs from the last one that could change are found again from
 the session's rows: in order, that is the session's open run (or nothing); a call arriving out of order
@@ -18,26 +19,26 @@ from collections.abc import Iterable, Mapping, Sequence
 from itertools import groupby
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, case, delete, func, or_, select, text, tuple_
+from sqlalchemy import Connection, and_, bindparam, case, delete, func, or_, select, tuple_
 
+from proxy.policy.verdict import is_error
+from proxy.store.dialect import backend_of
 from proxy.store.tables import error_runs, tool_calls
+from proxy.store.verdict_sql import is_error_sql, loop_key_sql
 
-__all__ = ["ERROR_DECISIONS", "error_runs", "find_runs", "rebuild", "update_sessions"]
+__all__ = ["error_runs", "find_runs", "rebuild", "update_sessions"]
 
-ERROR_DECISIONS = ("reject", "malformed", "repaired")  # repaired: the model still broke the rule
 _INSERT_CHUNK = 5_000
 _SESSIONS_PER_QUERY = 200  # three parameters each, under SQLite's old limit of 999
 
 
 def _call_columns() -> tuple[Any, ...]:
     t = tool_calls.c
-    is_error = t.decision.in_(ERROR_DECISIONS)
     return (
         t.session_id, t.created_at, t.call_index, t.decision, t.model, t.policy_name, t.route,
-        # A rejection explained without a shape still groups with its own kind.
-        func.coalesce(t.shape, t.primary_reason, t.decision).label("shape_key"),
+        loop_key_sql(t).label("shape_key"),
         # Only the error calls' commands are compared (exact repeats); an allowed call's is not read.
-        case((is_error, func.coalesce(t.command, t.arguments_raw))).label("command_key"),
+        case((is_error_sql(t.decision), func.coalesce(t.command, t.arguments_raw))).label("command_key"),
     )
 
 
@@ -57,9 +58,9 @@ def find_runs(calls: Iterable[Mapping[Any, Any]], open_run: Mapping[str, Any] | 
         last = next(calls, None)
         command = "" if last is None else last["command_key"]
     for call in calls:
-        is_error = call["decision"] in ERROR_DECISIONS
+        error = is_error(call["decision"])
         if current is not None:
-            if is_error and call["shape_key"] == current["shape"] and call["model"] == current["model"]:
+            if error and call["shape_key"] == current["shape"] and call["model"] == current["model"]:
                 current["attempts"] += 1
                 current["end_at"], current["end_index"] = call["created_at"], call["call_index"]
                 current["exact"] = bool(current["exact"]) and call["command_key"] == command
@@ -67,7 +68,7 @@ def find_runs(calls: Iterable[Mapping[Any, Any]], open_run: Mapping[str, Any] | 
             current.update(next_at=call["created_at"], next_index=call["call_index"],
                            next_decision=call["decision"])
             current = None
-        if is_error:
+        if error:
             command = call["command_key"]
             current = {
                 "session_id": call["session_id"], "start_at": call["created_at"],
@@ -100,11 +101,6 @@ def _anchor(conn: Connection, session_id: str, first: tuple[float, int]) -> tupl
         # a later run): the new calls start afresh.
         return first
     return before.start_at, before.start_index
-
-
-def _lock(conn: Connection, session_ids: Sequence[str]) -> None:
-    if conn.dialect.name == "postgresql":  # in one order for every replica
-        conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:s, 0))"), [{"s": s} for s in session_ids])
 
 
 def _latest_runs(conn: Connection, session_ids: Sequence[str]) -> dict[str, Any]:
@@ -151,10 +147,10 @@ def update_sessions(conn: Connection, calls: Sequence[Mapping[str, Any]]) -> Non
         sid = call["session_id"]
         if sid not in first or key < first[sid]:
             first[sid] = key
-        if call["decision"] in ERROR_DECISIONS:
+        if is_error(call["decision"]):
             with_errors.add(sid)
     sessions = sorted(first)
-    _lock(conn, sessions)
+    backend_of(conn).lock_sessions(conn, sessions)  # sorted: one order for every replica
     latest = _latest_runs(conn, sessions)
     continued: dict[str, Any] = {}  # session -> its last run, which the new calls may continue or end
     loads: dict[str, tuple[float, int]] = {}

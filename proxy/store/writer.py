@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Table, delete
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from proxy.logs import get_logger
@@ -40,6 +39,7 @@ from proxy.stats.prometheus import (
     STORE_WRITE_FAILURES,
 )
 from proxy.store import rollups, tables
+from proxy.store.dialect import insert_ignore
 from proxy.store.safe_text import safe_row
 
 __all__ = ["StoreFailure", "StoreWriter", "insert_rows"]
@@ -353,22 +353,14 @@ async def insert_rows(conn: AsyncConnection, rows: Mapping[str, list[dict[str, A
     for name in sorted(rows, key=lambda n: _TABLE_ORDER.get(n, 99)):
         if rows[name]:
             table = tables.metadata.tables[name]
-            await conn.execute(_insert(table, conn.dialect.name), rows[name])
+            stmt = insert_ignore(conn, table) if name in _INSERT_OR_IGNORE else table.insert()
+            await conn.execute(stmt, rows[name])
     calls, reqs = rows.get("tool_calls", []), rows.get("requests", [])
     if reqs:
         journal = tables.request_journal
         await conn.execute(delete(journal).where(journal.c.id.in_([r["id"] for r in reqs])))
     if calls or reqs:
         await conn.run_sync(rollups.apply_rows, calls, reqs)
-
-
-def _insert(table: Table, dialect: str) -> Any:
-    if table.name in _INSERT_OR_IGNORE:
-        if dialect == "sqlite":
-            return sqlite.insert(table).on_conflict_do_nothing()
-        if dialect == "postgresql":
-            return postgresql.insert(table).on_conflict_do_nothing()
-    return table.insert()
 
 
 def _brief(row: dict[str, Any]) -> dict[str, Any]:

@@ -4,38 +4,9 @@
 `log_import` turns whole logs into windows per model.
 """
 
-from proxy.throughput.log_import import ImportResult, LineCounts, LogImport
-from proxy.throughput.tables import (
-    DEFAULT_WINDOW_SECONDS,
-    Cell,
-    ModelTable,
-    SpecDecode,
-    SpecDecodeBuilder,
-    TableBuilder,
-    Window,
-    build_table,
-    concurrency_levels,
-    format_value,
-    render_markdown,
-    render_text,
-    tables_to_json,
-)
+# The package's names are its modules' public names, each listed once, in the module's `__all__`.
+from proxy.throughput import log_import, tables
+from proxy.throughput.log_import import *  # noqa: F403
+from proxy.throughput.tables import *  # noqa: F403
 
-__all__ = [
-    "DEFAULT_WINDOW_SECONDS",
-    "Cell",
-    "ImportResult",
-    "LineCounts",
-    "LogImport",
-    "ModelTable",
-    "SpecDecode",
-    "SpecDecodeBuilder",
-    "TableBuilder",
-    "Window",
-    "build_table",
-    "concurrency_levels",
-    "format_value",
-    "render_markdown",
-    "render_text",
-    "tables_to_json",
-]
+__all__ = [*log_import.__all__, *tables.__all__]

@@ -7,27 +7,21 @@ Kept apart from `proxy.store.queries` (the compliance statistics) because nothin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, case, func, select
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import case, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ColumnElement
 
 from proxy.store import figures
-from proxy.store.db import StoreError
+from proxy.store.dialect import upsert_add
 from proxy.store.latency_sketch import percentile
 from proxy.store.queries import Filters
 from proxy.store.tables import throughput_windows
 
 __all__ = ["LatencyCell", "WindowRow", "latency_percentiles", "read_windows", "upsert_windows"]
-
-_KEY = ("model", "window_start", "seconds")
-# The store runs on these two (see proxy.config); both spell the additive upsert as INSERT ... ON CONFLICT.
-_UPSERTS: dict[str, Callable[[Table], sqlite.Insert | postgresql.Insert]] = {
-    "sqlite": sqlite.insert, "postgresql": postgresql.insert}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,12 +66,7 @@ async def upsert_windows(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) 
     """Add `rows` into their windows, creating the windows that do not exist yet."""
     if not rows:
         return
-    dialect = conn.dialect.name
-    if dialect not in _UPSERTS:
-        raise StoreError(f"live throughput windows need SQLite or Postgres, not {dialect}")
-    insert = _UPSERTS[dialect](throughput_windows)
-    stmt = insert.on_conflict_do_update(index_elements=list(_KEY), set_=_merged_values(insert.excluded))
-    await conn.execute(stmt, list(rows))
+    await conn.execute(upsert_add(conn, throughput_windows, _merged_values), list(rows))
 
 
 def _time_conditions(column: Any, since: float | None, until: float | None) -> list[ColumnElement[bool]]:
