@@ -16,7 +16,7 @@ from proxy.http.auth import require_admin
 # (it holds no data; what it fetches is guarded).
 PUBLIC = {
     "/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages", "/v1/models", "/v1/{path:path}",
-    "/health", "/dashboard", "/dashboard/static/{name}",
+    "/health", "/dashboard", "/dashboard/static/{name}", "/dashboard/columns.json",  # the page and its layout: no data
 }
 
 
