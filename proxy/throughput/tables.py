@@ -215,39 +215,28 @@ def _cell_text(value: float | None, n: int) -> str:
 
 _Section = tuple[str, list[str], list[list[str]]]
 
+# The per-concurrency sections: title, and a cell's (value, number of windows behind it).
+_CELL_SECTIONS: tuple[tuple[str, Callable[[Cell], tuple[float | None, int]]], ...] = (
+    ("Generation throughput (tokens/s): mean per window, idle windows included; (n) windows",
+     lambda cell: (cell.generation_tps, cell.n)),
+    ("Prefill throughput (tokens/s), sustained: mean over all windows; (n) windows",
+     lambda cell: (cell.prompt_tps, cell.n)),
+    ("Prefill throughput (tokens/s), active: mean over windows with prefill > 0; (n) active windows",
+     lambda cell: (cell.prompt_tps_active, cell.n_active)),
+    ("Completed requests per minute: 2xx completions in the windows / their minutes; (n) windows",
+     lambda cell: (cell.requests_per_minute, cell.n)),
+)
+
 
 def _sections(tables: Sequence[ModelTable]) -> list[_Section]:
     header = ["Concurrency", *(t.model for t in tables)]
     levels = concurrency_levels(tables)
 
-    def rows(pick: Callable[[Cell], str]) -> list[list[str]]:
-        out = []
-        for c in levels:
-            out.append([str(c), *(pick(t.cells[c]) if c in t.cells else "-" for t in tables)])
-        return out
+    def rows(pick: Callable[[Cell], tuple[float | None, int]]) -> list[list[str]]:
+        return [[str(c), *(_cell_text(*pick(t.cells[c])) if c in t.cells else "-" for t in tables)]
+                for c in levels]
 
-    sections: list[_Section] = [
-        (
-            "Generation throughput (tokens/s): mean per window, idle windows included; (n) windows",
-            header,
-            rows(lambda cell: _cell_text(cell.generation_tps, cell.n)),
-        ),
-        (
-            "Prefill throughput (tokens/s), sustained: mean over all windows; (n) windows",
-            header,
-            rows(lambda cell: _cell_text(cell.prompt_tps, cell.n)),
-        ),
-        (
-            "Prefill throughput (tokens/s), active: mean over windows with prefill > 0; (n) active windows",
-            header,
-            rows(lambda cell: _cell_text(cell.prompt_tps_active, cell.n_active)),
-        ),
-        (
-            "Completed requests per minute: 2xx completions in the windows / their minutes; (n) windows",
-            header,
-            rows(lambda cell: _cell_text(cell.requests_per_minute, cell.n)),
-        ),
-    ]
+    sections: list[_Section] = [(title, header, rows(pick)) for title, pick in _CELL_SECTIONS]
     specs = [t.spec_decode for t in tables]
     if any(specs):
         sections.append((
