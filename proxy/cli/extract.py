@@ -29,6 +29,7 @@ import re
 import sys
 from typing import Any
 
+from proxy.cli.command import add_command
 from proxy.toolcalls import (
     ChoiceStream,
     CompletedCall,
@@ -45,11 +46,9 @@ _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "extract",
-        help="print the tool calls found in model output, a response, or a recorded stream",
+    parser = add_command(
+        subparsers, "extract", help="print the tool calls found in model output, a response, or a recorded stream",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--tools",

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from proxy.cli.command import add_command
 from proxy.throughput import DEFAULT_WINDOW_SECONDS, LogImport, render_markdown, render_text, tables_to_json
 
 __all__ = ["register", "run"]
@@ -22,17 +23,16 @@ _PROG = "import-vllm-log"
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        _PROG,
+    parser = add_command(
+        subparsers, _PROG,
         help="rebuild throughput-by-concurrency tables from vLLM server logs",
         description=(
             "Reads vLLM server logs (plain, or docker/compose/kubectl logs output) and prints, per model, "
             "generation and prefill throughput and completed requests per minute by concurrency "
             "(the `Running: N` of each stats window), plus speculative-decoding acceptance when logged."
         ),
-        epilog="examples:\n  allowlist-proxy import-vllm-log vllm.log\n"
-               "  docker compose logs vllm-dense | allowlist-proxy import-vllm-log - --markdown\n",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=["allowlist-proxy import-vllm-log vllm.log",
+                  "docker compose logs vllm-dense | allowlist-proxy import-vllm-log - --markdown"],
     )
     parser.add_argument("files", nargs="+", metavar="FILE", help="vLLM server log; '-' reads stdin")
     output = parser.add_mutually_exclusive_group()

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from proxy.cli.command import add_command
 from proxy.cli.store_options import add_db, add_window
 from proxy.config import Settings
 
@@ -25,11 +26,10 @@ _BATCH = 2000
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "recheck", help="judge every stored call again under another policy and compare error rates",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n  allowlist-proxy recheck --policy policies/observe.yaml\n"
-               "  allowlist-proxy recheck --policy my-policy.yaml --since 24h --markdown\n",
+    parser = add_command(
+        subparsers, "recheck", help="judge every stored call again under another policy and compare error rates",
+        description=__doc__, examples=["allowlist-proxy recheck --policy policies/observe.yaml",
+                                       "allowlist-proxy recheck --policy my-policy.yaml --since 24h --markdown"],
     )
     parser.add_argument("--policy", required=True, metavar="FILE", help="the policy file to judge with")
     add_window(parser)

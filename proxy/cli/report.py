@@ -12,6 +12,7 @@ import json
 import sys
 from typing import Any
 
+from proxy.cli.command import add_command
 from proxy.cli.store_options import add_db, add_loop_min_attempts, add_window
 from proxy.config import Settings
 
@@ -19,9 +20,9 @@ __all__ = ["register", "run"]
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "report", help="the compliance, reasons, loops and throughput tables in one report",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = add_command(
+        subparsers, "report", help="the compliance, reasons, loops and throughput tables in one report",
+        description=__doc__,
     )
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--markdown", action="store_true", help="print Markdown")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from proxy.cli.command import add_command
 from proxy.cli.store_options import add_db, add_loop_min_attempts, add_window
 from proxy.config import Settings, normalize_db_url
 
@@ -22,11 +23,12 @@ __all__ = ["parse_pair", "read_store", "register", "run", "sqlite_path"]
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "stats", help="per-model error rates, reason codes and retry loops from the store",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n  allowlist-proxy stats\n  allowlist-proxy stats --since 24h --markdown --throughput\n"
-               "  allowlist-proxy stats --json --db postgresql://allowlist:secret@db-host/allowlist\n",
+    parser = add_command(
+        subparsers, "stats", help="per-model error rates, reason codes and retry loops from the store",
+        description=__doc__, examples=[
+            "allowlist-proxy stats", "allowlist-proxy stats --since 24h --markdown --throughput",
+            "allowlist-proxy stats --json --db postgresql://allowlist:secret@db-host/allowlist",
+        ],
     )
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the /stats/models JSON object")

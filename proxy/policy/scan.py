@@ -9,6 +9,7 @@ decision lexer already has. Tree-sitter-bash adds its reading on top (see `expla
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .lexer import equals_expands
@@ -118,12 +119,12 @@ class _Scanner:
             if c == " " or c == "\t":
                 word = self._finish_word(word, words)
                 i += 1
-            elif c == "\n":
+            elif c == "\n" or c == ";":
                 word = self._finish_word(word, words)
                 words = self._finish_command(words, nested)
                 out.add("chain")
                 i += 1
-                if self.heredocs:
+                if c == "\n" and self.heredocs:
                     i = self._heredoc_bodies(i)
             elif c == "=":
                 if not word.dynamic and equals_expands(word.value):
@@ -183,11 +184,6 @@ class _Scanner:
                 else:
                     out.add("background")
                     i += 1
-            elif c == ";":
-                word = self._finish_word(word, words)
-                words = self._finish_command(words, nested)
-                out.add("chain")
-                i += 1
             elif c in "<>":
                 if s[i + 1 : i + 2] == "(":
                     out.add("substitution", "chain")
@@ -356,30 +352,37 @@ class _Scanner:
         if "\n" in text:
             self.out.add("unsafe_text")  # newlines are refused even inside quotes
 
-    def _double(self, i: int, word: Word) -> int:
-        """Scan a double-quoted text from just after the opening quote; return the index after the close."""
-        s, n, out = self.s, self.n, self.out
-        word.quoted = True
-        word.raw += '"'
+    def _to_closer(self, i: int, closer: str, word: Word, step: Callable[[int, str, Word], int]) -> int:
+        """Scan from i up to `closer`, which ends the word's raw text, each other character by `step`; return
+        the index after the closer. A text that ends first is a parse error."""
+        s, n = self.s, self.n
         while i < n:
             c = s[i]
-            if c == '"':
+            if c == closer:
                 word.raw += c
                 return i + 1
-            if c == "\\":
-                i = self._escaped(i, word)
-            elif c == "$" or c == "`":
-                i = self._substitution(i, word)
-            else:
-                if c == "!":
-                    out.add("expansion")  # history expansion in interactive bash and zsh
-                elif c == "\n":
-                    out.add("unsafe_text")
-                word.raw += c
-                word.value += c
-                i += 1
-        out.add("parse_error")
+            i = step(i, c, word)
+        self.out.add("parse_error")
         raise _Abort
+
+    def _double(self, i: int, word: Word) -> int:
+        """Scan a double-quoted text from just after the opening quote; return the index after the close."""
+        word.quoted = True
+        word.raw += '"'
+        return self._to_closer(i, '"', word, self._in_double)
+
+    def _in_double(self, i: int, c: str, word: Word) -> int:
+        if c == "\\":
+            return self._escaped(i, word)
+        if c == "$" or c == "`":
+            return self._substitution(i, word)
+        if c == "!":
+            self.out.add("expansion")  # history expansion in interactive bash and zsh
+        elif c == "\n":
+            self.out.add("unsafe_text")
+        word.raw += c
+        word.value += c
+        return i + 1
 
     def _escaped(self, i: int, word: Word) -> int:
         """A backslash and the character it escapes (unquoted or in double quotes): escapes can spell
@@ -455,32 +458,26 @@ class _Scanner:
 
     def _param(self, i: int, word: Word) -> int:
         """Scan the inside of ${...}, which may hold quotes and further expansions, up to its `}`."""
-        s, n, out = self.s, self.n, self.out
-        while i < n:
-            c = s[i]
-            if c == "}":
-                word.raw += c
-                return i + 1
-            if c == "$":
-                i = self._dollar(i, word)
-            elif c == "`":
-                out.add("substitution", "chain")
-                i = self._nested(i + 1, "`")
-            elif c == '"':
-                i = self._double(i + 1, Word())
-            elif c == "'":
-                j = s.find("'", i + 1)
-                if j < 0:
-                    out.add("parse_error")
-                    raise _Abort
-                i = j + 1
-            elif c == "\\":
-                i += 2
-            else:
-                word.raw += c
-                i += 1
-        out.add("parse_error")
-        raise _Abort
+        return self._to_closer(i, "}", word, self._in_param)
+
+    def _in_param(self, i: int, c: str, word: Word) -> int:
+        if c == "$":
+            return self._dollar(i, word)
+        if c == "`":
+            self.out.add("substitution", "chain")
+            return self._nested(i + 1, "`")
+        if c == '"':
+            return self._double(i + 1, Word())
+        if c == "'":
+            j = self.s.find("'", i + 1)
+            if j < 0:
+                self.out.add("parse_error")
+                raise _Abort
+            return j + 1
+        if c == "\\":
+            return i + 2
+        word.raw += c
+        return i + 1
 
 
 def scan(text: str) -> Scan:

@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, case, delete, inspect, select
 
+from proxy.mean import Mean
 from proxy.policy.verdict import is_error
 from proxy.store import runs, tables
 from proxy.store.dialect import upsert_add
@@ -55,10 +56,8 @@ def latency_values(row: Mapping[Any, Any]) -> tuple[float | None, float | None]:
 @dataclass
 class _RequestSums:
     n: int = 0
-    rate_sum: float = 0.0
-    rate_n: int = 0
-    ttft_sum: float = 0.0
-    ttft_n: int = 0
+    rate: Mean = field(default_factory=Mean)  # completion tokens per second of the requests that have one
+    ttft: Mean = field(default_factory=Mean)
 
 
 @dataclass
@@ -92,11 +91,9 @@ class Rollup:
         sums.n += 1
         tokens, duration, ttft = row.get("completion_tokens"), row.get("duration_ms"), row.get("ttft_ms")
         if tokens is not None and duration is not None and duration > 0:
-            sums.rate_sum += tokens * 1000.0 / duration
-            sums.rate_n += 1
+            sums.rate.add(tokens * 1000.0 / duration)
         if ttft is not None:
-            sums.ttft_sum += ttft
-            sums.ttft_n += 1
+            sums.ttft.add(ttft)
         self.sessions.add((*head, row["session_id"]))
         for kind, value in zip(("ttft", "tpot"), latency_values(row), strict=True):
             if value is not None:
@@ -114,8 +111,8 @@ class Rollup:
                                      ((k, {"n": n}) for k, n in self.calls.items())))
         _add(conn, tables.stats_reasons, rows((*head, "reason"), ((k, {"n": n}) for k, n in self.reasons.items())))
         _add(conn, tables.stats_requests, rows((*head, "attempts", "concurrency"), (
-            (k, {"n": s.n, "rate_sum": s.rate_sum, "rate_n": s.rate_n, "ttft_sum": s.ttft_sum,
-                 "ttft_n": s.ttft_n}) for k, s in self.requests.items())))
+            (k, {"n": s.n, **_sum_and_count("rate", s.rate), **_sum_and_count("ttft", s.ttft)})
+            for k, s in self.requests.items())))
         _add(conn, tables.stats_sessions, rows((*head, "session_id"), ((k, {}) for k in self.sessions)))
         if self.with_session_calls:
             _add(conn, tables.stats_session_calls, rows((*head, "session_id"), (
@@ -123,6 +120,11 @@ class Rollup:
         _add(conn, tables.stats_latency, rows(("bucket", "model", "concurrency", "kind", "bin"), (
             ((*k, index), {"n": b.count, "low": b.low, "high": b.high})
             for k, bins in self.latency.items() for index, b in bins.items())))
+
+
+def _sum_and_count(name: str, mean: Mean) -> dict[str, Any]:
+    # The columns of proxy.store.tables._sum_and_count.
+    return {f"{name}_sum": mean.total, f"{name}_n": mean.n}
 
 
 def _add(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> None:

@@ -21,6 +21,28 @@ __all__ = ["metadata", "requests", "sessions", "tool_call_reasons", "tool_calls"
 
 metadata = MetaData()
 
+
+# Column groups that several tables carry alike; each call makes fresh Columns, as a Column joins one table.
+
+def _session_model_route() -> list[Column]:
+    """Who asked, which model answered, and through which route: a request's and each of its calls'."""
+    return [
+        Column("session_id", String(128), nullable=False),
+        Column("model", String(256), nullable=False),
+        Column("route", String(64), nullable=False),
+    ]
+
+
+def _judged_by() -> list[Column]:
+    """The policy that judged a request or call, and its mode; NULL where none did."""
+    return [Column("policy_name", String(128)), Column("policy_hash", String(64)), Column("mode", String(16))]
+
+
+def _sum_and_count(name: str) -> list[Column]:
+    """A mean kept as its sum and its count, so that means over any set of rows are exact."""
+    return [Column(f"{name}_sum", Float, nullable=False), Column(f"{name}_n", Integer, nullable=False)]
+
+
 sessions = Table(
     "sessions",
     metadata,
@@ -34,9 +56,7 @@ requests = Table(
     "requests",
     metadata,
     Column("id", String(64), primary_key=True),
-    Column("session_id", String(128), nullable=False),
-    Column("model", String(256), nullable=False),
-    Column("route", String(64), nullable=False),
+    *_session_model_route(),
     Column("upstream", String(512), nullable=False),
     Column("stream", Boolean, nullable=False),
     Column("started_at", Float, nullable=False),
@@ -52,9 +72,7 @@ requests = Table(
     Column("concurrency", Integer, nullable=False),
     Column("attempts", Integer, nullable=False, default=1),
     Column("budget_exhausted", Boolean, nullable=False, default=False),
-    Column("policy_name", String(128)),
-    Column("policy_hash", String(64)),
-    Column("mode", String(16)),
+    *_judged_by(),
     Column("profiles", String(256)),  # the tool profiles chosen for the request's tools, comma-separated
     Index("ix_requests_model_started", "model", "started_at"),
     Index("ix_requests_session", "session_id"),
@@ -68,9 +86,7 @@ tool_calls = Table(
     metadata,
     Column("id", String(64), primary_key=True),
     Column("request_id", String(64), nullable=False),
-    Column("session_id", String(128), nullable=False),
-    Column("model", String(256), nullable=False),
-    Column("route", String(64), nullable=False),
+    *_session_model_route(),
     Column("attempt", Integer, nullable=False),
     Column("call_index", Integer, nullable=False),
     Column("created_at", Float, nullable=False),
@@ -83,9 +99,7 @@ tool_calls = Table(
     Column("primary_reason", String(32)),
     Column("reasons", Text, nullable=False, default=""),  # comma-separated, primary first
     Column("shape", String(256)),
-    Column("policy_name", String(128)),
-    Column("policy_hash", String(64)),
-    Column("mode", String(16)),
+    *_judged_by(),
     Column("delivered", Boolean, nullable=False, default=True),  # reached the client
     # Migration 0008: the command delivered instead of `command` (decision `repaired`), and the session's
     # feedback variant when the policy runs an experiment.
@@ -147,11 +161,15 @@ __all__ += ["session_lineage"]
 # that `/stats/models` over a million calls sums a few thousand rows (see proxy/store/rollups.py). `bucket` is
 # the hour's start in Unix seconds; policy "" stands for a row stored without a policy.
 
+def _hour_of_model() -> list[Column]:
+    """The leading primary-key columns of every hourly rollup: the hour and the model."""
+    return [Column("bucket", Float, primary_key=True), Column("model", String(256), primary_key=True)]
+
+
 def _hour_key() -> list[Column]:
     """The leading primary-key columns of the hourly rollups of calls and requests."""
     return [
-        Column("bucket", Float, primary_key=True),
-        Column("model", String(256), primary_key=True),
+        *_hour_of_model(),
         Column("policy_name", String(128), primary_key=True),
         Column("route", String(64), primary_key=True),
     ]
@@ -182,11 +200,8 @@ stats_requests = Table(
     Column("attempts", Integer, primary_key=True),
     Column("concurrency", Integer, primary_key=True),
     Column("n", Integer, nullable=False),
-    # Sums and counts, so that means over any set of hours are exact.
-    Column("rate_sum", Float, nullable=False),  # completion tokens per second of the requests that have one
-    Column("rate_n", Integer, nullable=False),
-    Column("ttft_sum", Float, nullable=False),
-    Column("ttft_n", Integer, nullable=False),
+    *_sum_and_count("rate"),  # completion tokens per second of the requests that have one
+    *_sum_and_count("ttft"),
 )
 
 # One row per session and hour it had requests in: distinct sessions over any hours are a COUNT(DISTINCT).
@@ -213,8 +228,7 @@ stats_session_calls = Table(
 stats_latency = Table(
     "stats_latency",
     metadata,
-    Column("bucket", Float, primary_key=True),
-    Column("model", String(256), primary_key=True),
+    *_hour_of_model(),
     Column("concurrency", Integer, primary_key=True),
     Column("kind", String(8), primary_key=True),  # ttft | tpot
     Column("bin", Integer, primary_key=True),

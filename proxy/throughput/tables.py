@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
+from proxy.mean import Mean
+
 __all__ = [
     "DEFAULT_WINDOW_SECONDS",
     "Cell",
@@ -90,14 +92,11 @@ class ModelTable:
 
 @dataclass(kw_only=True, slots=True)
 class _Sums:
-    n: int = 0
-    generation: float = 0.0
-    prompt: float = 0.0
-    n_active: int = 0
-    prompt_active: float = 0.0
+    generation: Mean = field(default_factory=Mean)  # over all windows
+    prompt: Mean = field(default_factory=Mean)
+    prompt_active: Mean = field(default_factory=Mean)  # over the windows with prefill
     requests: int = 0
-    request_seconds: float = 0.0
-    request_windows: int = 0
+    counted_seconds: Mean = field(default_factory=Mean)  # the lengths of the windows that counted requests
 
 
 @dataclass(slots=True)
@@ -115,16 +114,13 @@ class TableBuilder:
             self._idle += 1
             return
         s = self._sums.setdefault(window.running, _Sums())
-        s.n += 1
-        s.generation += window.generation_tps
-        s.prompt += window.prompt_tps
+        s.generation.add(window.generation_tps)
+        s.prompt.add(window.prompt_tps)
         if window.prompt_tps > 0:
-            s.n_active += 1
-            s.prompt_active += window.prompt_tps
+            s.prompt_active.add(window.prompt_tps)
         if window.completed_requests is not None:
             s.requests += window.completed_requests
-            s.request_seconds += window.seconds
-            s.request_windows += 1
+            s.counted_seconds.add(window.seconds)
 
     def table(self, spec_decode: SpecDecode | None = None) -> ModelTable:
         cells = {c: _cell(c, s) for c, s in sorted(self._sums.items())}
@@ -133,16 +129,18 @@ class TableBuilder:
 
 
 def _cell(c: int, s: _Sums) -> Cell:
-    counted = s.request_windows > 0 and s.request_seconds > 0
+    # A cell exists once a window was added, so the means over all windows have a count.
+    seconds = s.counted_seconds
+    counted = seconds.n > 0 and seconds.total > 0
     return Cell(
         concurrency=c,
-        n=s.n,
-        generation_tps=s.generation / s.n,
-        prompt_tps=s.prompt / s.n,
-        n_active=s.n_active,
-        prompt_tps_active=s.prompt_active / s.n_active if s.n_active else None,
+        n=s.generation.n,
+        generation_tps=s.generation.total / s.generation.n,
+        prompt_tps=s.prompt.total / s.prompt.n,
+        n_active=s.prompt_active.n,
+        prompt_tps_active=s.prompt_active.value(),
         completed_requests=s.requests if counted else None,
-        requests_per_minute=s.requests / (s.request_seconds / 60) if counted else None,
+        requests_per_minute=s.requests / (seconds.total / 60) if counted else None,
     )
 
 
@@ -217,39 +215,28 @@ def _cell_text(value: float | None, n: int) -> str:
 
 _Section = tuple[str, list[str], list[list[str]]]
 
+# The per-concurrency sections: title, and a cell's (value, number of windows behind it).
+_CELL_SECTIONS: tuple[tuple[str, Callable[[Cell], tuple[float | None, int]]], ...] = (
+    ("Generation throughput (tokens/s): mean per window, idle windows included; (n) windows",
+     lambda cell: (cell.generation_tps, cell.n)),
+    ("Prefill throughput (tokens/s), sustained: mean over all windows; (n) windows",
+     lambda cell: (cell.prompt_tps, cell.n)),
+    ("Prefill throughput (tokens/s), active: mean over windows with prefill > 0; (n) active windows",
+     lambda cell: (cell.prompt_tps_active, cell.n_active)),
+    ("Completed requests per minute: 2xx completions in the windows / their minutes; (n) windows",
+     lambda cell: (cell.requests_per_minute, cell.n)),
+)
+
 
 def _sections(tables: Sequence[ModelTable]) -> list[_Section]:
     header = ["Concurrency", *(t.model for t in tables)]
     levels = concurrency_levels(tables)
 
-    def rows(pick: Callable[[Cell], str]) -> list[list[str]]:
-        out = []
-        for c in levels:
-            out.append([str(c), *(pick(t.cells[c]) if c in t.cells else "-" for t in tables)])
-        return out
+    def rows(pick: Callable[[Cell], tuple[float | None, int]]) -> list[list[str]]:
+        return [[str(c), *(_cell_text(*pick(t.cells[c])) if c in t.cells else "-" for t in tables)]
+                for c in levels]
 
-    sections: list[_Section] = [
-        (
-            "Generation throughput (tokens/s): mean per window, idle windows included; (n) windows",
-            header,
-            rows(lambda cell: _cell_text(cell.generation_tps, cell.n)),
-        ),
-        (
-            "Prefill throughput (tokens/s), sustained: mean over all windows; (n) windows",
-            header,
-            rows(lambda cell: _cell_text(cell.prompt_tps, cell.n)),
-        ),
-        (
-            "Prefill throughput (tokens/s), active: mean over windows with prefill > 0; (n) active windows",
-            header,
-            rows(lambda cell: _cell_text(cell.prompt_tps_active, cell.n_active)),
-        ),
-        (
-            "Completed requests per minute: 2xx completions in the windows / their minutes; (n) windows",
-            header,
-            rows(lambda cell: _cell_text(cell.requests_per_minute, cell.n)),
-        ),
-    ]
+    sections: list[_Section] = [(title, header, rows(pick)) for title, pick in _CELL_SECTIONS]
     specs = [t.spec_decode for t in tables]
     if any(specs):
         sections.append((
