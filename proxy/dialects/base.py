@@ -24,20 +24,24 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import anyio
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from proxy.enforce.actions import unjudgeable_call
 from proxy.enforce.exchange import (
     Exchange,
     Outcome,
+    RetryFailed,
     RouteShape,
-    finish_exchange,
+    end_stream,
+    event_stream,
+    judged_json,
     open_exchange,
-    refused_stream,
-    request_attempt,
+    open_retry_stream,
+    open_stream_attempt,
+    serve,
     upstream_events,
+    whole_attempt,
 )
 from proxy.enforce.feedback_turns import blocked_message, retry_messages
 from proxy.enforce.judging import JudgedCall
@@ -46,7 +50,6 @@ from proxy.errors import ProxyError, StoreUnavailable, UpstreamProtocolError, Up
 from proxy.services import Services
 from proxy.toolcalls import ToolCall
 from proxy.upstream import strict
-from proxy.upstream.client import response_headers
 from proxy.upstream.sse import SSEEvent
 
 __all__ = ["Dialect", "DialectExchange", "DialectStream", "IndexMap", "handle"]
@@ -122,6 +125,7 @@ class DialectExchange(Exchange):
     """Chat's Exchange, whose retries append to the dialect's conversation field instead of `messages`."""
 
     dialect: Dialect | None = None
+    watch_stream_open: ClassVar[bool] = False
 
     @property
     def spec(self) -> Dialect:
@@ -138,6 +142,10 @@ class DialectExchange(Exchange):
 
     def error_response(self, exc: ProxyError) -> Response:
         return self.spec.error_response(exc)
+
+    def broken_error_body(self, response: Any, exc: Exception) -> Response:
+        self.record.fail("upstream_error", f"upstream failed: {exc}")
+        return self.spec.error_response(UpstreamProtocolError(f"upstream failed: {exc}"))
 
     def remember(self, reply: list[dict[str, Any]]) -> None:
         """Let the client's next request (this conversation plus what it got) continue this session."""
@@ -235,9 +243,9 @@ class DialectStream(ABC):
         self.unjudgeable("event", detail, event.raw.decode("utf-8", "replace"))
         return None
 
-    def fail(self, detail: str) -> None:
+    def fail(self, detail: str, status: int | None = None) -> None:
         self.upstream_error = True
-        self.ex.record.fail("upstream_error", detail[:1000])
+        self.ex.record.fail("upstream_error", detail[:1000], status)
 
     @abstractmethod
     def event(self, event: SSEEvent) -> bytes | None:
@@ -273,13 +281,7 @@ class DialectStream(ABC):
 
 
 async def handle(request: Request, state: Services, dialect: Dialect) -> Response:
-    ex = await _exchange(request, state, dialect)
-    if ex.record.stream:
-        return await _stream(ex)
-    try:
-        return await _complete(ex)
-    finally:
-        finish_exchange(ex)
+    return await serve(await _exchange(request, state, dialect), stream=_stream, whole=_complete)
 
 
 async def _exchange(request: Request, state: Services, dialect: Dialect) -> DialectExchange:
@@ -298,79 +300,38 @@ async def _complete(ex: DialectExchange) -> Response:
     obj: dict[str, Any] = {}
     for attempt in range(1, ex.budget + 2):
         record.attempts = attempt
-        response = await request_attempt(ex, dialect.path)  # an upstream error is already in the dialect's shape
-        if isinstance(response, Response):
-            return response
-        headers = response_headers(response.headers)
-        try:
-            obj = strict.loads(response.content) if ex.enforce else json.loads(response.content)
-            if not isinstance(obj, dict):
-                raise TypeError(f"a JSON {type(obj).__name__}")
-            calls = dialect.calls(obj)
-        except (ValueError, TypeError, AttributeError) as exc:
-            detail = f"upstream answered 200 with a body that is not a {dialect.route} response: {exc}"
-            if ex.enforce:
-                return ex.refuse(UpstreamUnjudgeable(f"unjudgeable: {detail}"))
-            record.fail("upstream_error", detail)
-            return Response(response.content, status_code=200, headers=headers)
-        record.usage.add(dialect.usage(obj.get("usage")))
-        record.mark_first_token()
-        judged = ex.judge(calls)
+        # An upstream error is already in the dialect's shape.
+        read = await whole_attempt(ex, dialect.path, f"a {dialect.route} response", dialect.calls, dialect.usage)
+        if isinstance(read, Response):
+            return read
+        obj = read.obj
+        judged = ex.judge(read.found)
         outcome = await ex.settle(attempt, judged)
         if outcome is Outcome.DELIVER:
             if any(item.repaired for item in judged):
                 dialect.write_repairs(obj, judged)  # enforce mode only: the re-encoded object goes out below
             ex.remember(dialect.reply(obj))
             if attempt == 1 and not ex.enforce:
-                return Response(response.content, status_code=200, headers=headers)
+                return Response(read.response.content, status_code=200, headers=read.headers)
             dialect.set_usage(obj, record.usage)
-            return _json(obj)
+            return judged_json(obj)
         if outcome is Outcome.BLOCKED:
             break
         ex.extra_messages += dialect.retry_items(retry_messages(ex.policy, dialect.text(obj), judged))
     dialect.set_blocked(obj, blocked_message(ex.policy, judged, record.attempts))
     dialect.set_usage(obj, record.usage)
     ex.remember(dialect.reply(obj))
-    return _json(obj)
-
-
-def _json(obj: dict[str, Any]) -> Response:
-    return Response(strict.dumps(obj).encode(), status_code=200, media_type="application/json")
+    return judged_json(obj)
 
 
 # ---------------------------------------------------------------- streaming
 
 
 async def _stream(ex: DialectExchange) -> Response:
-    record = ex.record
-    try:
-        response = await ex.state.upstream.open_stream("POST", ex.spec.path, headers=ex.headers, content=ex.body())
-    except ProxyError as exc:
-        record.fail("upstream_error", exc.message, exc.status_code)
-        finish_exchange(ex)
-        raise
-    record.status = response.status_code
-    refused = refused_stream(response) if ex.enforce else None
-    if refused is not None:
-        await response.aclose()
-        answer = ex.refuse(refused)
-        finish_exchange(ex)
-        return answer
-    if response.status_code != 200:
-        try:
-            content = await response.aread()
-        except Exception as exc:  # the error body itself broke off (httpx's error, not yet translated)
-            record.fail("upstream_error", f"upstream failed: {exc}")
-            finish_exchange(ex)
-            return ex.spec.error_response(UpstreamProtocolError(f"upstream failed: {exc}"))
-        finally:
-            await response.aclose()
-        record.fail("upstream_error", content.decode("utf-8", "replace")[:1000])
-        finish_exchange(ex)
-        return Response(content, status_code=response.status_code, headers=response_headers(response.headers))
-    relay = _Relay(ex, ex.spec.stream(ex))
-    return StreamingResponse(relay.run(response), media_type="text/event-stream",
-                             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+    response = await open_stream_attempt(ex, ex.spec.path)
+    if isinstance(response, Response):
+        return response
+    return event_stream(_Relay(ex, ex.spec.stream(ex)).run(response))
 
 
 class _Relay:
@@ -408,35 +369,19 @@ class _Relay:
                 ex.extra_messages += ex.spec.retry_items(retry_messages(ex.policy, stream.text(), judged))
                 stream.begin_attempt()
                 record.attempts = stream.attempt
-                try:
-                    current = await ex.state.upstream.open_stream("POST", ex.spec.path, headers=ex.headers,
-                                                                  content=ex.body())
-                except ProxyError as exc:
-                    yield stream.error(exc.message, exc.error_type, exc.code)
-                    stream.fail(exc.message)
+                opened = await open_retry_stream(ex, ex.spec.path)
+                if isinstance(opened, RetryFailed):
+                    yield stream.error(opened.message, opened.error_type, opened.code)
+                    stream.fail(opened.detail, opened.status)
                     break
-                refused = refused_stream(current) if ex.enforce and current.status_code == 200 else None
-                if refused is not None:
-                    yield stream.error(refused.message, refused.error_type, refused.code)
-                    stream.fail(refused.message)
-                    break
-                if current.status_code != 200:
-                    content = (await current.aread()).decode("utf-8", "replace")
-                    yield stream.error(f"upstream answered {current.status_code} on retry: {content[:500]}",
-                                       "upstream_error", None)
-                    stream.fail(content)
-                    record.status = current.status_code
-                    break
+                current = opened
             self.done = True
         finally:
-            if not self.done and record.outcome == "ok":
-                record.fail("client_disconnected", "the client went away before the stream ended", 499)
-            with anyio.CancelScope(shield=True):
-                if current is not None:
-                    await current.aclose()
-                if self.done and not stream.upstream_error:
-                    ex.remember(stream.reply())
-                finish_exchange(ex)
+            await end_stream(ex, done=self.done, upstream=current, then=self._remember)
+
+    def _remember(self) -> None:
+        if self.done and not self.stream.upstream_error:
+            self.ex.remember(self.stream.reply())
 
     async def _attempt(self, response: Any) -> AsyncIterator[bytes]:
         ex, stream = self.ex, self.stream

@@ -12,21 +12,24 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from proxy.dialects.shapes import choice_problem
 from proxy.enforce.actions import unjudgeable_call
 from proxy.enforce.exchange import (
     Exchange,
     Outcome,
+    RetryFailed,
     RouteShape,
-    finish_exchange,
+    end_stream,
+    event_stream,
+    judged_json,
     open_exchange,
+    open_retry_stream,
     open_stream_attempt,
-    refused_stream,
-    request_attempt,
+    serve,
+    whole_attempt,
 )
 from proxy.enforce.feedback_turns import blocked_message, retry_messages
 from proxy.enforce.judging import JudgedCall, apply_repairs
@@ -43,7 +46,6 @@ from proxy.toolcalls import (
     openai_call_delta,
 )
 from proxy.upstream import strict
-from proxy.upstream.client import response_headers
 from proxy.upstream.sse import DONE, SSEDecoder, SSEEvent
 from proxy.upstream.text_frame import TextFrame
 
@@ -90,41 +92,23 @@ CHAT = RouteShape(name="chat", validate=_validate, conversation=lambda payload: 
 
 
 async def chat_completions(request: Request, state: Services) -> Response:
-    exchange = await open_exchange(request, state, CHAT)
-    messages = exchange.conversation
-    if exchange.record.stream:
-        return await _stream(exchange, messages)
-    try:
-        return await _complete(exchange, messages)
-    finally:
-        finish_exchange(exchange)
+    return await serve(await open_exchange(request, state, CHAT), stream=_stream, whole=_complete)
 
 
 # ---------------------------------------------------------------- non-streaming
 
 
-async def _complete(ex: Exchange, messages: list[Any]) -> Response:
-    record = ex.record
+async def _complete(ex: Exchange) -> Response:
+    record, messages = ex.record, ex.conversation or []
     judged: list[JudgedCall] = []
+    obj: dict[str, Any] = {}
     for attempt in range(1, ex.budget + 2):
         record.attempts = attempt
-        response = await request_attempt(ex, "/chat/completions")
-        if isinstance(response, Response):
-            return response
-        headers = response_headers(response.headers)
-        try:
-            obj = strict.loads(response.content) if ex.enforce else json.loads(response.content)
-            if not isinstance(obj, dict):
-                raise TypeError(f"a JSON {type(obj).__name__}")
-            results = extract_from_response(obj, ex.tools, rules=ex.rules)
-        except (ValueError, TypeError, AttributeError) as exc:
-            detail = f"upstream answered 200 with a body that is not a completion: {exc}"
-            if ex.enforce:
-                return ex.refuse(UpstreamUnjudgeable(f"unjudgeable: {detail}"))
-            record.fail("upstream_error", detail)
-            return Response(response.content, status_code=200, headers=headers)
-        record.usage.add(obj.get("usage"))
-        record.mark_first_token()
+        read = await whole_attempt(ex, "/chat/completions", "a completion",
+                                   lambda obj: extract_from_response(obj, ex.tools, rules=ex.rules))
+        if isinstance(read, Response):
+            return read
+        obj, results = read.obj, read.found
         calls = [c for r in results for c in (r.tool_calls + r.malformed) if ex.scan_content or c.structured]
         judged = ex.judge(calls + _unjudgeable_choices(obj))
         outcome = await ex.settle(attempt, judged)
@@ -138,9 +122,9 @@ async def _complete(ex: Exchange, messages: list[Any]) -> Response:
                 _sum_usage(obj["usage"], record.usage)
             _remember(ex, messages, obj)
             if ex.enforce:  # what the client gets is the proxy's encoding of what it judged
-                return Response(strict.dumps(obj).encode(), status_code=200, media_type="application/json")
+                return judged_json(obj)
             if not changed:
-                return Response(response.content, status_code=200, headers=headers)
+                return Response(read.response.content, status_code=200, headers=read.headers)
             return Response(json.dumps(obj, ensure_ascii=False).encode(), status_code=200,
                             media_type="application/json")
         if outcome is Outcome.BLOCKED:
@@ -152,7 +136,7 @@ async def _complete(ex: Exchange, messages: list[Any]) -> Response:
                        "logprobs": None, "finish_reason": "stop"}]
     if isinstance(obj.get("usage"), dict):
         _sum_usage(obj["usage"], record.usage)
-    return Response(strict.dumps(obj).encode(), status_code=200, media_type="application/json")
+    return judged_json(obj)
 
 
 def _unjudgeable_choices(obj: dict[str, Any]) -> list[ToolCall]:
@@ -221,13 +205,11 @@ class _Choice:
     converted: bool = False
 
 
-async def _stream(ex: Exchange, messages: list[Any]) -> Response:
+async def _stream(ex: Exchange) -> Response:
     response = await open_stream_attempt(ex, "/chat/completions")
     if isinstance(response, Response):
         return response
-    relay = _StreamRelay(ex, messages)
-    return StreamingResponse(relay.run(response), media_type="text/event-stream",
-                             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+    return event_stream(_StreamRelay(ex, ex.conversation or []).run(response))
 
 
 def _tool_count(known: int, delta: dict[str, Any]) -> int:
@@ -299,36 +281,21 @@ class _StreamRelay:
                 self.choices = {}
                 self.late_calls = []
                 self.ended = False
-                try:
-                    current = await ex.state.upstream.open_stream("POST", "/chat/completions",
-                                                                  headers=ex.headers, content=ex.body())
-                except ProxyError as exc:
-                    yield self._error(exc.message, exc.error_type, exc.code)
-                    record.fail("upstream_error", exc.message)
+                opened = await open_retry_stream(ex, "/chat/completions")
+                if isinstance(opened, RetryFailed):
+                    yield self._error(opened.message, opened.error_type, opened.code)
+                    record.fail("upstream_error", opened.detail, opened.status)
                     break
-                refused = refused_stream(current) if ex.enforce and current.status_code == 200 else None
-                if refused is not None:
-                    yield self._error(refused.message, refused.error_type, refused.code)
-                    record.fail("upstream_error", refused.message)
-                    break
-                if current.status_code != 200:
-                    content = await current.aread()
-                    yield self._error(f"upstream answered {current.status_code} on retry: "
-                                      f"{content.decode('utf-8', 'replace')[:500]}", "upstream_error", None)
-                    record.fail("upstream_error", content.decode("utf-8", "replace")[:1000], current.status_code)
-                    break
+                current = opened
             for piece in self._tail():
                 yield piece
             self.done = True
         finally:
-            if not self.done and record.outcome == "ok":
-                record.fail("client_disconnected", "the client went away before the stream ended", 499)
-            with anyio.CancelScope(shield=True):
-                if current is not None:
-                    await current.aclose()
-                if self.done and not self.upstream_error:
-                    self.ex.state.sessions.remember(record.session, self.messages, self._reply())
-                finish_exchange(ex)
+            await end_stream(ex, done=self.done, upstream=current, then=self._remember_reply)
+
+    def _remember_reply(self) -> None:
+        if self.done and not self.upstream_error:
+            self.ex.state.sessions.remember(self.ex.record.session, self.messages, self._reply())
 
     # -- one upstream attempt
 
