@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Hashable
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -52,7 +52,7 @@ from proxy.toolcalls import ToolCall
 from proxy.upstream import strict
 from proxy.upstream.sse import SSEEvent
 
-__all__ = ["Dialect", "DialectExchange", "DialectStream", "IndexMap", "handle"]
+__all__ = ["Dialect", "DialectExchange", "DialectStream", "HeldCall", "IndexMap", "handle"]
 
 
 class Dialect(ABC):
@@ -62,6 +62,12 @@ class Dialect(ABC):
     route: ClassVar[str]  # the `route` recorded with every request and call
     path: ClassVar[str]  # the upstream path after /v1
     history_key: ClassVar[str]  # the request field retries append to
+    output_key: ClassVar[str]  # the whole response's list of items that `calls` reads the calls from
+
+    def __init_subclass__(cls, *, route: str, path: str, history_key: str, output_key: str, **kwargs: Any) -> None:
+        """A dialect declares these in its class line, as the errors do (proxy/errors.py)."""
+        super().__init_subclass__(**kwargs)
+        cls.route, cls.path, cls.history_key, cls.output_key = route, path, history_key, output_key
 
     @abstractmethod
     def validate(self, payload: dict[str, Any]) -> None:
@@ -108,12 +114,19 @@ class Dialect(ABC):
         """What the client got, as chat messages, for the session lineage."""
 
     @abstractmethod
+    def repaired_fields(self, call: ToolCall) -> dict[str, Any]:
+        """The fields of a call's item that carry a repaired call's judged arguments."""
+
     def write_repairs(self, obj: dict[str, Any], judged: list[JudgedCall]) -> None:
         """Write the repaired calls' judged arguments over the calls of a whole response (at the position each
         call was read from), so the client gets the repaired call and never the one the model wrote."""
+        items = obj[self.output_key]  # `calls` read the judged calls from it, each at its position
+        for item in judged:
+            if item.repaired:
+                items[item.call.index].update(self.repaired_fields(item.call))
 
     @abstractmethod
-    def stream(self, ex: DialectExchange) -> DialectStream:
+    def stream(self, ex: DialectExchange) -> DialectStream[Any]:
         """A reader for this request's events, across its attempts."""
 
     def error_response(self, exc: ProxyError) -> Response:
@@ -177,7 +190,20 @@ class IndexMap:
         return found
 
 
-class DialectStream(ABC):
+class HeldCall(Protocol):
+    """A call of the current attempt, its events kept until the attempt is judged."""
+
+    events: list[tuple[dict[str, Any], bytes]]  # each event's object and its upstream bytes
+
+    def call(self, index: int) -> ToolCall:
+        """The call the kept events make, the attempt's `index`-th."""
+        ...
+
+
+HeldT = TypeVar("HeldT", bound=HeldCall)
+
+
+class DialectStream(ABC, Generic[HeldT]):
     """Reads one request's server-sent events, attempt after attempt, and says what the client gets."""
 
     def __init__(self, ex: DialectExchange) -> None:
@@ -189,6 +215,9 @@ class DialectStream(ABC):
         # A retry's text events (enforce mode), in the order they came: like held calls, numbered and placed
         # only when released, so dropping them leaves no gap in what the client sees.
         self.narration: list[dict[str, Any]] = []
+        self.positions = IndexMap()
+        self.held: dict[Hashable, HeldT] = {}  # the attempt's calls by the upstream's position, in order
+        self.attempt_text = ""  # the attempt's visible text: the held turn's content in a retry
 
     @property
     def enforce(self) -> bool:
@@ -199,6 +228,9 @@ class DialectStream(ABC):
         self.attempt_usage = None
         self.unjudged = []
         self.narration = []
+        self.positions.new_attempt()
+        self.held = {}
+        self.attempt_text = ""
 
     def narrate(self, obj: dict[str, Any]) -> bytes | None:
         """One text event of the attempt (enforce mode). One narration per turn: the first attempt's text goes
@@ -243,21 +275,51 @@ class DialectStream(ABC):
         self.unjudgeable("event", detail, event.raw.decode("utf-8", "replace"))
         return None
 
+    def drop(self, event: SSEEvent, detail: str, content: Any, *, name: str = "event") -> bytes | None:
+        """Output the proxy cannot judge: recorded; dropped in enforce mode, relayed in observe mode."""
+        self.unjudgeable(name, detail, content)
+        return event.raw if not self.enforce else None
+
     def fail(self, detail: str, status: int | None = None) -> None:
         self.upstream_error = True
         self.ex.record.fail("upstream_error", detail[:1000], status)
 
-    @abstractmethod
     def event(self, event: SSEEvent) -> bytes | None:
         """One upstream event: what to send now (None: nothing, or held)."""
+        if event.data is None and event.invalid is None:  # comments and keep-alives
+            return event.raw if not self.enforce else (b": keep-alive\n\n" if event.comment else None)
+        obj = self.read(event)
+        if obj is None:
+            return event.raw
+        kind = obj.get("type") or event.event or ""
+        end = self.ended()
+        if end is not None:
+            return self.drop(event, f"`{str(kind)[:60]}` after {end}", obj)
+        if kind == "error":
+            self.fail(json.dumps(obj)[:1000])
+            return event.raw if not self.enforce else self.encode_error(obj)
+        return self.typed_event(event, obj, kind)
+
+    def encode_error(self, obj: dict[str, Any]) -> bytes:
+        """The upstream's error event as the client gets it (enforce mode)."""
+        return self.encode(obj)
 
     @abstractmethod
+    def ended(self) -> str | None:
+        """What ended the attempt's stream (`message_stop` ...), once it came; any event after it is dropped."""
+
+    @abstractmethod
+    def typed_event(self, event: SSEEvent, obj: dict[str, Any], kind: Any) -> bytes | None:
+        """One upstream event's JSON object before the end, not an error, of type `kind` (its `type`, else the SSE
+        event name): what to send now (None: nothing, or held)."""
+
     def calls(self) -> list[ToolCall]:
-        """The calls of the attempt that just ended."""
+        """The calls of the attempt that just ended: the held calls, then what it could not judge."""
+        return [held.call(k) for k, held in enumerate(self.held.values())] + self.unjudged
 
-    @abstractmethod
     def text(self) -> str:
         """The visible text of the attempt that just ended."""
+        return self.attempt_text
 
     @abstractmethod
     def release(self, judged: list[JudgedCall]) -> list[bytes]:
@@ -335,7 +397,7 @@ async def _stream(ex: DialectExchange) -> Response:
 
 
 class _Relay:
-    def __init__(self, ex: DialectExchange, stream: DialectStream) -> None:
+    def __init__(self, ex: DialectExchange, stream: DialectStream[Any]) -> None:
         self.ex = ex
         self.stream = stream
         self.done = False
