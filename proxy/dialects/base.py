@@ -31,13 +31,10 @@ from proxy.enforce.actions import unjudgeable_call
 from proxy.enforce.exchange import (
     Exchange,
     Outcome,
-    RetryFailed,
     RouteShape,
-    end_stream,
     event_stream,
     judged_json,
     open_exchange,
-    open_retry_stream,
     open_stream_attempt,
     serve,
     upstream_events,
@@ -46,7 +43,8 @@ from proxy.enforce.exchange import (
 from proxy.enforce.feedback_turns import blocked_message, retry_messages
 from proxy.enforce.judging import JudgedCall
 from proxy.enforce.record import Usage
-from proxy.errors import ProxyError, StoreUnavailable, UpstreamProtocolError, UpstreamUnjudgeable, error_response
+from proxy.enforce.relay import StreamedAttempts
+from proxy.errors import ProxyError, UpstreamProtocolError, UpstreamUnjudgeable, error_response
 from proxy.services import Services
 from proxy.toolcalls import ToolCall
 from proxy.upstream import strict
@@ -203,13 +201,16 @@ class HeldCall(Protocol):
 HeldT = TypeVar("HeldT", bound=HeldCall)
 
 
-class DialectStream(ABC, Generic[HeldT]):
-    """Reads one request's server-sent events, attempt after attempt, and says what the client gets."""
+class DialectStream(StreamedAttempts, Generic[HeldT]):
+    """Reads one request's server-sent events, attempt after attempt, and says what the client gets; its attempts
+    run in the one loop (`StreamedAttempts.run`)."""
 
     def __init__(self, ex: DialectExchange) -> None:
-        self.ex = ex
+        self.ex: DialectExchange = ex
+        self.path = ex.spec.path
         self.attempt = 1
         self.upstream_error = False
+        self.done = False
         self.attempt_usage: dict[str, Any] | None = None  # chat-shaped, the latest seen this attempt
         self.unjudged: list[ToolCall] = []  # the attempt's output the proxy cannot judge
         # A retry's text events (enforce mode), in the order they came: like held calls, numbered and placed
@@ -338,6 +339,39 @@ class DialectStream(ABC, Generic[HeldT]):
     def reply(self) -> list[dict[str, Any]]:
         """What the client got, as chat messages, for the session lineage."""
 
+    # -- the attempt loop's steps (proxy/enforce/relay.py)
+
+    async def relay_attempt(self, response: Any) -> AsyncIterator[bytes]:
+        try:
+            async with aclosing(upstream_events(self.ex, response)) as events:
+                async for event in events:
+                    out = self.event(event)
+                    if out:
+                        yield out
+                    if self.upstream_error:
+                        return
+        except ProxyError as exc:
+            self.fail(exc.message)
+            yield self.error(exc.message, exc.error_type, exc.code)
+        finally:
+            if self.attempt_usage is not None:
+                self.ex.record.usage.add(self.attempt_usage)
+
+    def judge_attempt(self) -> list[JudgedCall]:
+        return self.ex.judge(self.calls())
+
+    def deliver(self, judged: list[JudgedCall]) -> list[bytes]:
+        return self.release(judged) if self.enforce else []
+
+    def block(self, judged: list[JudgedCall]) -> list[bytes]:
+        return self.blocked(blocked_message(self.ex.policy, judged, self.attempt))
+
+    def retry_turn(self, judged: list[JudgedCall]) -> list[dict[str, Any]]:
+        return self.ex.spec.retry_items(retry_messages(self.ex.policy, self.text(), judged))
+
+    def remember(self) -> None:
+        self.ex.remember(self.reply())
+
 
 # ---------------------------------------------------------------- the request
 
@@ -393,71 +427,5 @@ async def _stream(ex: DialectExchange) -> Response:
     response = await open_stream_attempt(ex, ex.spec.path)
     if isinstance(response, Response):
         return response
-    return event_stream(_Relay(ex, ex.spec.stream(ex)).run(response))
+    return event_stream(ex.spec.stream(ex).run(response))
 
-
-class _Relay:
-    def __init__(self, ex: DialectExchange, stream: DialectStream[Any]) -> None:
-        self.ex = ex
-        self.stream = stream
-        self.done = False
-
-    async def run(self, response: Any) -> AsyncIterator[bytes]:
-        ex, record, stream = self.ex, self.ex.record, self.stream
-        current = response
-        try:
-            while True:
-                async for piece in self._attempt(current):
-                    yield piece
-                await current.aclose()
-                current = None
-                if stream.upstream_error:
-                    break
-                judged = ex.judge(stream.calls())
-                try:
-                    outcome = await ex.settle(stream.attempt, judged)
-                except StoreUnavailable as exc:  # nothing goes out unrecorded: an error event instead
-                    yield stream.error(exc.message, exc.error_type, exc.code)
-                    break
-                if outcome is Outcome.DELIVER:
-                    if ex.enforce:
-                        for piece in stream.release(judged):
-                            yield piece
-                    break
-                if outcome is Outcome.BLOCKED:
-                    for piece in stream.blocked(blocked_message(ex.policy, judged, stream.attempt)):
-                        yield piece
-                    break
-                ex.extra_messages += ex.spec.retry_items(retry_messages(ex.policy, stream.text(), judged))
-                stream.begin_attempt()
-                record.attempts = stream.attempt
-                opened = await open_retry_stream(ex, ex.spec.path)
-                if isinstance(opened, RetryFailed):
-                    yield stream.error(opened.message, opened.error_type, opened.code)
-                    stream.fail(opened.detail, opened.status)
-                    break
-                current = opened
-            self.done = True
-        finally:
-            await end_stream(ex, done=self.done, upstream=current, then=self._remember)
-
-    def _remember(self) -> None:
-        if self.done and not self.stream.upstream_error:
-            self.ex.remember(self.stream.reply())
-
-    async def _attempt(self, response: Any) -> AsyncIterator[bytes]:
-        ex, stream = self.ex, self.stream
-        try:
-            async with aclosing(upstream_events(ex, response)) as events:
-                async for event in events:
-                    out = stream.event(event)
-                    if out:
-                        yield out
-                    if stream.upstream_error:
-                        return
-        except ProxyError as exc:
-            stream.fail(exc.message)
-            yield stream.error(exc.message, exc.error_type, exc.code)
-        finally:
-            if stream.attempt_usage is not None:
-                ex.record.usage.add(stream.attempt_usage)

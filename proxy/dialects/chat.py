@@ -20,20 +20,18 @@ from proxy.enforce.actions import unjudgeable_call
 from proxy.enforce.exchange import (
     Exchange,
     Outcome,
-    RetryFailed,
     RouteShape,
-    end_stream,
     event_stream,
     judged_json,
     open_exchange,
-    open_retry_stream,
     open_stream_attempt,
     serve,
     whole_attempt,
 )
 from proxy.enforce.feedback_turns import blocked_message, retry_messages
 from proxy.enforce.judging import JudgedCall, apply_repairs
-from proxy.errors import BadRequest, ProxyError, StoreUnavailable, UpstreamUnjudgeable, error_body
+from proxy.enforce.relay import StreamedAttempts
+from proxy.errors import BadRequest, ProxyError, UpstreamUnjudgeable, error_body
 from proxy.logs import get_logger
 from proxy.services import Services
 from proxy.toolcalls import (
@@ -221,7 +219,9 @@ def _tool_count(known: int, delta: dict[str, Any]) -> int:
     return known
 
 
-class _StreamRelay:
+class _StreamRelay(StreamedAttempts):
+    path = "/chat/completions"
+
     def __init__(self, ex: Exchange, messages: list[Any]) -> None:
         self.ex = ex
         self.messages = messages
@@ -238,68 +238,37 @@ class _StreamRelay:
         self.ended = False  # [DONE] seen in this attempt
         self.done = False
 
-    # -- the generator handed to the client
+    # -- the attempt loop's steps (proxy/enforce/relay.py)
 
-    async def run(self, response: Any) -> AsyncIterator[bytes]:
-        ex, record = self.ex, self.ex.record
-        current = response
-        try:
-            while True:
-                # One narration per turn: the first attempt streams live; a retry's text waits for its verdict
-                # and goes out only with a delivered turn.
-                held: list[bytes] = []
-                async for piece in self._relay_attempt(current):
-                    if self.attempt > 1 and ex.enforce:
-                        held.append(piece)
-                    else:
-                        yield piece
-                await current.aclose()
-                current = None
-                if self.upstream_error:
-                    for piece in held[-1:]:  # the error that ended the attempt, without its narration
-                        yield piece
-                    break
-                judged = self._judge_attempt()
-                try:
-                    outcome = await ex.settle(self.attempt, judged)
-                except StoreUnavailable as exc:  # nothing goes out unrecorded: an error event instead
-                    yield self._error(exc.message, exc.error_type, exc.code)
-                    break
-                if outcome is Outcome.DELIVER:
-                    for piece in held:
-                        yield piece
-                    if ex.enforce:
-                        for piece in self._release():
-                            yield piece
-                    break
-                if outcome is Outcome.BLOCKED:
-                    yield self._blocked(judged)
-                    break
-                ex.extra_messages += retry_messages(ex.policy, self._content(), judged)
-                self.attempt += 1
-                record.attempts = self.attempt
-                self.choices = {}
-                self.late_calls = []
-                self.ended = False
-                opened = await open_retry_stream(ex, "/chat/completions")
-                if isinstance(opened, RetryFailed):
-                    yield self._error(opened.message, opened.error_type, opened.code)
-                    record.fail("upstream_error", opened.detail, opened.status)
-                    break
-                current = opened
-            for piece in self._tail():
-                yield piece
-            self.done = True
-        finally:
-            await end_stream(ex, done=self.done, upstream=current, then=self._remember_reply)
+    def hold_pieces(self) -> bool:
+        # One narration per turn: the first attempt streams live; a retry's text waits for its verdict and goes
+        # out only with a delivered turn.
+        return self.attempt > 1 and self.ex.enforce
 
-    def _remember_reply(self) -> None:
-        if self.done and not self.upstream_error:
-            self.ex.state.sessions.remember(self.ex.record.session, self.messages, self._reply())
+    def deliver(self, judged: list[JudgedCall]) -> list[bytes]:
+        return self._release() if self.ex.enforce else []
+
+    def block(self, judged: list[JudgedCall]) -> list[bytes]:
+        return [self._blocked(judged)]
+
+    def retry_turn(self, judged: list[JudgedCall]) -> list[dict[str, Any]]:
+        return retry_messages(self.ex.policy, self._content(), judged)
+
+    def begin_attempt(self) -> None:
+        self.attempt += 1
+        self.choices = {}
+        self.late_calls = []
+        self.ended = False
+
+    def fail(self, detail: str, status: int | None = None) -> None:
+        self.ex.record.fail("upstream_error", detail, status)
+
+    def remember(self) -> None:
+        self.ex.state.sessions.remember(self.ex.record.session, self.messages, self._reply())
 
     # -- one upstream attempt
 
-    async def _relay_attempt(self, response: Any) -> AsyncIterator[bytes]:
+    async def relay_attempt(self, response: Any) -> AsyncIterator[bytes]:
         ex, record = self.ex, self.ex.record
         self.attempt_usage = None
         decoder = SSEDecoder()
@@ -324,7 +293,7 @@ class _StreamRelay:
         except ProxyError as exc:
             self.upstream_error = True
             record.fail("upstream_error", exc.message)
-            yield self._error(exc.message, exc.error_type, exc.code)
+            yield self.error(exc.message, exc.error_type, exc.code)
             return
         finally:
             if self.attempt_usage is not None:
@@ -342,8 +311,8 @@ class _StreamRelay:
                         yield out
         if cut_short and ex.enforce:
             # An upstream error, not a turn: its calls are recorded as not delivered and none is released.
-            ex.settle_truncated(self.attempt, self._judge_attempt())
-            yield self._error("the upstream stream ended without a finish_reason", "upstream_error", None)
+            ex.settle_truncated(self.attempt, self.judge_attempt())
+            yield self.error("the upstream stream ended without a finish_reason", "upstream_error", None)
 
     def _event(self, event: SSEEvent) -> bytes | None:
         frame = self.frame
@@ -519,7 +488,7 @@ class _StreamRelay:
 
     # -- decisions at the end of an attempt
 
-    def _judge_attempt(self) -> list[JudgedCall]:
+    def judge_attempt(self) -> list[JudgedCall]:
         calls = [c for _, ch in sorted(self.choices.items()) for c in ch.pending]
         return self.ex.judge(calls + self.late_calls)
 
@@ -547,7 +516,7 @@ class _StreamRelay:
         return (self._encode([{"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None}])
                 + self._encode([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}]))
 
-    def _tail(self) -> list[bytes]:
+    def tail(self) -> list[bytes]:
         if not self.ex.enforce:
             # Observe mode relayed the upstream's usage and [DONE] where they came; after an error event the
             # relay stopped reading, so the end is the proxy's.
@@ -577,6 +546,6 @@ class _StreamRelay:
         chunk["choices"] = choices
         return strict.encode_event(chunk)
 
-    def _error(self, message: str, type_: str, code: Any) -> bytes:
+    def error(self, message: str, type_: str, code: Any) -> bytes:
         self.upstream_error = True
         return strict.encode_event(error_body(message, type_, code=code))
