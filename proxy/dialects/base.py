@@ -11,7 +11,9 @@ are the judged call objects: a repaired call is re-encoded from its judged argum
 upstream wrote it (proxy/enforce/judging.py).
 
 A `Dialect` says what its requests, whole responses and retries look like, and makes the `DialectStream` that
-reads its server-sent events; this module runs the loop, so both dialects share one implementation of it.
+reads its server-sent events; this module runs the whole-response loop for both dialects, and `DialectStream`
+gives the streamed loop that chat shares (proxy/enforce/relay.py) the dialects' steps, with the held-call
+machinery both dialects use. The upstream attempts themselves are the Exchange's (proxy/enforce/exchange.py).
 The reasons a model reads come from the same `retry_messages` as chat, translated into the dialect's items.
 """
 
@@ -32,10 +34,8 @@ from proxy.enforce.exchange import (
     Exchange,
     Outcome,
     RouteShape,
-    event_stream,
     judged_json,
     open_exchange,
-    open_stream_attempt,
     serve,
     upstream_events,
     whole_attempt,
@@ -377,7 +377,8 @@ class DialectStream(StreamedAttempts, Generic[HeldT]):
 
 
 async def handle(request: Request, state: Services, dialect: Dialect) -> Response:
-    return await serve(await _exchange(request, state, dialect), stream=_stream, whole=_complete)
+    return await serve(await _exchange(request, state, dialect), path=dialect.path,
+                       relay=lambda ex, response: ex.spec.stream(ex).run(response), whole=_complete)
 
 
 async def _exchange(request: Request, state: Services, dialect: Dialect) -> DialectExchange:
@@ -423,9 +424,4 @@ async def _complete(ex: DialectExchange) -> Response:
 # ---------------------------------------------------------------- streaming
 
 
-async def _stream(ex: DialectExchange) -> Response:
-    response = await open_stream_attempt(ex, ex.spec.path)
-    if isinstance(response, Response):
-        return response
-    return event_stream(ex.spec.stream(ex).run(response))
 

@@ -17,17 +17,7 @@ from starlette.responses import Response
 
 from proxy.dialects.shapes import choice_problem
 from proxy.enforce.actions import unjudgeable_call
-from proxy.enforce.exchange import (
-    Exchange,
-    Outcome,
-    RouteShape,
-    event_stream,
-    judged_json,
-    open_exchange,
-    open_stream_attempt,
-    serve,
-    whole_attempt,
-)
+from proxy.enforce.exchange import Exchange, Outcome, RouteShape, judged_json, open_exchange, serve, whole_attempt
 from proxy.enforce.feedback_turns import blocked_message, retry_messages
 from proxy.enforce.judging import JudgedCall, apply_repairs
 from proxy.enforce.relay import StreamedAttempts
@@ -55,6 +45,7 @@ _TEXT_FIELDS = ("content", "reasoning", "reasoning_content")
 # belongs to the first chunk only.
 _PER_CHUNK = frozenset({"choices", "usage", "prompt_token_ids", "prompt_text", "prompt_logprobs"})
 _KEEP_ALIVE = b": keep-alive\n\n"
+_PATH = "/chat/completions"  # upstream, after /v1
 
 
 def _carries(choice: dict[str, Any]) -> bool:
@@ -90,7 +81,9 @@ CHAT = RouteShape(name="chat", validate=_validate, conversation=lambda payload: 
 
 
 async def chat_completions(request: Request, state: Services) -> Response:
-    return await serve(await open_exchange(request, state, CHAT), stream=_stream, whole=_complete)
+    return await serve(await open_exchange(request, state, CHAT), path=_PATH,
+                       relay=lambda ex, response: _StreamRelay(ex, ex.conversation or []).run(response),
+                       whole=_complete)
 
 
 # ---------------------------------------------------------------- non-streaming
@@ -102,7 +95,7 @@ async def _complete(ex: Exchange) -> Response:
     obj: dict[str, Any] = {}
     for attempt in range(1, ex.budget + 2):
         record.attempts = attempt
-        read = await whole_attempt(ex, "/chat/completions", "a completion",
+        read = await whole_attempt(ex, _PATH, "a completion",
                                    lambda obj: extract_from_response(obj, ex.tools, rules=ex.rules))
         if isinstance(read, Response):
             return read
@@ -203,13 +196,6 @@ class _Choice:
     converted: bool = False
 
 
-async def _stream(ex: Exchange) -> Response:
-    response = await open_stream_attempt(ex, "/chat/completions")
-    if isinstance(response, Response):
-        return response
-    return event_stream(_StreamRelay(ex, ex.conversation or []).run(response))
-
-
 def _tool_count(known: int, delta: dict[str, Any]) -> int:
     """How many structured calls a choice has shown so far, from the indexes its deltas carry."""
     for fragment in delta.get("tool_calls") or []:
@@ -220,7 +206,7 @@ def _tool_count(known: int, delta: dict[str, Any]) -> int:
 
 
 class _StreamRelay(StreamedAttempts):
-    path = "/chat/completions"
+    path = _PATH
 
     def __init__(self, ex: Exchange, messages: list[Any]) -> None:
         self.ex = ex

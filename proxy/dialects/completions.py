@@ -27,10 +27,8 @@ from proxy.enforce.exchange import (
     Exchange,
     RouteShape,
     end_stream,
-    event_stream,
     judged_json,
     open_exchange,
-    open_stream_attempt,
     serve,
     upstream_events,
     whole_attempt,
@@ -58,7 +56,8 @@ COMPLETIONS = RouteShape(name="completions", validate=lambda payload: None, conv
 
 
 async def completions(request: Request, state: Services) -> Response:
-    return await serve(await open_exchange(request, state, COMPLETIONS), stream=_stream, whole=_complete)
+    return await serve(await open_exchange(request, state, COMPLETIONS), path="/completions",
+                       relay=lambda ex, response: _Relay(ex).run(response), whole=_complete)
 
 
 def _judge(ex: Exchange, calls: list[ToolCall]) -> list[JudgedCall]:
@@ -114,13 +113,6 @@ async def _complete(ex: Exchange) -> Response:
 
 
 # ---------------------------------------------------------------- streaming
-
-
-async def _stream(ex: Exchange) -> Response:
-    response = await open_stream_attempt(ex, "/completions")
-    if isinstance(response, Response):
-        return response
-    return event_stream(_Relay(ex).run(response))
 
 
 class _Choice:

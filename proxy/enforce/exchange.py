@@ -375,21 +375,21 @@ async def request_attempt(ex: Exchange, path: str) -> httpx.Response | Response:
     return response
 
 
-T_co = TypeVar("T_co")
+FoundT = TypeVar("FoundT")
 
 
 @dataclass(kw_only=True, frozen=True)
-class WholeAttempt(Generic[T_co]):
+class WholeAttempt(Generic[FoundT]):
     """A whole upstream attempt that answered 200 with a JSON object, read."""
 
     response: httpx.Response
     headers: dict[str, str]  # the upstream's, as a relayed answer carries them
     obj: dict[str, Any]
-    found: T_co  # what the route's reader took from `obj` (its calls)
+    found: FoundT  # what the route's reader took from `obj` (its calls)
 
 
-async def whole_attempt(ex: Exchange, path: str, what: str, read: Callable[[dict[str, Any]], T_co],
-                        usage: Callable[[Any], Any] = lambda usage: usage) -> WholeAttempt[T_co] | Response:
+async def whole_attempt(ex: Exchange, path: str, what: str, read: Callable[[dict[str, Any]], FoundT],
+                        usage: Callable[[Any], Any] = lambda usage: usage) -> WholeAttempt[FoundT] | Response:
     """One whole upstream attempt, parsed (strictly in enforce mode) and read by `read`; its usage (through
     `usage`, the route's usage as chat usage) counted. Or the answer for the client: the upstream's refusal, or
     a body that is not `what` - refused in enforce mode, relayed as it came (and recorded) in observe mode."""
@@ -418,12 +418,16 @@ def judged_json(obj: dict[str, Any]) -> Response:
     return Response(strict.dumps(obj).encode(), status_code=200, media_type="application/json")
 
 
-async def serve(ex: ExchangeT, *, stream: Callable[[ExchangeT], Awaitable[Response]],
+async def serve(ex: ExchangeT, *, path: str, relay: Callable[[ExchangeT, httpx.Response], AsyncIterator[bytes]],
                 whole: Callable[[ExchangeT], Awaitable[Response]]) -> Response:
-    """A judged route's answer, streamed or whole. A stream ends the exchange itself when it ends (`end_stream`),
-    a whole answer here."""
+    """A judged route's answer. Streamed: the first attempt opened (`open_stream_attempt`), then `relay` reads it
+    and what follows, and ends the exchange when the stream ends (`end_stream`). Whole: `whole`, the exchange
+    ended here."""
     if ex.record.stream:
-        return await stream(ex)
+        response = await open_stream_attempt(ex, path)
+        if isinstance(response, Response):
+            return response
+        return event_stream(relay(ex, response))
     try:
         return await whole(ex)
     finally:
