@@ -11,7 +11,9 @@ are the judged call objects: a repaired call is re-encoded from its judged argum
 upstream wrote it (proxy/enforce/judging.py).
 
 A `Dialect` says what its requests, whole responses and retries look like, and makes the `DialectStream` that
-reads its server-sent events; this module runs the loop, so both dialects share one implementation of it.
+reads its server-sent events; this module runs the whole-response loop for both dialects, and `DialectStream`
+gives the streamed loop that chat shares (proxy/enforce/relay.py) the dialects' steps, with the held-call
+machinery both dialects use. The upstream attempts themselves are the Exchange's (proxy/enforce/exchange.py).
 The reasons a model reads come from the same `retry_messages` as chat, translated into the dialect's items.
 """
 
@@ -22,34 +24,33 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Hashable
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-import anyio
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from proxy.enforce.actions import unjudgeable_call
 from proxy.enforce.exchange import (
     Exchange,
     Outcome,
     RouteShape,
-    finish_exchange,
+    judged_json,
     open_exchange,
-    refused_stream,
-    request_attempt,
+    serve,
     upstream_events,
+    whole_attempt,
 )
 from proxy.enforce.feedback_turns import blocked_message, retry_messages
 from proxy.enforce.judging import JudgedCall
 from proxy.enforce.record import Usage
-from proxy.errors import ProxyError, StoreUnavailable, UpstreamProtocolError, UpstreamUnjudgeable, error_response
+from proxy.enforce.relay import StreamedAttempts
+from proxy.errors import ProxyError, UpstreamProtocolError, UpstreamUnjudgeable, error_response
 from proxy.services import Services
 from proxy.toolcalls import ToolCall
 from proxy.upstream import strict
-from proxy.upstream.client import response_headers
 from proxy.upstream.sse import SSEEvent
 
-__all__ = ["Dialect", "DialectExchange", "DialectStream", "IndexMap", "handle"]
+__all__ = ["Dialect", "DialectExchange", "DialectStream", "HeldCall", "IndexMap", "handle"]
 
 
 class Dialect(ABC):
@@ -59,6 +60,12 @@ class Dialect(ABC):
     route: ClassVar[str]  # the `route` recorded with every request and call
     path: ClassVar[str]  # the upstream path after /v1
     history_key: ClassVar[str]  # the request field retries append to
+    output_key: ClassVar[str]  # the whole response's list of items that `calls` reads the calls from
+
+    def __init_subclass__(cls, *, route: str, path: str, history_key: str, output_key: str, **kwargs: Any) -> None:
+        """A dialect declares these in its class line, as the errors do (proxy/errors.py)."""
+        super().__init_subclass__(**kwargs)
+        cls.route, cls.path, cls.history_key, cls.output_key = route, path, history_key, output_key
 
     @abstractmethod
     def validate(self, payload: dict[str, Any]) -> None:
@@ -105,12 +112,19 @@ class Dialect(ABC):
         """What the client got, as chat messages, for the session lineage."""
 
     @abstractmethod
+    def repaired_fields(self, call: ToolCall) -> dict[str, Any]:
+        """The fields of a call's item that carry a repaired call's judged arguments."""
+
     def write_repairs(self, obj: dict[str, Any], judged: list[JudgedCall]) -> None:
         """Write the repaired calls' judged arguments over the calls of a whole response (at the position each
         call was read from), so the client gets the repaired call and never the one the model wrote."""
+        items = obj[self.output_key]  # `calls` read the judged calls from it, each at its position
+        for item in judged:
+            if item.repaired:
+                items[item.call.index].update(self.repaired_fields(item.call))
 
     @abstractmethod
-    def stream(self, ex: DialectExchange) -> DialectStream:
+    def stream(self, ex: DialectExchange) -> DialectStream[Any]:
         """A reader for this request's events, across its attempts."""
 
     def error_response(self, exc: ProxyError) -> Response:
@@ -122,6 +136,7 @@ class DialectExchange(Exchange):
     """Chat's Exchange, whose retries append to the dialect's conversation field instead of `messages`."""
 
     dialect: Dialect | None = None
+    watch_stream_open: ClassVar[bool] = False
 
     @property
     def spec(self) -> Dialect:
@@ -138,6 +153,10 @@ class DialectExchange(Exchange):
 
     def error_response(self, exc: ProxyError) -> Response:
         return self.spec.error_response(exc)
+
+    def broken_error_body(self, response: Any, exc: Exception) -> Response:
+        self.record.fail("upstream_error", f"upstream failed: {exc}")
+        return self.spec.error_response(UpstreamProtocolError(f"upstream failed: {exc}"))
 
     def remember(self, reply: list[dict[str, Any]]) -> None:
         """Let the client's next request (this conversation plus what it got) continue this session."""
@@ -169,18 +188,37 @@ class IndexMap:
         return found
 
 
-class DialectStream(ABC):
-    """Reads one request's server-sent events, attempt after attempt, and says what the client gets."""
+class HeldCall(Protocol):
+    """A call of the current attempt, its events kept until the attempt is judged."""
+
+    events: list[tuple[dict[str, Any], bytes]]  # each event's object and its upstream bytes
+
+    def call(self, index: int) -> ToolCall:
+        """The call the kept events make, the attempt's `index`-th."""
+        ...
+
+
+HeldT = TypeVar("HeldT", bound=HeldCall)
+
+
+class DialectStream(StreamedAttempts, Generic[HeldT]):
+    """Reads one request's server-sent events, attempt after attempt, and says what the client gets; its attempts
+    run in the one loop (`StreamedAttempts.run`)."""
 
     def __init__(self, ex: DialectExchange) -> None:
-        self.ex = ex
+        self.ex: DialectExchange = ex
+        self.path = ex.spec.path
         self.attempt = 1
         self.upstream_error = False
+        self.done = False
         self.attempt_usage: dict[str, Any] | None = None  # chat-shaped, the latest seen this attempt
         self.unjudged: list[ToolCall] = []  # the attempt's output the proxy cannot judge
         # A retry's text events (enforce mode), in the order they came: like held calls, numbered and placed
         # only when released, so dropping them leaves no gap in what the client sees.
         self.narration: list[dict[str, Any]] = []
+        self.positions = IndexMap()
+        self.held: dict[Hashable, HeldT] = {}  # the attempt's calls by the upstream's position, in order
+        self.attempt_text = ""  # the attempt's visible text: the held turn's content in a retry
 
     @property
     def enforce(self) -> bool:
@@ -191,6 +229,9 @@ class DialectStream(ABC):
         self.attempt_usage = None
         self.unjudged = []
         self.narration = []
+        self.positions.new_attempt()
+        self.held = {}
+        self.attempt_text = ""
 
     def narrate(self, obj: dict[str, Any]) -> bytes | None:
         """One text event of the attempt (enforce mode). One narration per turn: the first attempt's text goes
@@ -235,21 +276,51 @@ class DialectStream(ABC):
         self.unjudgeable("event", detail, event.raw.decode("utf-8", "replace"))
         return None
 
-    def fail(self, detail: str) -> None:
-        self.upstream_error = True
-        self.ex.record.fail("upstream_error", detail[:1000])
+    def drop(self, event: SSEEvent, detail: str, content: Any, *, name: str = "event") -> bytes | None:
+        """Output the proxy cannot judge: recorded; dropped in enforce mode, relayed in observe mode."""
+        self.unjudgeable(name, detail, content)
+        return event.raw if not self.enforce else None
 
-    @abstractmethod
+    def fail(self, detail: str, status: int | None = None) -> None:
+        self.upstream_error = True
+        self.ex.record.fail("upstream_error", detail[:1000], status)
+
     def event(self, event: SSEEvent) -> bytes | None:
         """One upstream event: what to send now (None: nothing, or held)."""
+        if event.data is None and event.invalid is None:  # comments and keep-alives
+            return event.raw if not self.enforce else (b": keep-alive\n\n" if event.comment else None)
+        obj = self.read(event)
+        if obj is None:
+            return event.raw
+        kind = obj.get("type") or event.event or ""
+        end = self.ended()
+        if end is not None:
+            return self.drop(event, f"`{str(kind)[:60]}` after {end}", obj)
+        if kind == "error":
+            self.fail(json.dumps(obj)[:1000])
+            return event.raw if not self.enforce else self.encode_error(obj)
+        return self.typed_event(event, obj, kind)
+
+    def encode_error(self, obj: dict[str, Any]) -> bytes:
+        """The upstream's error event as the client gets it (enforce mode)."""
+        return self.encode(obj)
 
     @abstractmethod
+    def ended(self) -> str | None:
+        """What ended the attempt's stream (`message_stop` ...), once it came; any event after it is dropped."""
+
+    @abstractmethod
+    def typed_event(self, event: SSEEvent, obj: dict[str, Any], kind: Any) -> bytes | None:
+        """One upstream event's JSON object before the end, not an error, of type `kind` (its `type`, else the SSE
+        event name): what to send now (None: nothing, or held)."""
+
     def calls(self) -> list[ToolCall]:
-        """The calls of the attempt that just ended."""
+        """The calls of the attempt that just ended: the held calls, then what it could not judge."""
+        return [held.call(k) for k, held in enumerate(self.held.values())] + self.unjudged
 
-    @abstractmethod
     def text(self) -> str:
         """The visible text of the attempt that just ended."""
+        return self.attempt_text
 
     @abstractmethod
     def release(self, judged: list[JudgedCall]) -> list[bytes]:
@@ -268,18 +339,46 @@ class DialectStream(ABC):
     def reply(self) -> list[dict[str, Any]]:
         """What the client got, as chat messages, for the session lineage."""
 
+    # -- the attempt loop's steps (proxy/enforce/relay.py)
+
+    async def relay_attempt(self, response: Any) -> AsyncIterator[bytes]:
+        try:
+            async with aclosing(upstream_events(self.ex, response)) as events:
+                async for event in events:
+                    out = self.event(event)
+                    if out:
+                        yield out
+                    if self.upstream_error:
+                        return
+        except ProxyError as exc:
+            self.fail(exc.message)
+            yield self.error(exc.message, exc.error_type, exc.code)
+        finally:
+            if self.attempt_usage is not None:
+                self.ex.record.usage.add(self.attempt_usage)
+
+    def judge_attempt(self) -> list[JudgedCall]:
+        return self.ex.judge(self.calls())
+
+    def deliver(self, judged: list[JudgedCall]) -> list[bytes]:
+        return self.release(judged) if self.enforce else []
+
+    def block(self, judged: list[JudgedCall]) -> list[bytes]:
+        return self.blocked(blocked_message(self.ex.policy, judged, self.attempt))
+
+    def retry_turn(self, judged: list[JudgedCall]) -> list[dict[str, Any]]:
+        return self.ex.spec.retry_items(retry_messages(self.ex.policy, self.text(), judged))
+
+    def remember(self) -> None:
+        self.ex.remember(self.reply())
+
 
 # ---------------------------------------------------------------- the request
 
 
 async def handle(request: Request, state: Services, dialect: Dialect) -> Response:
-    ex = await _exchange(request, state, dialect)
-    if ex.record.stream:
-        return await _stream(ex)
-    try:
-        return await _complete(ex)
-    finally:
-        finish_exchange(ex)
+    return await serve(await _exchange(request, state, dialect), path=dialect.path,
+                       relay=lambda ex, response: ex.spec.stream(ex).run(response), whole=_complete)
 
 
 async def _exchange(request: Request, state: Services, dialect: Dialect) -> DialectExchange:
@@ -298,159 +397,31 @@ async def _complete(ex: DialectExchange) -> Response:
     obj: dict[str, Any] = {}
     for attempt in range(1, ex.budget + 2):
         record.attempts = attempt
-        response = await request_attempt(ex, dialect.path)  # an upstream error is already in the dialect's shape
-        if isinstance(response, Response):
-            return response
-        headers = response_headers(response.headers)
-        try:
-            obj = strict.loads(response.content) if ex.enforce else json.loads(response.content)
-            if not isinstance(obj, dict):
-                raise TypeError(f"a JSON {type(obj).__name__}")
-            calls = dialect.calls(obj)
-        except (ValueError, TypeError, AttributeError) as exc:
-            detail = f"upstream answered 200 with a body that is not a {dialect.route} response: {exc}"
-            if ex.enforce:
-                return ex.refuse(UpstreamUnjudgeable(f"unjudgeable: {detail}"))
-            record.fail("upstream_error", detail)
-            return Response(response.content, status_code=200, headers=headers)
-        record.usage.add(dialect.usage(obj.get("usage")))
-        record.mark_first_token()
-        judged = ex.judge(calls)
+        # An upstream error is already in the dialect's shape.
+        read = await whole_attempt(ex, dialect.path, f"a {dialect.route} response", dialect.calls, dialect.usage)
+        if isinstance(read, Response):
+            return read
+        obj = read.obj
+        judged = ex.judge(read.found)
         outcome = await ex.settle(attempt, judged)
         if outcome is Outcome.DELIVER:
             if any(item.repaired for item in judged):
                 dialect.write_repairs(obj, judged)  # enforce mode only: the re-encoded object goes out below
             ex.remember(dialect.reply(obj))
             if attempt == 1 and not ex.enforce:
-                return Response(response.content, status_code=200, headers=headers)
+                return Response(read.response.content, status_code=200, headers=read.headers)
             dialect.set_usage(obj, record.usage)
-            return _json(obj)
+            return judged_json(obj)
         if outcome is Outcome.BLOCKED:
             break
         ex.extra_messages += dialect.retry_items(retry_messages(ex.policy, dialect.text(obj), judged))
     dialect.set_blocked(obj, blocked_message(ex.policy, judged, record.attempts))
     dialect.set_usage(obj, record.usage)
     ex.remember(dialect.reply(obj))
-    return _json(obj)
-
-
-def _json(obj: dict[str, Any]) -> Response:
-    return Response(strict.dumps(obj).encode(), status_code=200, media_type="application/json")
+    return judged_json(obj)
 
 
 # ---------------------------------------------------------------- streaming
 
 
-async def _stream(ex: DialectExchange) -> Response:
-    record = ex.record
-    try:
-        response = await ex.state.upstream.open_stream("POST", ex.spec.path, headers=ex.headers, content=ex.body())
-    except ProxyError as exc:
-        record.fail("upstream_error", exc.message, exc.status_code)
-        finish_exchange(ex)
-        raise
-    record.status = response.status_code
-    refused = refused_stream(response) if ex.enforce else None
-    if refused is not None:
-        await response.aclose()
-        answer = ex.refuse(refused)
-        finish_exchange(ex)
-        return answer
-    if response.status_code != 200:
-        try:
-            content = await response.aread()
-        except Exception as exc:  # the error body itself broke off (httpx's error, not yet translated)
-            record.fail("upstream_error", f"upstream failed: {exc}")
-            finish_exchange(ex)
-            return ex.spec.error_response(UpstreamProtocolError(f"upstream failed: {exc}"))
-        finally:
-            await response.aclose()
-        record.fail("upstream_error", content.decode("utf-8", "replace")[:1000])
-        finish_exchange(ex)
-        return Response(content, status_code=response.status_code, headers=response_headers(response.headers))
-    relay = _Relay(ex, ex.spec.stream(ex))
-    return StreamingResponse(relay.run(response), media_type="text/event-stream",
-                             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
 
-
-class _Relay:
-    def __init__(self, ex: DialectExchange, stream: DialectStream) -> None:
-        self.ex = ex
-        self.stream = stream
-        self.done = False
-
-    async def run(self, response: Any) -> AsyncIterator[bytes]:
-        ex, record, stream = self.ex, self.ex.record, self.stream
-        current = response
-        try:
-            while True:
-                async for piece in self._attempt(current):
-                    yield piece
-                await current.aclose()
-                current = None
-                if stream.upstream_error:
-                    break
-                judged = ex.judge(stream.calls())
-                try:
-                    outcome = await ex.settle(stream.attempt, judged)
-                except StoreUnavailable as exc:  # nothing goes out unrecorded: an error event instead
-                    yield stream.error(exc.message, exc.error_type, exc.code)
-                    break
-                if outcome is Outcome.DELIVER:
-                    if ex.enforce:
-                        for piece in stream.release(judged):
-                            yield piece
-                    break
-                if outcome is Outcome.BLOCKED:
-                    for piece in stream.blocked(blocked_message(ex.policy, judged, stream.attempt)):
-                        yield piece
-                    break
-                ex.extra_messages += ex.spec.retry_items(retry_messages(ex.policy, stream.text(), judged))
-                stream.begin_attempt()
-                record.attempts = stream.attempt
-                try:
-                    current = await ex.state.upstream.open_stream("POST", ex.spec.path, headers=ex.headers,
-                                                                  content=ex.body())
-                except ProxyError as exc:
-                    yield stream.error(exc.message, exc.error_type, exc.code)
-                    stream.fail(exc.message)
-                    break
-                refused = refused_stream(current) if ex.enforce and current.status_code == 200 else None
-                if refused is not None:
-                    yield stream.error(refused.message, refused.error_type, refused.code)
-                    stream.fail(refused.message)
-                    break
-                if current.status_code != 200:
-                    content = (await current.aread()).decode("utf-8", "replace")
-                    yield stream.error(f"upstream answered {current.status_code} on retry: {content[:500]}",
-                                       "upstream_error", None)
-                    stream.fail(content)
-                    record.status = current.status_code
-                    break
-            self.done = True
-        finally:
-            if not self.done and record.outcome == "ok":
-                record.fail("client_disconnected", "the client went away before the stream ended", 499)
-            with anyio.CancelScope(shield=True):
-                if current is not None:
-                    await current.aclose()
-                if self.done and not stream.upstream_error:
-                    ex.remember(stream.reply())
-                finish_exchange(ex)
-
-    async def _attempt(self, response: Any) -> AsyncIterator[bytes]:
-        ex, stream = self.ex, self.stream
-        try:
-            async with aclosing(upstream_events(ex, response)) as events:
-                async for event in events:
-                    out = stream.event(event)
-                    if out:
-                        yield out
-                    if stream.upstream_error:
-                        return
-        except ProxyError as exc:
-            stream.fail(exc.message)
-            yield stream.error(exc.message, exc.error_type, exc.code)
-        finally:
-            if stream.attempt_usage is not None:
-                ex.record.usage.add(stream.attempt_usage)

@@ -12,25 +12,16 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from proxy.dialects.shapes import choice_problem
 from proxy.enforce.actions import unjudgeable_call
-from proxy.enforce.exchange import (
-    Exchange,
-    Outcome,
-    RouteShape,
-    finish_exchange,
-    open_exchange,
-    open_stream_attempt,
-    refused_stream,
-    request_attempt,
-)
+from proxy.enforce.exchange import Exchange, Outcome, RouteShape, judged_json, open_exchange, serve, whole_attempt
 from proxy.enforce.feedback_turns import blocked_message, retry_messages
 from proxy.enforce.judging import JudgedCall, apply_repairs
-from proxy.errors import BadRequest, ProxyError, StoreUnavailable, UpstreamUnjudgeable, error_body
+from proxy.enforce.relay import StreamedAttempts
+from proxy.errors import BadRequest, ProxyError, UpstreamUnjudgeable, error_body
 from proxy.logs import get_logger
 from proxy.services import Services
 from proxy.toolcalls import (
@@ -43,7 +34,6 @@ from proxy.toolcalls import (
     openai_call_delta,
 )
 from proxy.upstream import strict
-from proxy.upstream.client import response_headers
 from proxy.upstream.sse import DONE, SSEDecoder, SSEEvent
 from proxy.upstream.text_frame import TextFrame
 
@@ -55,6 +45,7 @@ _TEXT_FIELDS = ("content", "reasoning", "reasoning_content")
 # belongs to the first chunk only.
 _PER_CHUNK = frozenset({"choices", "usage", "prompt_token_ids", "prompt_text", "prompt_logprobs"})
 _KEEP_ALIVE = b": keep-alive\n\n"
+_PATH = "/chat/completions"  # upstream, after /v1
 
 
 def _carries(choice: dict[str, Any]) -> bool:
@@ -90,41 +81,25 @@ CHAT = RouteShape(name="chat", validate=_validate, conversation=lambda payload: 
 
 
 async def chat_completions(request: Request, state: Services) -> Response:
-    exchange = await open_exchange(request, state, CHAT)
-    messages = exchange.conversation
-    if exchange.record.stream:
-        return await _stream(exchange, messages)
-    try:
-        return await _complete(exchange, messages)
-    finally:
-        finish_exchange(exchange)
+    return await serve(await open_exchange(request, state, CHAT), path=_PATH,
+                       relay=lambda ex, response: _StreamRelay(ex, ex.conversation or []).run(response),
+                       whole=_complete)
 
 
 # ---------------------------------------------------------------- non-streaming
 
 
-async def _complete(ex: Exchange, messages: list[Any]) -> Response:
-    record = ex.record
+async def _complete(ex: Exchange) -> Response:
+    record, messages = ex.record, ex.conversation or []
     judged: list[JudgedCall] = []
+    obj: dict[str, Any] = {}
     for attempt in range(1, ex.budget + 2):
         record.attempts = attempt
-        response = await request_attempt(ex, "/chat/completions")
-        if isinstance(response, Response):
-            return response
-        headers = response_headers(response.headers)
-        try:
-            obj = strict.loads(response.content) if ex.enforce else json.loads(response.content)
-            if not isinstance(obj, dict):
-                raise TypeError(f"a JSON {type(obj).__name__}")
-            results = extract_from_response(obj, ex.tools, rules=ex.rules)
-        except (ValueError, TypeError, AttributeError) as exc:
-            detail = f"upstream answered 200 with a body that is not a completion: {exc}"
-            if ex.enforce:
-                return ex.refuse(UpstreamUnjudgeable(f"unjudgeable: {detail}"))
-            record.fail("upstream_error", detail)
-            return Response(response.content, status_code=200, headers=headers)
-        record.usage.add(obj.get("usage"))
-        record.mark_first_token()
+        read = await whole_attempt(ex, _PATH, "a completion",
+                                   lambda obj: extract_from_response(obj, ex.tools, rules=ex.rules))
+        if isinstance(read, Response):
+            return read
+        obj, results = read.obj, read.found
         calls = [c for r in results for c in (r.tool_calls + r.malformed) if ex.scan_content or c.structured]
         judged = ex.judge(calls + _unjudgeable_choices(obj))
         outcome = await ex.settle(attempt, judged)
@@ -138,9 +113,9 @@ async def _complete(ex: Exchange, messages: list[Any]) -> Response:
                 _sum_usage(obj["usage"], record.usage)
             _remember(ex, messages, obj)
             if ex.enforce:  # what the client gets is the proxy's encoding of what it judged
-                return Response(strict.dumps(obj).encode(), status_code=200, media_type="application/json")
+                return judged_json(obj)
             if not changed:
-                return Response(response.content, status_code=200, headers=headers)
+                return Response(read.response.content, status_code=200, headers=read.headers)
             return Response(json.dumps(obj, ensure_ascii=False).encode(), status_code=200,
                             media_type="application/json")
         if outcome is Outcome.BLOCKED:
@@ -152,7 +127,7 @@ async def _complete(ex: Exchange, messages: list[Any]) -> Response:
                        "logprobs": None, "finish_reason": "stop"}]
     if isinstance(obj.get("usage"), dict):
         _sum_usage(obj["usage"], record.usage)
-    return Response(strict.dumps(obj).encode(), status_code=200, media_type="application/json")
+    return judged_json(obj)
 
 
 def _unjudgeable_choices(obj: dict[str, Any]) -> list[ToolCall]:
@@ -221,15 +196,6 @@ class _Choice:
     converted: bool = False
 
 
-async def _stream(ex: Exchange, messages: list[Any]) -> Response:
-    response = await open_stream_attempt(ex, "/chat/completions")
-    if isinstance(response, Response):
-        return response
-    relay = _StreamRelay(ex, messages)
-    return StreamingResponse(relay.run(response), media_type="text/event-stream",
-                             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
-
-
 def _tool_count(known: int, delta: dict[str, Any]) -> int:
     """How many structured calls a choice has shown so far, from the indexes its deltas carry."""
     for fragment in delta.get("tool_calls") or []:
@@ -239,7 +205,9 @@ def _tool_count(known: int, delta: dict[str, Any]) -> int:
     return known
 
 
-class _StreamRelay:
+class _StreamRelay(StreamedAttempts):
+    path = _PATH
+
     def __init__(self, ex: Exchange, messages: list[Any]) -> None:
         self.ex = ex
         self.messages = messages
@@ -256,83 +224,37 @@ class _StreamRelay:
         self.ended = False  # [DONE] seen in this attempt
         self.done = False
 
-    # -- the generator handed to the client
+    # -- the attempt loop's steps (proxy/enforce/relay.py)
 
-    async def run(self, response: Any) -> AsyncIterator[bytes]:
-        ex, record = self.ex, self.ex.record
-        current = response
-        try:
-            while True:
-                # One narration per turn: the first attempt streams live; a retry's text waits for its verdict
-                # and goes out only with a delivered turn.
-                held: list[bytes] = []
-                async for piece in self._relay_attempt(current):
-                    if self.attempt > 1 and ex.enforce:
-                        held.append(piece)
-                    else:
-                        yield piece
-                await current.aclose()
-                current = None
-                if self.upstream_error:
-                    for piece in held[-1:]:  # the error that ended the attempt, without its narration
-                        yield piece
-                    break
-                judged = self._judge_attempt()
-                try:
-                    outcome = await ex.settle(self.attempt, judged)
-                except StoreUnavailable as exc:  # nothing goes out unrecorded: an error event instead
-                    yield self._error(exc.message, exc.error_type, exc.code)
-                    break
-                if outcome is Outcome.DELIVER:
-                    for piece in held:
-                        yield piece
-                    if ex.enforce:
-                        for piece in self._release():
-                            yield piece
-                    break
-                if outcome is Outcome.BLOCKED:
-                    yield self._blocked(judged)
-                    break
-                ex.extra_messages += retry_messages(ex.policy, self._content(), judged)
-                self.attempt += 1
-                record.attempts = self.attempt
-                self.choices = {}
-                self.late_calls = []
-                self.ended = False
-                try:
-                    current = await ex.state.upstream.open_stream("POST", "/chat/completions",
-                                                                  headers=ex.headers, content=ex.body())
-                except ProxyError as exc:
-                    yield self._error(exc.message, exc.error_type, exc.code)
-                    record.fail("upstream_error", exc.message)
-                    break
-                refused = refused_stream(current) if ex.enforce and current.status_code == 200 else None
-                if refused is not None:
-                    yield self._error(refused.message, refused.error_type, refused.code)
-                    record.fail("upstream_error", refused.message)
-                    break
-                if current.status_code != 200:
-                    content = await current.aread()
-                    yield self._error(f"upstream answered {current.status_code} on retry: "
-                                      f"{content.decode('utf-8', 'replace')[:500]}", "upstream_error", None)
-                    record.fail("upstream_error", content.decode("utf-8", "replace")[:1000], current.status_code)
-                    break
-            for piece in self._tail():
-                yield piece
-            self.done = True
-        finally:
-            if not self.done and record.outcome == "ok":
-                record.fail("client_disconnected", "the client went away before the stream ended", 499)
-            with anyio.CancelScope(shield=True):
-                if current is not None:
-                    await current.aclose()
-                if self.done and not self.upstream_error:
-                    self.ex.state.sessions.remember(record.session, self.messages, self._reply())
-                finish_exchange(ex)
+    def hold_pieces(self) -> bool:
+        # One narration per turn: the first attempt streams live; a retry's text waits for its verdict and goes
+        # out only with a delivered turn.
+        return self.attempt > 1 and self.ex.enforce
+
+    def deliver(self, judged: list[JudgedCall]) -> list[bytes]:
+        return self._release() if self.ex.enforce else []
+
+    def block(self, judged: list[JudgedCall]) -> list[bytes]:
+        return [self._blocked(judged)]
+
+    def retry_turn(self, judged: list[JudgedCall]) -> list[dict[str, Any]]:
+        return retry_messages(self.ex.policy, self._content(), judged)
+
+    def begin_attempt(self) -> None:
+        self.attempt += 1
+        self.choices = {}
+        self.late_calls = []
+        self.ended = False
+
+    def fail(self, detail: str, status: int | None = None) -> None:
+        self.ex.record.fail("upstream_error", detail, status)
+
+    def remember(self) -> None:
+        self.ex.state.sessions.remember(self.ex.record.session, self.messages, self._reply())
 
     # -- one upstream attempt
 
-    async def _relay_attempt(self, response: Any) -> AsyncIterator[bytes]:
+    async def relay_attempt(self, response: Any) -> AsyncIterator[bytes]:
         ex, record = self.ex, self.ex.record
         self.attempt_usage = None
         decoder = SSEDecoder()
@@ -357,7 +279,7 @@ class _StreamRelay:
         except ProxyError as exc:
             self.upstream_error = True
             record.fail("upstream_error", exc.message)
-            yield self._error(exc.message, exc.error_type, exc.code)
+            yield self.error(exc.message, exc.error_type, exc.code)
             return
         finally:
             if self.attempt_usage is not None:
@@ -375,8 +297,8 @@ class _StreamRelay:
                         yield out
         if cut_short and ex.enforce:
             # An upstream error, not a turn: its calls are recorded as not delivered and none is released.
-            ex.settle_truncated(self.attempt, self._judge_attempt())
-            yield self._error("the upstream stream ended without a finish_reason", "upstream_error", None)
+            ex.settle_truncated(self.attempt, self.judge_attempt())
+            yield self.error("the upstream stream ended without a finish_reason", "upstream_error", None)
 
     def _event(self, event: SSEEvent) -> bytes | None:
         frame = self.frame
@@ -552,7 +474,7 @@ class _StreamRelay:
 
     # -- decisions at the end of an attempt
 
-    def _judge_attempt(self) -> list[JudgedCall]:
+    def judge_attempt(self) -> list[JudgedCall]:
         calls = [c for _, ch in sorted(self.choices.items()) for c in ch.pending]
         return self.ex.judge(calls + self.late_calls)
 
@@ -580,7 +502,7 @@ class _StreamRelay:
         return (self._encode([{"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None}])
                 + self._encode([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}]))
 
-    def _tail(self) -> list[bytes]:
+    def tail(self) -> list[bytes]:
         if not self.ex.enforce:
             # Observe mode relayed the upstream's usage and [DONE] where they came; after an error event the
             # relay stopped reading, so the end is the proxy's.
@@ -610,6 +532,6 @@ class _StreamRelay:
         chunk["choices"] = choices
         return strict.encode_event(chunk)
 
-    def _error(self, message: str, type_: str, code: Any) -> bytes:
+    def error(self, message: str, type_: str, code: Any) -> bytes:
         self.upstream_error = True
         return strict.encode_event(error_body(message, type_, code=code))

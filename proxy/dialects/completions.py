@@ -18,20 +18,20 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-import anyio
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from proxy.dialects.shapes import choice_problem
 from proxy.enforce.actions import judge_output, unjudgeable_call
 from proxy.enforce.exchange import (
     Exchange,
     RouteShape,
-    finish_exchange,
+    end_stream,
+    judged_json,
     open_exchange,
-    open_stream_attempt,
-    request_attempt,
+    serve,
     upstream_events,
+    whole_attempt,
 )
 from proxy.enforce.feedback_turns import blocked_message, turn_allowed
 from proxy.enforce.judging import JudgedCall
@@ -42,7 +42,6 @@ from proxy.toolcalls.families import XmlRules
 from proxy.toolcalls.registry import content_formats
 from proxy.toolcalls.scanner import ContentScanner, scan_text
 from proxy.upstream import strict
-from proxy.upstream.client import response_headers
 from proxy.upstream.sse import DONE, SSEEvent
 
 __all__ = ["REJECTED_CODE", "completions"]
@@ -57,13 +56,8 @@ COMPLETIONS = RouteShape(name="completions", validate=lambda payload: None, conv
 
 
 async def completions(request: Request, state: Services) -> Response:
-    ex = await open_exchange(request, state, COMPLETIONS)
-    if ex.record.stream:
-        return await _stream(ex)
-    try:
-        return await _complete(ex)
-    finally:
-        finish_exchange(ex)
+    return await serve(await open_exchange(request, state, COMPLETIONS), path="/completions",
+                       relay=lambda ex, response: _Relay(ex).run(response), whole=_complete)
 
 
 def _judge(ex: Exchange, calls: list[ToolCall]) -> list[JudgedCall]:
@@ -104,43 +98,21 @@ def _block(ex: Exchange, judged: list[JudgedCall]) -> dict[str, Any]:
 
 
 async def _complete(ex: Exchange) -> Response:
-    record = ex.record
-    response = await request_attempt(ex, "/completions")
-    if isinstance(response, Response):
-        return response
-    headers = response_headers(response.headers)
-    try:
-        obj = strict.loads(response.content) if ex.enforce else json.loads(response.content)
-        if not isinstance(obj, dict):
-            raise TypeError(f"a JSON {type(obj).__name__}")
-    except (ValueError, TypeError) as exc:
-        detail = f"upstream answered 200 with a body that is not a completion: {exc}"
-        if ex.enforce:
-            return ex.refuse(UpstreamUnjudgeable(f"unjudgeable: {detail}"))
-        record.fail("upstream_error", detail)
-        return Response(response.content, status_code=200, headers=headers)
-    record.usage.add(obj.get("usage"))
-    record.mark_first_token()
-    judged = _judge(ex, _text_calls(obj, ex.rules))
+    read = await whole_attempt(ex, "/completions", "a completion", lambda obj: None)
+    if isinstance(read, Response):
+        return read
+    judged = _judge(ex, _text_calls(read.obj, ex.rules))
     if not ex.enforce or turn_allowed(judged):
         await ex.release(1, judged)  # on record before the answer goes out (enforce mode)
         if ex.enforce:
-            return Response(strict.dumps(obj).encode(), status_code=200, media_type="application/json")
-        return Response(response.content, status_code=200, headers=headers)
+            return judged_json(read.obj)
+        return Response(read.response.content, status_code=200, headers=read.headers)
     ex.keep(1, judged, delivered=False)
-    record.status = 403
+    ex.record.status = 403
     return JSONResponse(_block(ex, judged), status_code=403)
 
 
 # ---------------------------------------------------------------- streaming
-
-
-async def _stream(ex: Exchange) -> Response:
-    response = await open_stream_attempt(ex, "/completions")
-    if isinstance(response, Response):
-        return response
-    return StreamingResponse(_Relay(ex).run(response), media_type="text/event-stream",
-                             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
 
 
 class _Choice:
@@ -193,17 +165,15 @@ class _Relay:
             yield DONE
             self.done = True
         finally:
-            if not self.done and record.outcome == "ok":
-                record.fail("client_disconnected", "the client went away before the stream ended", 499)
-            with anyio.CancelScope(shield=True):
-                await response.aclose()
-                if self.usage is not None:
-                    record.usage.add(self.usage)
-                # Calls never released never reached the client in enforce mode (observe relays everything).
-                rest = self.judged[self.released:]
-                if rest:
-                    ex.keep(1, rest, delivered=not ex.enforce)
-                finish_exchange(ex)
+            await end_stream(ex, done=self.done, upstream=response, then=self._keep_rest)
+
+    def _keep_rest(self) -> None:
+        if self.usage is not None:
+            self.ex.record.usage.add(self.usage)
+        # Calls never released never reached the client in enforce mode (observe relays everything).
+        rest = self.judged[self.released:]
+        if rest:
+            self.ex.keep(1, rest, delivered=not self.ex.enforce)
 
     async def _release(self) -> None:
         """Audit before release: the calls judged so far are on record before text that carries them goes out."""

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from proxy.dialects.base import Dialect, DialectExchange, DialectStream, IndexMap, handle
+from proxy.dialects.base import Dialect, DialectExchange, DialectStream, handle
 from proxy.enforce.actions import unjudgeable_call
 from proxy.enforce.judging import JudgedCall
 from proxy.enforce.record import Usage
@@ -104,10 +104,7 @@ def message_chat(message: Any) -> list[dict[str, Any]]:
     return main + results
 
 
-class MessagesDialect(Dialect):
-    route: ClassVar[str] = "messages"
-    path: ClassVar[str] = "/messages"
-    history_key: ClassVar[str] = "messages"
+class MessagesDialect(Dialect, route="messages", path="/messages", history_key="messages", output_key="content"):
 
     def validate(self, payload: dict[str, Any]) -> None:
         messages = payload.get("messages")
@@ -178,13 +175,10 @@ class MessagesDialect(Dialect):
     def reply(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
         return message_chat({"role": "assistant", "content": obj.get("content")})
 
-    def write_repairs(self, obj: dict[str, Any], judged: list[JudgedCall]) -> None:
-        content = obj["content"]  # `calls` read the judged calls from it, each at its position
-        for item in judged:
-            if item.repaired:
-                content[item.call.index]["input"] = item.call.arguments
+    def repaired_fields(self, call: ToolCall) -> dict[str, Any]:
+        return {"input": call.arguments}
 
-    def stream(self, ex: DialectExchange) -> DialectStream:
+    def stream(self, ex: DialectExchange) -> DialectStream[Any]:
         return _MessagesStream(ex)
 
     def error_response(self, exc: ProxyError) -> Response:
@@ -230,14 +224,11 @@ class _HeldBlock:
         return out
 
 
-class _MessagesStream(DialectStream):
+class _MessagesStream(DialectStream[_HeldBlock]):
     def __init__(self, ex: DialectExchange) -> None:
         super().__init__(ex)
-        self.positions = IndexMap()
-        self.held: dict[int, _HeldBlock] = {}
         self.closing: tuple[dict[str, Any], bytes] | None = None  # message_delta
         self.stop: bytes | None = None  # message_stop
-        self.attempt_text = ""
         self.started: dict[int, str] = {}  # this attempt's block indexes -> their types
         self.refused: set[int] = set()  # blocks the proxy cannot judge
         self.text_sent = ""  # every text the client received, for the lineage
@@ -245,35 +236,27 @@ class _MessagesStream(DialectStream):
 
     def begin_attempt(self) -> None:
         super().begin_attempt()
-        self.positions.new_attempt()
-        self.held = {}
         self.closing = None
         self.stop = None
-        self.attempt_text = ""
         self.started = {}
         self.refused = set()
 
     # -- upstream events
 
-    def event(self, event: SSEEvent) -> bytes | None:
+    def encode_error(self, obj: dict[str, Any]) -> bytes:
+        return _sse(obj)  # as it came: no block index to place, no text for the lineage
+
+    def ended(self) -> str | None:
+        return "message_stop" if self.stop is not None else None
+
+    def typed_event(self, event: SSEEvent, obj: dict[str, Any], kind: Any) -> bytes | None:
         observe = not self.enforce
-        if event.data is None and event.invalid is None:
-            return event.raw if observe else (b": keep-alive\n\n" if event.comment else None)
-        obj = self.read(event)
-        if obj is None:
-            return event.raw
-        kind = obj.get("type") or event.event or ""
-        if self.stop is not None:
-            return self._drop(event, f"`{str(kind)[:60]}` after message_stop", obj)
-        if kind == "error":
-            self.fail(json.dumps(obj)[:1000])
-            return event.raw if observe else _sse(obj)
         if kind == "ping":
             return event.raw if observe else _sse({"type": "ping"})
         if kind == "message_start":
             message = obj.get("message")
             if not isinstance(message, dict) or message.get("content"):
-                return self._drop(event, "a message_start whose message already holds content", obj)
+                return self.drop(event, "a message_start whose message already holds content", obj)
             if self.attempt == 1:
                 self.attempt_usage = _usage(message.get("usage"))
                 return event.raw if observe else _sse(obj)
@@ -281,7 +264,7 @@ class _MessagesStream(DialectStream):
         if kind == "message_delta":
             delta = obj.get("delta")
             if delta is not None and not isinstance(delta, dict):
-                return self._drop(event, "a message_delta whose delta is not an object", obj)
+                return self.drop(event, "a message_delta whose delta is not an object", obj)
             self.attempt_usage = _usage(obj.get("usage")) or self.attempt_usage
             self.closing = (obj, event.raw)
             return event.raw if observe else None
@@ -289,35 +272,35 @@ class _MessagesStream(DialectStream):
             self.stop = event.raw if observe else _sse(obj)
             return event.raw if observe else None
         if kind not in _BLOCK_EVENTS:
-            return self._drop(event, f"an event of a type the proxy does not know (`{str(kind)[:60]}`)", obj)
+            return self.drop(event, f"an event of a type the proxy does not know (`{str(kind)[:60]}`)", obj)
         index = obj.get("index")
         if not isinstance(index, int) or isinstance(index, bool) or index < 0:
-            return self._drop(event, "a block index that is not a whole number", obj)
+            return self.drop(event, "a block index that is not a whole number", obj)
         block = obj.get("content_block")
         if kind == "content_block_start":
             if not isinstance(block, dict):
-                return self._drop(event, "a content_block_start without a block", obj)
+                return self.drop(event, "a content_block_start without a block", obj)
             if index in self.started:
-                return self._drop(event, "a second content_block_start for one index", obj)
+                return self.drop(event, "a second content_block_start for one index", obj)
             self.started[index] = str(block.get("type"))
             if block.get("type") == "tool_use":
                 self.held[index] = _HeldBlock(block)
             elif block.get("type") not in _TEXT_BLOCKS:
                 self.refused.add(index)
-                return self._drop(event, f"a content block the proxy does not know (`{str(block.get('type'))[:60]}`)",
+                return self.drop(event, f"a content block the proxy does not know (`{str(block.get('type'))[:60]}`)",
                                   block, name=str(block.get("type"))[:80])
         elif index not in self.started:
-            return self._drop(event, "an event of a block that never started", obj)
+            return self.drop(event, "an event of a block that never started", obj)
         elif index in self.refused:
-            return self._drop(event, "an event of a block the proxy cannot judge", obj)
+            return self.drop(event, "an event of a block the proxy cannot judge", obj)
         delta = obj.get("delta")
         if kind == "content_block_delta":
             if not isinstance(delta, dict) or delta.get("type") not in _DELTAS:
-                return self._drop(event, "a content_block_delta of a type the proxy does not know", obj)
+                return self.drop(event, "a content_block_delta of a type the proxy does not know", obj)
             if (delta.get("type") == "input_json_delta") != (index in self.held):
-                return self._drop(event, "a delta that does not fit its block", obj)
+                return self.drop(event, "a delta that does not fit its block", obj)
             if delta.get("type") == "input_json_delta" and not isinstance(delta.get("partial_json"), str):
-                return self._drop(event, "an input_json_delta whose partial_json is not a string", obj)
+                return self.drop(event, "an input_json_delta whose partial_json is not a string", obj)
         else:
             delta = {}
         held = self.held.get(index)
@@ -339,11 +322,6 @@ class _MessagesStream(DialectStream):
             return event.raw
         return self.narrate(obj)
 
-    def _drop(self, event: SSEEvent, detail: str, content: Any, *, name: str = "event") -> bytes | None:
-        """Output the proxy cannot judge: recorded; dropped in enforce mode, relayed in observe mode."""
-        self.unjudgeable(name, detail, content)
-        return event.raw if not self.enforce else None
-
     def encode(self, obj: dict[str, Any]) -> bytes:
         delta = obj.get("delta")
         text = delta.get("text") if isinstance(delta, dict) and delta.get("type") == "text_delta" else None
@@ -364,12 +342,6 @@ class _MessagesStream(DialectStream):
         self.calls_sent.append({"function": {"name": call.name, "arguments": call.arguments}})
 
     # -- the end of an attempt
-
-    def calls(self) -> list[ToolCall]:
-        return [held.call(k) for k, held in enumerate(self.held.values())] + self.unjudged
-
-    def text(self) -> str:
-        return self.attempt_text
 
     def release(self, judged: list[JudgedCall]) -> list[bytes]:
         out = self.released_narration()

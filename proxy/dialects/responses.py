@@ -23,12 +23,13 @@ import uuid
 from collections import Counter
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.dialects.base import Dialect, DialectExchange, DialectStream, IndexMap, handle
+from proxy.dialects.base import Dialect, DialectExchange, DialectStream, handle
+from proxy.dialects.shapes import parts_text
 from proxy.enforce.actions import ACTION_ITEMS, UNJUDGEABLE, action_call, unjudgeable_call
 from proxy.enforce.judging import JudgedCall
 from proxy.enforce.record import Usage
@@ -69,14 +70,6 @@ async def create_response(request: Request, state: Services) -> Response:
     return await handle(request, state, ResponsesDialect())
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
-    return ""
-
-
 def item_message(item: Any) -> dict[str, Any] | None:
     """One input or output item as a chat message (lineage only); reasoning and other items are skipped."""
     if not isinstance(item, dict):
@@ -86,9 +79,9 @@ def item_message(item: Any) -> dict[str, Any] | None:
         return {"role": "assistant", "content": None,
                 "tool_calls": [{"function": {"name": item.get("name"), "arguments": item.get("arguments")}}]}
     if kind == "function_call_output":
-        return {"role": "tool", "content": _text(item.get("output")), "tool_call_id": item.get("call_id")}
+        return {"role": "tool", "content": parts_text(item.get("output")), "tool_call_id": item.get("call_id")}
     if kind in (None, "message") and isinstance(item.get("role"), str):
-        return {"role": item["role"], "content": _text(item.get("content"))}
+        return {"role": item["role"], "content": parts_text(item.get("content"))}
     return None
 
 
@@ -130,10 +123,7 @@ def _message_item(text: str, *, status: str = "completed") -> dict[str, Any]:
             "status": status, "type": "message"}
 
 
-class ResponsesDialect(Dialect):
-    route: ClassVar[str] = "responses"
-    path: ClassVar[str] = "/responses"
-    history_key: ClassVar[str] = "input"
+class ResponsesDialect(Dialect, route="responses", path="/responses", history_key="input", output_key="output"):
 
     def validate(self, payload: dict[str, Any]) -> None:
         value = payload.get("input")
@@ -167,8 +157,10 @@ class ResponsesDialect(Dialect):
 
     def text(self, obj: dict[str, Any]) -> str:
         output = obj.get("output")
-        return "".join(_text(i.get("content")) for i in output if isinstance(i, dict) and i.get("type") == "message") \
-            if isinstance(output, list) else ""
+        if not isinstance(output, list):
+            return ""
+        return "".join(parts_text(i.get("content")) for i in output
+                       if isinstance(i, dict) and i.get("type") == "message")
 
     def usage(self, obj: dict[str, Any] | None) -> dict[str, Any] | None:
         return _usage(obj)
@@ -197,13 +189,10 @@ class ResponsesDialect(Dialect):
         output = obj.get("output")
         return [m for m in map(item_message, output) if m is not None] if isinstance(output, list) else []
 
-    def write_repairs(self, obj: dict[str, Any], judged: list[JudgedCall]) -> None:
-        output = obj["output"]  # `calls` read the judged calls from it, each at its position
-        for item in judged:
-            if item.repaired:
-                output[item.call.index]["arguments"] = item.call.arguments_text
+    def repaired_fields(self, call: ToolCall) -> dict[str, Any]:
+        return {"arguments": call.arguments_text}
 
-    def stream(self, ex: DialectExchange) -> DialectStream:
+    def stream(self, ex: DialectExchange) -> DialectStream[Any]:
         return _ResponsesStream(ex)
 
 
@@ -267,49 +256,35 @@ class _HeldCall:
         return None
 
 
-class _ResponsesStream(DialectStream):
+class _ResponsesStream(DialectStream[_HeldCall]):
     def __init__(self, ex: DialectExchange) -> None:
         super().__init__(ex)
         self.sequence = 0  # the next sequence_number the client sees
-        self.positions = IndexMap()
         self.created: dict[str, Any] | None = None  # the response of the first response.created
         self.items: dict[int, dict[str, Any]] = {}  # client output_index -> the item as the client has it
-        self.held: dict[Hashable, _HeldCall] = {}
         self.held_ids: dict[str, _HeldCall] = {}
         self.refused: set[Hashable] = set()  # positions of this attempt's items the proxy cannot judge
         self.finished: set[Hashable] = set()  # positions whose output_item.done came
         self.completed: tuple[dict[str, Any], bytes] | None = None
         self.completed_fits = False  # the closing response lists exactly the items streamed, all judged
         self.attempt_items: set[Hashable] = set()  # positions of this attempt's items
-        self.attempt_text = ""
 
     def begin_attempt(self) -> None:
         super().begin_attempt()
-        self.positions.new_attempt()
-        self.held = {}
         self.held_ids = {}
         self.refused = set()
         self.finished = set()
         self.attempt_items = set()
         self.completed = None
         self.completed_fits = False
-        self.attempt_text = ""
 
     # -- upstream events
 
-    def event(self, event: SSEEvent) -> bytes | None:
+    def ended(self) -> str | None:
+        return "the response ended" if self.completed is not None else None
+
+    def typed_event(self, event: SSEEvent, obj: dict[str, Any], kind: Any) -> bytes | None:
         observe = not self.enforce
-        if event.data is None and event.invalid is None:
-            return event.raw if observe else (b": keep-alive\n\n" if event.comment else None)
-        obj = self.read(event)
-        if obj is None:
-            return event.raw
-        kind = obj.get("type") or event.event or ""
-        if self.completed is not None:
-            return self._drop(event, f"`{str(kind)[:60]}` after the response ended", obj)
-        if kind == "error":
-            self.fail(json.dumps(obj)[:1000])
-            return event.raw if observe else self._send(obj)
         if kind in _TERMINAL:
             response = obj.get("response")
             self.attempt_usage = _usage(response.get("usage")) if isinstance(response, dict) else None
@@ -319,41 +294,41 @@ class _ResponsesStream(DialectStream):
         if kind in ("response.created", "response.in_progress"):
             response = obj.get("response")
             if isinstance(response, dict) and response.get("output"):
-                return self._drop(event, f"`{kind}` whose response already holds output", obj)
+                return self.drop(event, f"`{kind}` whose response already holds output", obj)
             if self.attempt > 1:
                 return None  # the client's response began with the first attempt
             if self.created is None and isinstance(response, dict):
                 self.created = response
             return event.raw if observe else self._send(obj)
         if kind not in _ITEM_EVENTS:
-            return self._drop(event, f"an event of a type the proxy does not know (`{str(kind)[:60]}`)", obj)
+            return self.drop(event, f"an event of a type the proxy does not know (`{str(kind)[:60]}`)", obj)
         if kind in _TEXT_DELTAS:
             self.ex.record.mark_first_token()
             if kind == "response.output_text.delta" and isinstance(obj.get("delta"), str):
                 self.attempt_text += obj["delta"]
         position = obj.get("output_index")
         if not (isinstance(position, int) and not isinstance(position, bool)) and position is not None:
-            return self._drop(event, "an output_index that is not a whole number", obj)
+            return self.drop(event, "an output_index that is not a whole number", obj)
         item = obj.get("item") if isinstance(obj.get("item"), dict) else None
         if "item" in obj and item is None:
-            return self._drop(event, "an item that is not an object", obj)
+            return self.drop(event, "an item that is not an object", obj)
         key: Hashable = position if position is not None else ("item", obj.get("item_id"))
         if key in self.refused:
-            return self._drop(event, "an event of an item the proxy cannot judge", obj)
+            return self.drop(event, "an event of an item the proxy cannot judge", obj)
         if item is not None:
             self.attempt_items.add(key)
             item_kind = item.get("type")
             if item_kind not in _TEXT_ITEMS and item_kind not in _CALL_ITEMS:
                 self.refused.add(key)
-                return self._drop(event, f"an output item of a type the proxy does not know (`{str(item_kind)[:60]}`)",
+                return self.drop(event, f"an output item of a type the proxy does not know (`{str(item_kind)[:60]}`)",
                                   item, name=str(item_kind)[:80])
             if kind == "response.output_item.done":
                 if key in self.finished:
-                    return self._drop(event, "a second response.output_item.done for one item", item)
+                    return self.drop(event, "a second response.output_item.done for one item", item)
                 self.finished.add(key)
             known = self.held.get(key)
             if known is not None and item_kind != known.item.get("type"):
-                return self._drop(event, "an item whose type changed while it streamed", item)
+                return self.drop(event, "an item whose type changed while it streamed", item)
         if observe and item is not None and isinstance(position, int):
             self.items[position] = item  # observe mode: one attempt, positions as vLLM gave them
         held = self._held_for(kind, obj, key, item)
@@ -363,7 +338,7 @@ class _ResponsesStream(DialectStream):
             delta = obj.get("delta")
             if kind in ("response.function_call_arguments.delta", "response.custom_tool_call_input.delta"):
                 if not isinstance(delta, str):
-                    return self._drop(event, "a call delta that is not a string", obj)
+                    return self.drop(event, "a call delta that is not a string", obj)
                 held.parts.append(delta)
             elif kind == "response.function_call_arguments.done" and isinstance(obj.get("arguments"), str):
                 held.arguments = obj["arguments"]
@@ -373,13 +348,8 @@ class _ResponsesStream(DialectStream):
                 held.done = item
             return event.raw if observe else None
         if kind in _CALL_DELTAS:
-            return self._drop(event, "a call event of an item that is not a call", obj)
+            return self.drop(event, "a call event of an item that is not a call", obj)
         return event.raw if observe else self.narrate(obj)
-
-    def _drop(self, event: SSEEvent, detail: str, content: Any, *, name: str = "event") -> bytes | None:
-        """Output the proxy cannot judge: recorded; dropped in enforce mode, relayed in observe mode."""
-        self.unjudgeable(name, detail, content)
-        return event.raw if not self.enforce else None
 
     def _check_completed(self, response: Any) -> None:
         """The closing response must hold no call the client was not streamed (and so the proxy did not judge).
@@ -434,12 +404,6 @@ class _ResponsesStream(DialectStream):
         return strict.encode_event(obj, str(obj.get("type") or "message"))
 
     # -- the end of an attempt
-
-    def calls(self) -> list[ToolCall]:
-        return [held.call(k) for k, held in enumerate(self.held.values())] + self.unjudged
-
-    def text(self) -> str:
-        return self.attempt_text
 
     def release(self, judged: list[JudgedCall]) -> list[bytes]:
         out = self.released_narration()

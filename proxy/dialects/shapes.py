@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["choice_problem", "fields_problem"]
+__all__ = ["choice_problem", "fields_problem", "parts_text"]
 
 # Fields the extractors read, or that vLLM sends holding no call (logprobs, token ids).
 _MESSAGE_FIELDS = frozenset({"role", "content", "reasoning", "reasoning_content", "tool_calls", "refusal",
@@ -59,3 +59,13 @@ def choice_problem(choice: Any, part: str) -> str | None:
         text = choice.get("text")
         return None if text is None or isinstance(text, str) else "a completion `text` that is not a string"
     return fields_problem(choice.get(part), part)
+
+
+def parts_text(content: Any) -> str:
+    """The text of a content that is a string or a list of parts (Responses items, Anthropic blocks): every
+    part's `text` joined, whatever its type."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+    return ""

@@ -8,14 +8,15 @@ import contextlib
 import json
 import logging
 import sys
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
+import anyio
 import httpx
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from proxy.enforce.actions import judge_output
 from proxy.enforce.feedback_turns import turn_allowed
@@ -39,14 +40,17 @@ from proxy.stats.prometheus_feed import LOOP_TRACKER
 from proxy.store.recorder import queue_calls, release_calls
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.families import XmlRules
+from proxy.upstream import strict
 from proxy.upstream.client import response_headers
 from proxy.upstream.sse import SSEDecoder, SSEEvent
 
-__all__ = ["Exchange", "Outcome", "RouteShape", "finish_exchange", "normalize_stream",
-           "open_exchange", "open_stream_attempt", "pick_policy", "refused_status", "refused_stream", "request_attempt",
-           "upstream_events"]
+__all__ = ["Exchange", "Outcome", "RetryFailed", "RouteShape", "WholeAttempt", "end_stream", "event_stream",
+           "finish_exchange", "judged_json", "normalize_stream", "open_exchange", "open_retry_stream",
+           "open_stream_attempt", "pick_policy", "refused_status", "refused_stream", "request_attempt", "serve",
+           "upstream_events", "whole_attempt"]
 
 T = TypeVar("T")
+ExchangeT = TypeVar("ExchangeT", bound="Exchange")
 
 log = get_logger("proxy.enforce.exchange")
 
@@ -84,6 +88,9 @@ class Exchange:
     client_left: bool = False
     # The request's tool profiles and project root (proxy/policy/profiles.py), chosen once per request.
     toolset: ToolSet | None = field(default=None, init=False)
+    # Whether a client that leaves while the first streamed attempt opens cancels it (`unless_client_leaves`);
+    # the structured dialects have not watched there.
+    watch_stream_open: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         self.toolset = request_tools(self.policy, self.record, self.payload, self.headers,
@@ -125,6 +132,14 @@ class Exchange:
     def error_response(self, exc: ProxyError) -> Response:
         """An error answer for the client in this route's shape (OpenAI's; the Messages API has its own)."""
         return error_response(exc)
+
+    def broken_error_body(self, response: httpx.Response, exc: Exception) -> Response:
+        """The answer when the upstream's error body itself broke off while read: its status, with an error
+        body of the proxy's (the request on record as that error)."""
+        content = json.dumps({"error": {"message": f"upstream failed: {exc}", "type": "upstream_error",
+                                        "param": None, "code": None}}).encode()
+        self.record.fail("upstream_error", content.decode("utf-8", "replace")[:1000])
+        return Response(content, status_code=response.status_code, headers=response_headers(response.headers))
 
     def refuse(self, exc: ProxyError) -> Response:
         """The upstream's answer is not relayed: the client gets an error, the request is an upstream error."""
@@ -360,13 +375,80 @@ async def request_attempt(ex: Exchange, path: str) -> httpx.Response | Response:
     return response
 
 
+FoundT = TypeVar("FoundT")
+
+
+@dataclass(kw_only=True, frozen=True)
+class WholeAttempt(Generic[FoundT]):
+    """A whole upstream attempt that answered 200 with a JSON object, read."""
+
+    response: httpx.Response
+    headers: dict[str, str]  # the upstream's, as a relayed answer carries them
+    obj: dict[str, Any]
+    found: FoundT  # what the route's reader took from `obj` (its calls)
+
+
+async def whole_attempt(ex: Exchange, path: str, what: str, read: Callable[[dict[str, Any]], FoundT],
+                        usage: Callable[[Any], Any] = lambda usage: usage) -> WholeAttempt[FoundT] | Response:
+    """One whole upstream attempt, parsed (strictly in enforce mode) and read by `read`; its usage (through
+    `usage`, the route's usage as chat usage) counted. Or the answer for the client: the upstream's refusal, or
+    a body that is not `what` - refused in enforce mode, relayed as it came (and recorded) in observe mode."""
+    response = await request_attempt(ex, path)
+    if isinstance(response, Response):
+        return response
+    headers = response_headers(response.headers)
+    try:
+        obj = strict.loads(response.content) if ex.enforce else json.loads(response.content)
+        if not isinstance(obj, dict):
+            raise TypeError(f"a JSON {type(obj).__name__}")
+        found = read(obj)
+    except (ValueError, TypeError, AttributeError) as exc:
+        detail = f"upstream answered 200 with a body that is not {what}: {exc}"
+        if ex.enforce:
+            return ex.refuse(UpstreamUnjudgeable(f"unjudgeable: {detail}"))
+        ex.record.fail("upstream_error", detail)
+        return Response(response.content, status_code=200, headers=headers)
+    ex.record.usage.add(usage(obj.get("usage")))
+    ex.record.mark_first_token()
+    return WholeAttempt(response=response, headers=headers, obj=obj, found=found)
+
+
+def judged_json(obj: dict[str, Any]) -> Response:
+    """A whole answer as the proxy encodes what it judged (enforce mode, or changed by the proxy)."""
+    return Response(strict.dumps(obj).encode(), status_code=200, media_type="application/json")
+
+
+async def serve(ex: ExchangeT, *, path: str, relay: Callable[[ExchangeT, httpx.Response], AsyncIterator[bytes]],
+                whole: Callable[[ExchangeT], Awaitable[Response]]) -> Response:
+    """A judged route's answer. Streamed: the first attempt opened (`open_stream_attempt`), then `relay` reads it
+    and what follows, and ends the exchange when the stream ends (`end_stream`). Whole: `whole`, the exchange
+    ended here."""
+    if ex.record.stream:
+        response = await open_stream_attempt(ex, path)
+        if isinstance(response, Response):
+            return response
+        return event_stream(relay(ex, response))
+    try:
+        return await whole(ex)
+    finally:
+        finish_exchange(ex)
+
+
+def event_stream(pieces: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(pieces, media_type="text/event-stream",
+                             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+
+
 async def open_stream_attempt(ex: Exchange, path: str) -> httpx.Response | Response:
     """The first attempt of a streamed exchange, opened: the streaming 200 response (the caller closes
     it), or the finished exchange's answer for the client when the upstream refused."""
     record = ex.record
+
+    def start() -> Awaitable[httpx.Response]:
+        return ex.state.upstream.open_stream("POST", path, headers=ex.headers, content=ex.body())
+
     try:
-        response = await ex.unless_client_leaves(
-            lambda: ex.state.upstream.open_stream("POST", path, headers=ex.headers, content=ex.body()))
+        response = await (ex.unless_client_leaves(start) if ex.watch_stream_open else start())
     except ClientGone:
         finish_exchange(ex)
         raise
@@ -385,14 +467,60 @@ async def open_stream_attempt(ex: Exchange, path: str) -> httpx.Response | Respo
         return answer
     try:
         content = await response.aread()
-    except Exception as exc:  # the error body itself broke off
-        content = json.dumps({"error": {"message": f"upstream failed: {exc}", "type": "upstream_error",
-                                        "param": None, "code": None}}).encode()
+    except Exception as exc:  # the error body itself broke off (httpx's error, not yet translated)
+        answer = ex.broken_error_body(response, exc)
+        finish_exchange(ex)
+        return answer
     finally:
         await response.aclose()
     record.fail("upstream_error", content.decode("utf-8", "replace")[:1000])
     finish_exchange(ex)
     return Response(content, status_code=response.status_code, headers=response_headers(response.headers))
+
+
+@dataclass(kw_only=True, frozen=True)
+class RetryFailed:
+    """A retry's stream that could not be opened or was refused: the error event the client gets, and what the
+    record says (its error, and the upstream's status where it answered one)."""
+
+    message: str
+    error_type: str
+    code: Any
+    detail: str
+    status: int | None = None
+
+
+async def open_retry_stream(ex: Exchange, path: str) -> httpx.Response | RetryFailed:
+    """A retry of a streamed exchange, opened (inside the stream the client already has: a failure becomes an
+    error event, never an HTTP answer)."""
+    try:
+        response = await ex.state.upstream.open_stream("POST", path, headers=ex.headers, content=ex.body())
+    except ProxyError as exc:
+        return RetryFailed(message=exc.message, error_type=exc.error_type, code=exc.code, detail=exc.message)
+    refused = refused_stream(response) if ex.enforce and response.status_code == 200 else None
+    if refused is not None:
+        return RetryFailed(message=refused.message, error_type=refused.error_type, code=refused.code,
+                           detail=refused.message)
+    if response.status_code != 200:
+        content = (await response.aread()).decode("utf-8", "replace")
+        return RetryFailed(message=f"upstream answered {response.status_code} on retry: {content[:500]}",
+                           error_type="upstream_error", code=None, detail=content[:1000], status=response.status_code)
+    return response
+
+
+async def end_stream(ex: Exchange, *, done: bool, upstream: httpx.Response | None,
+                     then: Callable[[], None] | None = None) -> None:
+    """The end of a streamed exchange, however it came (call it from `finally`): a client that left before the
+    end is on record as such; then, shielded from the cancellation, the upstream closed, `then` (what the
+    route still records) and the request ended."""
+    if not done and ex.record.outcome == "ok":
+        ex.record.fail("client_disconnected", "the client went away before the stream ended", 499)
+    with anyio.CancelScope(shield=True):
+        if upstream is not None:
+            await upstream.aclose()
+        if then is not None:
+            then()
+        finish_exchange(ex)
 
 
 async def upstream_events(ex: Exchange, response: httpx.Response) -> AsyncGenerator[SSEEvent, None]:

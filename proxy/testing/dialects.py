@@ -30,6 +30,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from proxy.dialects.shapes import parts_text
+
 if TYPE_CHECKING:  # the scripted upstream imports this module to mount its routes
     from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
 
@@ -49,14 +51,6 @@ def _sse(event: str, obj: dict[str, Any]) -> bytes:
 
 def _arguments(arguments: Any) -> str:
     return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
-    return ""
 
 
 # ---------------------------------------------------------------- requests as chat messages
@@ -81,7 +75,7 @@ def responses_to_chat(body: dict[str, Any]) -> dict[str, Any]:
         elif kind == "function_call_output":
             messages.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": item.get("output")})
         elif kind in (None, "message") and "role" in item:
-            messages.append({"role": item["role"], "content": _text(item.get("content"))})
+            messages.append({"role": item["role"], "content": parts_text(item.get("content"))})
     return {"model": body.get("model"), "messages": messages, "tools": body.get("tools")}
 
 
@@ -89,7 +83,7 @@ def messages_to_chat(body: dict[str, Any]) -> dict[str, Any]:
     """An Anthropic request as the chat request vLLM converts it to (tool_result blocks become tool messages)."""
     messages: list[dict[str, Any]] = []
     if body.get("system"):
-        messages.append({"role": "system", "content": _text(body["system"])})
+        messages.append({"role": "system", "content": parts_text(body["system"])})
     for message in body.get("messages") or []:
         if not isinstance(message, dict):
             continue
@@ -107,7 +101,7 @@ def messages_to_chat(body: dict[str, Any]) -> dict[str, Any]:
                               "function": {"name": block.get("name"), "arguments": json.dumps(block.get("input"))}})
             elif kind == "tool_result":
                 messages.append({"role": "tool", "tool_call_id": block.get("tool_use_id"),
-                                 "content": _text(block.get("content"))})
+                                 "content": parts_text(block.get("content"))})
         if text or calls:
             messages.append({"role": role, "content": text or None, **({"tool_calls": calls} if calls else {})})
     return {"model": body.get("model"), "messages": messages, "tools": body.get("tools")}
