@@ -10,21 +10,35 @@ forwarded.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
-from starlette.responses import JSONResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
-from proxy.dialects.messages import anthropic_error
+from proxy.dialects.chat import chat_completions
+from proxy.dialects.completions import completions
+from proxy.dialects.messages import anthropic_error, create_message
+from proxy.dialects.responses import create_response
 from proxy.errors import error_body
 from proxy.logs import get_logger
 from proxy.policy import LoadedPolicy
 from proxy.policy.schema import DEFAULT_PASSTHROUGH_ROUTES
+from proxy.services import Services
 
-__all__ = ["DEFAULT_PASSTHROUGH_ROUTES", "JUDGED_ROUTES", "ROUTE_NOT_ALLOWED", "passthrough_refusal", "route_listed"]
+__all__ = [
+    "DEFAULT_PASSTHROUGH_ROUTES", "JUDGED", "JUDGED_ROUTES", "ROUTE_NOT_ALLOWED", "passthrough_refusal", "route_listed",
+]
 
 ROUTE_NOT_ALLOWED = "route_not_allowed"
-# The routes whose answers are judged; documented in docs/routes.md.
-JUDGED_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages")
+# The routes whose answers carry tool calls, each judged by its dialect's handler (POST); the one table the app
+# mounts and the refusals name. Documented in docs/routes.md.
+JUDGED: dict[str, Callable[[Request, Services], Awaitable[Response]]] = {
+    "/v1/chat/completions": chat_completions,
+    "/v1/completions": completions,
+    "/v1/responses": create_response,
+    "/v1/messages": create_message,
+}
+JUDGED_ROUTES = tuple(JUDGED)
 
 log = get_logger("proxy.routes")
 

@@ -63,10 +63,6 @@ class Outcome(StrEnum):
     BLOCKED = "blocked"
 
 
-# The routes whose relays deliver a repaired call re-encoded from the judged call object (proxy/enforce/judging.py).
-REPAIRING_ROUTES = frozenset({"chat", "responses", "messages"})
-
-
 @dataclass(kw_only=True)
 class Exchange:
     """One client request: what was asked, under which policy, and what has happened so far."""
@@ -124,10 +120,11 @@ class Exchange:
         return json.dumps(payload, ensure_ascii=False).encode()
 
     def judge(self, calls: list[ToolCall]) -> list[JudgedCall]:
-        # Repairs (the policy's opt-in `repair:`) only where the relay delivers the judged call objects
-        # re-encoded: chat, Responses and Messages do (raw completions judges with its own repair=False).
+        # With the policy's opt-in `repair:`: every relay that judges here delivers the judged call objects
+        # re-encoded (proxy/enforce/judging.py), never the upstream's bytes for a repaired call. Raw completions,
+        # whose calls are the model's own text, judges without repair (proxy/dialects/completions.py).
         return judge_output(self.policy, calls, self.offered, tools=self.toolset,
-                            session_id=self.record.session.id, repair=self.record.route in REPAIRING_ROUTES)
+                            session_id=self.record.session.id, repair=True)
 
     def error_response(self, exc: ProxyError) -> Response:
         """An error answer for the client in this route's shape (OpenAI's; the Messages API has its own)."""

@@ -13,12 +13,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from proxy.banner import render, startup_report
 from proxy.config import Settings
-from proxy.dialects.chat import chat_completions
-from proxy.dialects.completions import completions
-from proxy.dialects.messages import create_message
 from proxy.dialects.passthrough import forward, list_models
-from proxy.dialects.responses import create_response
-from proxy.dialects.routes import passthrough_refusal
+from proxy.dialects.routes import JUDGED, passthrough_refusal
 from proxy.enforce.exchange import pick_policy
 from proxy.http.auth import ADMIN
 from proxy.http.dashboard import router as dashboard_router
@@ -32,14 +28,6 @@ from proxy.stats.prometheus import REGISTRY
 __all__ = ["create_app"]
 
 log = get_logger("proxy.http.app")
-
-# The routes whose answers carry tool calls: each judged by its dialect.
-_JUDGED: dict[str, Callable[[Request, Services], Awaitable[Response]]] = {
-    "/v1/chat/completions": chat_completions,
-    "/v1/completions": completions,
-    "/v1/responses": create_response,
-    "/v1/messages": create_message,
-}
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -64,7 +52,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="allowlist-proxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     install_error_handlers(app)
-    for path, handle in _JUDGED.items():
+    for path, handle in JUDGED.items():
         app.add_api_route(path, _judged(handle), methods=["POST"])
     app.include_router(router)
     app.include_router(dashboard_router)
