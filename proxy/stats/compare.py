@@ -8,6 +8,7 @@ A difference is called established only when both tests put p below 0.05.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -95,7 +96,9 @@ async def compare_models(engine: AsyncEngine, models: tuple[str, str], *, since:
     async with engine.connect() as conn:
         for name in models:
             found.update(await figures.session_error_counts(conn, Filters(**{**_fields(f), "model": name})))
-    result = compare_counts((models[0], found.get(models[0], [])), (models[1], found.get(models[1], [])))
+    # The permutation test is CPU work: in a thread, off the event loop that relays streams (see models.py).
+    result = await asyncio.to_thread(
+        compare_counts, (models[0], found.get(models[0], [])), (models[1], found.get(models[1], [])))
     result["window"] = {"since": since, "until": until}
     return result
 

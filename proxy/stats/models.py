@@ -7,6 +7,7 @@ DESIGN.md's JSON shape (`GET /stats/models`, `model_entry`), declares the dashbo
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -162,7 +163,10 @@ async def model_stats(
     async with engine.connect() as conn:
         found = await gather(conn, f, loop_min_attempts=loop_min_attempts)
     live = await live_throughput(engine, model=model, since=since, until=until)
-    models = [model_entry(name, figures_of, live.get(name)) for name, figures_of in found.items()]
+    # The session bootstraps are CPU work (up to confidence.MAX_WORK resamples a figure): in a thread, so that
+    # a stats request never stalls the streams this process relays.
+    models = await asyncio.to_thread(
+        lambda: [model_entry(name, figures_of, live.get(name)) for name, figures_of in found.items()])
     return {"window": {"since": since, "until": until}, "models": models}
 
 

@@ -11,6 +11,7 @@ Sessions get their variant at random (proxy/policy/variants.py), so the variants
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from itertools import groupby
 from typing import Any
@@ -80,6 +81,7 @@ async def variant_stats(engine: AsyncEngine, *, since: float | None = None, unti
     for _, calls in groupby(rows, key=lambda r: r["session_id"]):
         session = list(calls)
         groups.setdefault((session[0]["model"], session[0]["feedback_variant"]), []).append(session)
-    variants = [{"model": m, "variant": v, **summarize_variant(s, loop_min_attempts)}
-                for (m, v), s in sorted(groups.items())]
+    # The bootstrap medians are CPU work: in a thread, off the event loop that relays streams (see models.py).
+    variants = await asyncio.to_thread(lambda: [{"model": m, "variant": v, **summarize_variant(s, loop_min_attempts)}
+                                                for (m, v), s in sorted(groups.items())])
     return {"window": {"since": since, "until": until}, "variants": variants}
