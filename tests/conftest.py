@@ -5,17 +5,19 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.config import Settings
 from proxy.http.app import create_app
 from proxy.http.connections import server_options
+from proxy.store.db import create_engine, migrate
 from proxy.testing.scripted_upstream import ScriptedUpstream
 from proxy.testing.server import ServerThread
 from tests.databases import BACKENDS, database_url
@@ -96,6 +98,15 @@ def backend(request: pytest.FixtureRequest) -> str:
 def db_url(backend: str, tmp_path: Path) -> Iterator[str]:
     with database_url(backend, tmp_path) as url:
         yield url
+
+
+@pytest.fixture
+async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
+    """The store at `db_url`, migrated to head (the real migrations)."""
+    engine = create_engine(db_url)
+    await migrate(engine)
+    yield engine
+    await engine.dispose()
 
 
 @pytest.fixture

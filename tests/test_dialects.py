@@ -243,6 +243,24 @@ def test_messages_stream_is_one_message_across_attempts(upstream, proxy):
     assert events[-2][1]["delta"]["stop_reason"] == "tool_use" and events[-2][1]["usage"]["input_tokens"] == 24
 
 
+def _assert_nested(events: list[tuple[str, Any]], key: str, start: str, stop: str,
+                   inside: Callable[[str, Any], bool]) -> list[int]:
+    """Parts numbered by `key` open at consecutive positions, each started and stopped once, every event that
+    names a position inside its open part; the positions, in order."""
+    starts = [d[key] for n, d in events if n == start]
+    stops = [d[key] for n, d in events if n == stop]
+    assert starts == list(range(len(starts))) and sorted(stops) == starts
+    opened: set[int] = set()
+    for name, data in events:
+        if name == start:
+            opened.add(data[key])
+        elif inside(name, data):
+            assert data[key] in opened, (name, data)
+            if name == stop:
+                opened.discard(data[key])
+    return starts
+
+
 def assert_valid_stream(route: str, raw: bytes) -> None:
     """The client's stream is one well-formed response of its dialect: Responses events numbered 0..n-1 and
     output items placed at consecutive positions, each added and done once; Messages blocks at consecutive
@@ -251,31 +269,13 @@ def assert_valid_stream(route: str, raw: bytes) -> None:
     assert all(name == data["type"] for name, data in events)
     if route == "responses":
         assert [d["sequence_number"] for _, d in events] == list(range(len(events)))
-        added = [d["output_index"] for n, d in events if n == "response.output_item.added"]
-        done = [d["output_index"] for n, d in events if n == "response.output_item.done"]
-        assert added == list(range(len(added))) and sorted(done) == added
-        open_items: set[int] = set()
-        for name, data in events:
-            if name == "response.output_item.added":
-                open_items.add(data["output_index"])
-            elif "output_index" in data:
-                assert data["output_index"] in open_items, (name, data)
-                if name == "response.output_item.done":
-                    open_items.discard(data["output_index"])
+        added = _assert_nested(events, "output_index", "response.output_item.added", "response.output_item.done",
+                               inside=lambda name, data: "output_index" in data)
         assert [n for n, _ in events].count("response.completed") == 1 and events[-1][0] == "response.completed"
         assert len(events[-1][1]["response"]["output"]) == len(added)
         return
-    starts = [d["index"] for n, d in events if n == "content_block_start"]
-    stops = [d["index"] for n, d in events if n == "content_block_stop"]
-    assert starts == list(range(len(starts))) and sorted(stops) == starts
-    open_blocks: set[int] = set()
-    for name, data in events:
-        if name == "content_block_start":
-            open_blocks.add(data["index"])
-        elif name in ("content_block_delta", "content_block_stop"):
-            assert data["index"] in open_blocks, (name, data)
-            if name == "content_block_stop":
-                open_blocks.discard(data["index"])
+    _assert_nested(events, "index", "content_block_start", "content_block_stop",
+                   inside=lambda name, data: name in ("content_block_delta", "content_block_stop"))
     names = [n for n, _ in events]
     assert names.count("message_start") == 1 and names[0] == "message_start"
     assert names.count("message_stop") == 1 and names[-2:] == ["message_delta", "message_stop"]

@@ -4,7 +4,6 @@ operation, on the real database; any other database fails loudly, at start-up an
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator
 from types import SimpleNamespace
 
 import pytest
@@ -14,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.config import Settings
 from proxy.store import dialect
-from proxy.store.db import create_engine, migrate
+from proxy.store.db import create_engine
 from proxy.store.dialect import (
     BACKENDS,
     Backend,
@@ -80,14 +79,6 @@ def test_another_database_fails_loudly() -> None:
                 lambda: dialect.backend_of(mysql).lock_sessions(mysql, ["s"])):  # type: ignore[arg-type]
         with pytest.raises(UnsupportedDatabase, match="runs on sqlite or postgresql, not mysql"):
             use()
-
-
-@pytest.fixture
-async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(db_url)
-    await migrate(engine)
-    yield engine
-    await engine.dispose()
 
 
 async def test_the_operations_on_the_real_database(engine: AsyncEngine) -> None:

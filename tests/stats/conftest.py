@@ -3,22 +3,9 @@ database when ALLOWLIST_PROXY_TEST_PG names a server (the `db_url` fixture of te
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from proxy.store.db import create_engine, migrate
 
 from .builder import Store
-
-
-@pytest.fixture
-async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(db_url)
-    await migrate(engine)
-    yield engine
-    await engine.dispose()
 
 
 @pytest.fixture

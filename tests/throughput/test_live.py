@@ -6,7 +6,7 @@ import asyncio
 import math
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -19,7 +19,7 @@ from proxy.enforce.record import RequestRecord
 from proxy.http.app import create_app
 from proxy.sessions.resolve import SessionRef
 from proxy.store import tables
-from proxy.store.db import create_engine, migrate
+from proxy.store.db import create_engine
 from proxy.store.writer import insert_rows
 from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
 from proxy.testing.server import ServerThread
@@ -30,14 +30,6 @@ from tests.conftest import MODEL, STRICT_POLICY, RunningProxy, chat
 class LiveSettings(Settings):
     # The proxy reads `throughput_window_seconds` when Settings has it; 1 s windows keep this test short.
     throughput_window_seconds: float = 1.0
-
-
-@pytest.fixture
-async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(db_url)
-    await migrate(engine)
-    yield engine
-    await engine.dispose()
 
 
 def _record(model: str, started: float, ttft_s: float | None, duration_s: float, prompt: int, completion: int,
