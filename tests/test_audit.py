@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -240,7 +241,7 @@ class _SlowUpstream:
     def __init__(self) -> None:
         self.arrived: list[float] = []
         self.dropped: list[float] = []
-        self.app = Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"]),
+        self.app = Starlette(routes=[*(Route(path, self._chat, methods=["POST"]) for path in _LEAVING_BODIES),
                                      Route("/v1/models", self._models, methods=["GET"])])
 
     async def _models(self, _request: Request) -> Response:
@@ -255,14 +256,24 @@ class _SlowUpstream:
         return Response(status_code=500)
 
 
+# Every judged route's request, whole or streamed.
+_LEAVING_BODIES: dict[str, Callable[[bool], dict[str, Any]]] = {
+    "/v1/chat/completions": lambda stream: chat(tools=OPENCODE_TOOLS, stream=stream),
+    "/v1/completions": lambda stream: {"model": MODEL, "prompt": "hi", "stream": stream},
+    "/v1/responses": lambda stream: {"model": MODEL, "input": "hi", "stream": stream},
+    "/v1/messages": lambda stream: {"model": MODEL, "max_tokens": 64, "stream": stream,
+                                    "messages": [{"role": "user", "content": "hi"}]},
+}
+
+
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_client_that_leaves_cancels_the_upstream_at_once(start_proxy, stream):
+@pytest.mark.parametrize("path", list(_LEAVING_BODIES))
+def test_a_client_that_leaves_cancels_the_upstream_at_once(start_proxy, stream, path):
     slow = _SlowUpstream()
     with ServerThread(slow.app) as server:
         proxy = start_proxy(server.url + "/v1")
         with httpx.Client(base_url=proxy.url, timeout=0.5) as client, pytest.raises(httpx.ReadTimeout):
-            client.post("/v1/chat/completions", json=chat(tools=OPENCODE_TOOLS, stream=stream),
-                        headers={"x-session-id": "ses_gone"})
+            client.post(path, json=_LEAVING_BODIES[path](stream), headers={"x-session-id": "ses_gone"})
         left = time.monotonic()
         assert wait_until(lambda: slow.dropped, timeout=2)
         assert slow.dropped[0] - left < 0.1

@@ -136,7 +136,6 @@ class DialectExchange(Exchange):
     """Chat's Exchange, whose retries append to the dialect's conversation field instead of `messages`."""
 
     dialect: Dialect | None = None
-    watch_stream_open: ClassVar[bool] = False
 
     @property
     def spec(self) -> Dialect:

@@ -11,7 +11,7 @@ import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import anyio
 import httpx
@@ -84,9 +84,6 @@ class Exchange:
     client_left: bool = False
     # The request's tool profiles and project root (proxy/policy/profiles.py), chosen once per request.
     toolset: ToolSet | None = field(default=None, init=False)
-    # Whether a client that leaves while the first streamed attempt opens cancels it (`unless_client_leaves`);
-    # the structured dialects have not watched there.
-    watch_stream_open: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         self.toolset = request_tools(self.policy, self.record, self.payload, self.headers,
@@ -445,7 +442,7 @@ async def open_stream_attempt(ex: Exchange, path: str) -> httpx.Response | Respo
         return ex.state.upstream.open_stream("POST", path, headers=ex.headers, content=ex.body())
 
     try:
-        response = await (ex.unless_client_leaves(start) if ex.watch_stream_open else start())
+        response = await ex.unless_client_leaves(start)  # a client gone while it opens cancels it, every route
     except ClientGone:
         finish_exchange(ex)
         raise
