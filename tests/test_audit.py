@@ -32,6 +32,8 @@ from proxy.testing.scripted_upstream import Reply
 from proxy.testing.server import ServerThread
 from tests.conftest import MODEL, chat, wait_until
 
+pytestmark = pytest.mark.each_database
+
 ALLOWED = 'uv run scripts/search.py "rust async"'
 
 

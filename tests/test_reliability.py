@@ -20,6 +20,8 @@ from proxy.testing.scripted_upstream import Reply
 from proxy.testing.server import free_port
 from tests.conftest import ROOT, STRICT_POLICY, chat, sse_json, wait_until
 
+pytestmark = pytest.mark.each_database
+
 ALLOWED = 'uv run scripts/search.py "rust async"'
 
 
