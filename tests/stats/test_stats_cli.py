@@ -23,6 +23,8 @@ from .builder import ALLOWED, PIPE, ROOT, START, Store
 from .seed_data import SEED_TABLE, build_seed
 from .test_loops import HEAD_10, TAIL_3
 
+pytestmark = pytest.mark.each_database
+
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="allowlist-proxy")
@@ -239,12 +241,12 @@ async def test_rebuild_rollups_counts_rows_written_behind_the_writer(capsys, eng
         assert (await conn.execute(select(func.count()).select_from(error_runs))).scalar_one() > 0
 
 
-async def test_stats_on_a_store_behind_the_schema_says_to_upgrade(capsys, db_url: str):
+async def test_stats_on_a_store_behind_the_schema_says_to_upgrade(capsys, empty_db_url: str):
     from proxy.store.db import create_engine, migrate
 
-    engine = create_engine(db_url)
+    engine = create_engine(empty_db_url)
     await migrate(engine, "0004")
     await engine.dispose()
-    code, out, err = await cli(capsys, "stats", "--db", db_url)
+    code, out, err = await cli(capsys, "stats", "--db", empty_db_url)
     assert code == 1 and out == ""
     assert "schema revision 0004" in err and "allowlist-proxy db upgrade" in err
