@@ -250,8 +250,9 @@ def test_policy_profiles_add_and_replace() -> None:
     assert tools.profiles[0] == "qwen-code" and not tools._rules["run_shell_command"][0].map.governed
     # Its tools the replacement leaves out are unknown: `monitor {command}` looks like a shell.
     assert judge_call(policy, "monitor", {"command": PIPE}, tools=tools).reasons == ("pipe",)
-    # The removed profile maps nothing: Cline's read_files is unknown, and not shell-like.
-    assert judge_call(policy, "read_files", {"files": [{"path": "/etc/passwd"}]}).allowed
+    # The removed profile maps nothing: Cline's read_files is unknown, and its arguments say it reads files.
+    assert judge_call(policy, "read_files", {"files": [{"path": "/etc/passwd"}]}).reasons == ("absolute_path",)
+    assert judge_call(policy, "read_files", {"files": [{"path": "README.md"}]}).allowed
 
 
 def test_several_profiles_apply_to_mixed_tools(shipped: Policy) -> None:
