@@ -51,7 +51,8 @@ def pydantic_ai_tools() -> list[dict[str, Any]]:
         """Run a shell command."""
         return ""
 
-    tools = [Tool(WebFetchLocalTool(max_content_length=None, allow_local_urls=False, timeout=30).__call__, name="web_fetch"), Tool(read_file), Tool(run_command)]
+    fetch = WebFetchLocalTool(max_content_length=None, allow_local_urls=False, timeout=30)
+    tools = [Tool(fetch.__call__, name="web_fetch"), Tool(read_file), Tool(run_command)]
     agent = Agent("test", tools=tools)
     out = []
     for tool in tools:

@@ -71,7 +71,7 @@ def _plain_value(schema: Any, depth: int = 0) -> Any:
     for key in ("anyOf", "oneOf"):
         if isinstance(schema.get(key), list):
             return _plain_value(next((b for b in schema[key] if b.get("type") != "null"), {}), depth + 1)
-    if "enum" in schema and schema["enum"]:
+    if schema.get("enum"):
         return schema["enum"][0]
     kind = schema.get("type")
     kind = kind[0] if isinstance(kind, list) else kind
