@@ -78,7 +78,7 @@ def test_each_class_is_refused_recorded_and_counted(upstream, proxy):
 
 
 def test_url_and_argument_feedback_says_what_to_do(upstream, proxy):
-    upstream.script(Reply(tool_calls=[("bash", {"command": "uv run scripts/search.py --max-results /etc/x"})]),
+    upstream.script(Reply(tool_calls=[("bash", {"command": "uv run scripts/search.py /etc/x"})]),
                     Reply(tool_calls=[("webfetch", {"url": "http://localhost:9000/admin"})]),
                     Reply(content="done"))
     body = chat([{"role": "user", "content": "go"}], tools=TOOLS)
