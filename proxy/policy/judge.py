@@ -120,14 +120,16 @@ class _Findings:
 
 
 def _judge_shell(policy: Policy, tool: str, shell: ShellMap, arguments: Mapping[str, Any], roots: tuple[str, ...],
-                 found: _Findings) -> None:
+                 found: _Findings, *, optional: bool = False) -> None:
     values = _values(arguments, shell.source)
-    if len(values) != 1:
+    if len(values) != 1 and not (optional and not values):
         raise _BadArguments  # the command argument is missing
-    commands = commands_of(values[0][1], each=shell.commands is not None)
+    # A classified tool's command argument may be optional (Kilo's `background_process {action: list}`
+    # runs nothing); given, it is judged like any shell tool's.
+    commands = commands_of(values[0][1], each=shell.commands is not None) if values else []
     if commands is None:
         raise _BadArguments
-    if not commands:
+    if values and not commands:
         found.add(("empty",), "empty", command=True)
     for command in commands:
         verdict = judge_command(policy, command, roots=roots)
@@ -160,7 +162,7 @@ def _judge_rule(policy: Policy, rule: Rule, arguments: Mapping[str, Any], roots:
                 found: _Findings) -> None:
     tool_map, tool = rule.map, rule.tool
     if tool_map.shell is not None:
-        _judge_shell(policy, tool, tool_map.shell, arguments, roots, found)
+        _judge_shell(policy, tool, tool_map.shell, arguments, roots, found, optional=rule.content)
     for spec in tool_map.paths:
         for label, value in _values(arguments, spec):
             for path in _paths(value):

@@ -40,6 +40,8 @@ EXPECTED: dict[str, dict[str, str]] = {
                   "move_file": "paths", "read_file": "paths", "write_file": "paths", "list_directory": "paths",
                   "requests_get": "urls"},
     "mini-swe-agent": {"bash": "shell"},
+    "kilo": {"bash": "shell", "background_process": "shell", "read": "paths", "edit": "paths", "write": "paths",
+             "glob": "paths", "grep": "paths", "webfetch": "urls", "link_pr": "urls"},
 }  # fmt: skip
 _CAPABILITY = {"shell": lambda m: m.shell is not None, "paths": lambda m: bool(m.paths),
                "urls": lambda m: bool(m.urls), "patch": lambda m: bool(m.patch)}
@@ -108,7 +110,7 @@ CATALOGUES = sorted(p.stem for p in CLIENTS.glob("*.json"))
 
 def test_every_catalogue_has_expectations() -> None:
     assert set(CATALOGUES) == set(EXPECTED)
-    assert len(CATALOGUES) >= 11
+    assert len(CATALOGUES) >= 12
 
 
 @pytest.mark.parametrize("name", CATALOGUES)

@@ -218,3 +218,21 @@ def test_script_argument_rules_validated() -> None:
     policy = load_policy_text("name: p\nbash:\n  scripts:\n    s:\n      args: {positional: int}\n").policy
     assert judge_command(policy, "uv run scripts/s.py x").reasons == ("argument",)
     assert judge_command(policy, "uv run scripts/s.py 3").allowed
+
+
+def test_kilo_background_process_from_its_catalogue() -> None:
+    """Kilo 7.7's `background_process {action, command, workdir, ...}`: no profile, classified as a shell
+    whose command is optional (`list` runs nothing) and whose workdir is a path."""
+    import json
+    from pathlib import Path
+
+    catalogue = json.loads((Path(__file__).parent / "client_tools" / "kilo.json").read_text())
+    policy = _policy()
+    tools = catalogue["tools"]
+    assert _call(policy, tools, "background_process", {"action": "list"}) == ()
+    assert _call(policy, tools, "background_process", {"action": "start", "command": ALLOWED}) == ()
+    assert _call(policy, tools, "background_process", {"action": "start", "command": "npm run dev"}) == (
+        "program",)
+    assert _call(policy, tools, "background_process", {"action": "start", "command": ALLOWED,
+                                                        "workdir": "/tmp"}) == ("absolute_path",)
+    assert _call(policy, tools, "link_pr", {"url": "http://10.0.0.1/pr/1"}) == ("url",)
