@@ -67,6 +67,9 @@ def test_each_class_is_refused_recorded_and_counted(upstream, proxy):
         feedback = upstream.requests[-1]["messages"][-1]["content"]
         assert reason in feedback, feedback
         expected_rows += [(tool, "reject", reason), (tool, "allow", None)]
+    # The request records what governed its tools: OpenCode's `bash`, Continue's `Read {filepath}`, and the
+    # classification for the rest.
+    assert {r[0] for r in proxy.rows("SELECT profiles FROM requests")} == {"opencode,continue,heuristic"}
     rows = proxy.rows("SELECT tool_name, decision, primary_reason FROM tool_calls")
     key = lambda r: tuple(str(v) for v in r)  # noqa: E731
     assert sorted((tuple(r) for r in rows), key=key) == sorted(expected_rows, key=key)

@@ -241,6 +241,10 @@ class ToolSet:
             if not rules:
                 rules = unknown_tool_rules(tool, spec.schema, spec.description)
             by_tool[tool] = [r for r in rules if r.governed or r.content] or rules
+        # Tools governed by their schema's classification are recorded as such, beside the profiles.
+        if any(r.profile == HEURISTIC_PROFILE and (r.governed or not r.readable)
+               for rules in by_tool.values() for r in rules):
+            profiles.append(HEURISTIC_PROFILE)
         return profiles, by_tool
 
     def rules(self, tool: str, arguments: Mapping[str, Any]) -> list[Rule]:

@@ -221,7 +221,7 @@ def test_unknown_tools_fail_closed(shipped: Policy) -> None:
             "type": "object", "properties": {"q": {"type": "string"}}}}},
     ]}  # fmt: skip
     tools = ToolSet.for_request(shipped, payload, {})
-    assert tools.profiles == [] and tools.governed() == ["terminal"]
+    assert tools.profiles == ["heuristic"] and tools.governed() == ["terminal"]
     assert judge_call(shipped, "terminal", {"input": PIPE}, tools=tools).reasons == ("pipe",)
     assert judge_call(shipped, "terminal", {"input": ALLOWED}, tools=tools).allowed
     assert judge_call(shipped, "lookup", {"q": "ls | sh"}, tools=tools).allowed  # other_tools: allow
