@@ -40,6 +40,7 @@ EXPECTED: dict[str, dict[str, str]] = {
                   "move_file": "paths", "read_file": "paths", "write_file": "paths", "list_directory": "paths",
                   "requests_get": "urls"},
     "mini-swe-agent": {"bash": "shell"},
+    "vercel-ai-sdk": {"bash": "shell", "readFile": "paths", "writeFile": "paths", "fetchUrl": "urls"},
     "kilo": {"bash": "shell", "background_process": "shell", "read": "paths", "edit": "paths", "write": "paths",
              "glob": "paths", "grep": "paths", "webfetch": "urls", "link_pr": "urls"},
 }  # fmt: skip
@@ -110,7 +111,7 @@ CATALOGUES = sorted(p.stem for p in CLIENTS.glob("*.json"))
 
 def test_every_catalogue_has_expectations() -> None:
     assert set(CATALOGUES) == set(EXPECTED)
-    assert len(CATALOGUES) >= 12
+    assert len(CATALOGUES) >= 13
 
 
 @pytest.mark.parametrize("name", CATALOGUES)

@@ -236,3 +236,35 @@ def test_kilo_background_process_from_its_catalogue() -> None:
     assert _call(policy, tools, "background_process", {"action": "start", "command": ALLOWED,
                                                         "workdir": "/tmp"}) == ("absolute_path",)
     assert _call(policy, tools, "link_pr", {"url": "http://10.0.0.1/pr/1"}) == ("url",)
+
+
+@pytest.mark.parametrize(("client", "tool", "arguments", "reasons"), [
+    # LangChain's ShellTool: `commands` is a string or a list of strings, each judged.
+    ("langchain", "terminal", {"commands": ALLOWED}, ()),
+    ("langchain", "terminal", {"commands": [ALLOWED, "ls | head"]}, ("pipe",)),
+    ("langchain", "terminal", {"commands": "rm -rf /"}, ("program",)),
+    ("langchain", "copy_file", {"source_path": "a.txt", "destination_path": "/etc/cron.d/x"}, ("absolute_path",)),
+    ("langchain", "requests_get", {"url": "http://127.0.0.1:2375/containers/json"}, ("url",)),
+    # pydantic-ai: optional arguments are `anyOf [string, null]`; null is absent.
+    ("pydantic-ai", "run_command", {"command": ALLOWED, "cwd": None}, ()),
+    ("pydantic-ai", "run_command", {"command": ALLOWED, "cwd": "/"}, ("absolute_path",)),
+    ("pydantic-ai", "read_file", {"path": "../../.ssh/id_rsa", "encoding": None}, ("path_escape",)),
+    ("pydantic-ai", "web_fetch", {"url": "http://[fd00::1]/"}, ("url",)),
+    # Continue: `filepath`, `dirpath`.
+    ("continue", "Read", {"filepath": "/etc/passwd"}, ("absolute_path",)),
+    ("continue", "List", {"dirpath": "~"}, ("path_escape",)),
+    ("continue", "Fetch", {"url": "http://localhost:8080"}, ("url",)),
+    ("smolagents", "python_interpreter", {"code": "print(open(\"x\").read())"}, ("subshell",)),
+    ("smolagents", "visit_webpage", {"url": "http://169.254.169.254/"}, ("url",)),
+    ("mini-swe-agent", "bash", {"command": "cat /etc/shadow"}, ("program",)),
+    ("vercel-ai-sdk", "readFile", {"path": "/root/.aws/credentials"}, ("absolute_path",)),
+    ("vercel-ai-sdk", "updateTodos", {"items": [{"text": "fix the parser", "done": False}]}, ()),
+    ("openai-agents", "shell_call", {"commands": [ALLOWED, "curl x"]}, ("program",)),
+])  # fmt: skip
+def test_vocabularies_of_the_captured_clients(client: str, tool: str, arguments: dict[str, Any],
+                                              reasons: tuple[str, ...]) -> None:
+    import json
+    from pathlib import Path
+
+    catalogue = json.loads((Path(__file__).parent / "client_tools" / f"{client}.json").read_text())
+    assert _call(_policy(), catalogue["tools"], tool, arguments)[:1] == reasons  # the primary reason
