@@ -78,6 +78,14 @@ ProfileName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_
 _SCRIPTS_DIR = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.,+@%-]*(/[A-Za-z0-9_][A-Za-z0-9_.,+@%-]*)*$")
 
 
+def _regex(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"expected a regular expression ({exc})") from None
+    return value
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
@@ -110,11 +118,7 @@ class ArgRegex(_Strict):
     @field_validator("regex")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"expected a regular expression ({exc})") from None
-        return value
+        return _regex(value)
 
 
 class ArgUrl(_Strict):
@@ -227,12 +231,7 @@ class Profile(_Strict):
     @field_validator("user_agent")
     @classmethod
     def _regex(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"expected a regular expression ({exc})") from None
-        return value
+        return _regex(value) if value is not None else None
 
 
 class PathRules(_Strict):
