@@ -33,6 +33,8 @@ _PATH_WORDS = frozenset({"path", "paths", "file", "files", "filename", "filename
                          "src", "dst", "dest"})
 _PATH_SUFFIXES = ("path", "paths", "file", "files", "dir", "directory", "folder", "filename", "filepath", "cwd")
 _NOT_PATH = frozenset({"profile", "profiles"})
+# `shell_id`, `command_name`: a handle on a command, not one.
+_ID_WORDS = frozenset({"id", "ids", "name", "names", "type", "kind", "index"})
 _WORKDIR_WORDS = frozenset({"cwd", "workdir", "directory", "dir", "folder", "working", "workingdirectory"})
 _URL_WORDS = frozenset({"url", "urls", "uri", "uris", "link", "links", "href", "endpoint", "website", "webpage",
                         "homepage"})
@@ -149,7 +151,7 @@ class _Walk:
         if not (string or list_of_strings):
             return
         target = spec  # a string or a list of strings, whichever the call sends
-        if words & _COMMAND_WORDS and not words & _PATH_WORDS:
+        if words & _COMMAND_WORDS and not words & (_PATH_WORDS | _ID_WORDS):
             self.shell.append(("commands" if list_of_strings else "command", spec))
             return
         if words & _PATCH_WORDS or (description and _PATCH_DESCRIPTION.search(description)

@@ -240,6 +240,8 @@ class ToolSet:
             rules = _unique(rules)
             if not rules:
                 rules = unknown_tool_rules(tool, spec.schema, spec.description)
+            elif not any(r.governed for r in rules):
+                rules += _known_name_rules(tool, spec)
             by_tool[tool] = [r for r in rules if r.governed or r.content] or rules
         # Tools governed by their schema's classification are recorded as such, beside the profiles.
         if any(r.profile == HEURISTIC_PROFILE and (r.governed or not r.readable)
@@ -273,6 +275,20 @@ def unknown_tool_rules(tool: str, schema: Mapping[str, Any] | None, description:
         return [Rule.of(HEURISTIC_PROFILE, tool, ToolMap(), content=True, readable=False)]
     maps = found.maps or (ToolMap(),)
     return [Rule.of(HEURISTIC_PROFILE, tool, m, content=True) for m in maps]
+
+
+def _known_name_rules(tool: str, spec: Offered) -> list[Rule]:
+    """A tool a profile lists as known (`{}`) whose offered schema still has file, URL or patch arguments
+    (another client's tool of the same name, or a new version's): those arguments are judged too. Command
+    arguments are not taken from such a schema: a known tool's `command` (OpenCode's `task`) names a
+    slash command, not a shell line."""
+    found = classify(spec.schema, spec.description)
+    out = []
+    for tool_map in found.maps:
+        kept = tool_map.model_copy(update={"shell": None})
+        if kept.governed:
+            out.append(Rule.of(HEURISTIC_PROFILE, tool, kept))
+    return out
 
 
 def call_rules(rule: Rule, arguments: Mapping[str, Any]) -> list[Rule]:

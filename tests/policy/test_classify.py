@@ -268,3 +268,16 @@ def test_vocabularies_of_the_captured_clients(client: str, tool: str, arguments:
 
     catalogue = json.loads((Path(__file__).parent / "client_tools" / f"{client}.json").read_text())
     assert _call(_policy(), catalogue["tools"], tool, arguments)[:1] == reasons  # the primary reason
+
+
+def test_known_tool_name_with_file_arguments_is_governed() -> None:
+    """A name a profile lists as harmless (`{}`), offered with a file or URL argument, has it judged; a
+    `command` argument of such a tool (OpenCode's `task` names a slash command) is not read as a shell."""
+    policy = _policy()
+    tools = [_tool("todo_write", _obj(todos=S, file_path=S)), _tool("web_search", _obj(query=S, url=S)),
+             _tool("task", _obj(description=S, prompt=S, command=S)),
+             _tool("run_shell_command", _obj(command=S, directory=S))]
+    assert _call(policy, tools, "todo_write", {"todos": "x", "file_path": "/etc/passwd"}) == ("absolute_path",)
+    assert _call(policy, tools, "todo_write", {"todos": "x"}) == ()
+    assert _call(policy, tools, "web_search", {"query": "q", "url": "http://127.0.0.1/"}) == ("url",)
+    assert _call(policy, tools, "task", {"description": "d", "prompt": "p", "command": "/review"}) == ()

@@ -52,8 +52,8 @@ EXPECTED = {
     "qwen-code": ("qwen-code", {"run_shell_command", "monitor"},
                   {"read_file", "write_file", "edit", "list_directory", "glob", "grep_search"}),
     "claude-code": ("claude-code", {"Bash", "Workflow"},
-                    {"Read", "Write", "Edit", "NotebookEdit", "EnterWorktree", "Workflow"}),
-    "codex": ("codex", {"exec_command"}, {"view_image"}),
+                    {"Read", "Write", "Edit", "NotebookEdit", "EnterWorktree", "Workflow", "ReportFindings"}),
+    "codex": ("codex", {"exec_command"}, {"view_image", "send_input", "spawn_agent"}),
     "cline": ("cline", {"run_commands"}, {"read_files", "editor"}),
 }
 
