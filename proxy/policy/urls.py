@@ -33,6 +33,8 @@ def is_url(value: str) -> bool:
 
 
 def _address(host: str) -> _IP | None:
+    if ":" not in host and not _IPV4_LAX.match(host):
+        return None  # a name: no address spelling has other letters (and the parsers' errors are slow)
     try:
         return ipaddress.ip_address(host)
     except ValueError:
