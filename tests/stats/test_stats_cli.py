@@ -128,8 +128,8 @@ STRICTER = (ROOT / "policies" / "strict.yaml").read_text().replace(
 @pytest.fixture
 async def recheck_store(engine, store: Store, db_url: str) -> dict[str, list[str]]:
     """Stored under the strict policy: 5 calls the permissive policy allows (lint script, --verbose flag),
-    4 it still rejects, 1 malformed, 6 allowed bash calls and 2 webfetch calls."""
-    ids: dict[str, list[str]] = {"now_allowed": [], "webfetch": []}
+    4 it still rejects, 1 malformed, 6 allowed bash calls and 2 todowrite calls (a tool no section governs)."""
+    ids: dict[str, list[str]] = {"now_allowed": [], "todo": []}
     a, b = store.session("a"), store.session("b")
     ra, rb = a.request(), b.request()
     for command in ("uv run scripts/lint.py", "uv run scripts/lint.py src", "uv run scripts/search.py --verbose q"):
@@ -137,13 +137,13 @@ async def recheck_store(engine, store: Store, db_url: str) -> dict[str, list[str
     for command in ("uv run scripts/lint.py | head", "uv run scripts/search.py --debug q", PIPE):
         ra.call(command)
     ra.calls(ALLOWED, ALLOWED, ALLOWED)
-    ids["webfetch"].append(ra.call(tool="webfetch", arguments={"url": "https://example.com"})["id"])
+    ids["todo"].append(ra.call(tool="todowrite", arguments={"todos": []})["id"])
     for command in ("uv run scripts/lint.py tests/", "uv run scripts/lint.py"):
         ids["now_allowed"].append(rb.call(command)["id"])
     rb.call("uv run scripts/lint.py --fix")  # a flag lint does not declare: still rejected
     rb.call(raw='{"command": "uv run scr')
     rb.calls(ALLOWED, ALLOWED, ALLOWED)
-    ids["webfetch"].append(rb.call(tool="webfetch", arguments={"url": "https://example.org"})["id"])
+    ids["todo"].append(rb.call(tool="todowrite", arguments={"todos": []})["id"])
     await store.save(engine)
     return ids
 
@@ -196,7 +196,7 @@ async def test_recheck_stricter_policy_raises_errors(capsys, tmp_path: Path, rec
     assert code == 0
     result = json.loads(out)
     assert [(m["model"], m["errors"], m["new_errors"]) for m in result["models"]] == [("a", 6, 7), ("b", 4, 5)]
-    assert sorted(c["id"] for c in result["changes"]) == sorted(recheck_store["webfetch"])
+    assert sorted(c["id"] for c in result["changes"]) == sorted(recheck_store["todo"])
     assert {(c["old"], c["new"]) for c in result["changes"]} == {("allow", "reject")}
 
 
