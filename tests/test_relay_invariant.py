@@ -117,7 +117,10 @@ def _responses_body(item: dict[str, Any]) -> RawAnswer:
     ({"type": "local_shell_call", "id": "ls_1", "call_id": "c1", "status": "completed",
       "action": {"type": "exec", "command": ["bash", "-lc", ALLOWED + " | head"]}}, "reject"),
     ({"type": "shell_call", "id": "sh_1", "call_id": "c1", "status": "completed",
-      "action": {"commands": [f"bash -lc '{ALLOWED}'"]}}, "allow"),
+      "action": {"commands": [ALLOWED]}}, "allow"),
+    # A shell the model starts itself, written into a command string, is a wrapper (only an argv is unwrapped).
+    ({"type": "shell_call", "id": "sh_1", "call_id": "c1", "status": "completed",
+      "action": {"commands": [f"bash -lc '{ALLOWED}'"]}}, "reject"),
     ({"type": "shell_call", "id": "sh_1", "call_id": "c1", "status": "completed",
       "action": {"commands": [ALLOWED, "rm -rf build"]}}, "reject"),
     ({"type": "apply_patch_call", "id": "ap_1", "call_id": "c1", "status": "completed",

@@ -28,7 +28,7 @@ from .core import find_core
 from .judge import judge_call, tool_set
 from .profiles import HEURISTIC_PROFILE, ToolSet
 from .schema import Policy, ShellMap
-from .shell_forms import shell_script, unwrap_shell
+from .shell_forms import shell_script
 
 __all__ = ["Repair", "repair_call"]
 
@@ -99,7 +99,7 @@ def _command(shell: ShellMap, arguments: dict[str, Any]) -> tuple[str, Any] | No
     """The command the call runs, and how a repaired command is written back in the argument's shape."""
     value = arguments.get(shell.source)
     if shell.command is not None:
-        if not isinstance(value, str) or unwrap_shell(value) != value:
+        if not isinstance(value, str):
             return None
         return value, lambda command: command
     if not isinstance(value, list) or not all(isinstance(word, str) for word in value):

@@ -5,6 +5,10 @@ strings that each run (`{"commands": [...]}`), or an argv array that runs withou
 "scripts/x.py"]`) or through one (`["bash", "-lc", "uv run ..."]`). The shell's string is judged as it
 is; a plain argv becomes the one command line a shell would run with exactly those words, so the rules
 see the same program, script and flags.
+
+Only an argv is unwrapped: there the shell is the argv form the client's own tool builds (Codex runs
+`exec_command`'s `cmd` as `["bash", "-lc", cmd]`). A command *string* that starts another shell
+(`bash -c 'uv run ...'`) is the model starting a shell of its own: judged whole, it is a `wrapper`.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Any
 
 from .lexer import lex
 
-__all__ = ["argv_command", "commands_of", "shell_script", "unwrap_shell"]
+__all__ = ["argv_command", "commands_of", "shell_script"]
 
 # The shells whose `-c STRING` runs STRING: the judged language means the same in each of them.
 _SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "ash"})
@@ -58,28 +62,17 @@ def argv_command(argv: list[str]) -> str | None:
     return " ".join(w for w in words if w is not None)
 
 
-def unwrap_shell(command: str) -> str:
-    """`bash -lc 'CMD'` written as one string -> `CMD`, when the string is exactly that in the judged
-    language (so bash, dash and zsh all read it so); any other string stays as it is, and is judged whole."""
-    argv = lex(command)
-    if argv and argv[0].rsplit("/", 1)[-1] in _SHELLS:
-        inner = argv_command(argv)
-        if inner is not None and len(argv) >= 3 and _WITH_C.fullmatch(argv[-2]):
-            return inner
-    return command
-
-
 def commands_of(value: Any, *, each: bool) -> list[str] | None:
     """The command strings in a shell argument; None when the value is not a command in any form.
 
     `each`: a list is a list of commands (`run_commands`), else a list is one argv.
     """
     if isinstance(value, str):
-        return [unwrap_shell(value)]
+        return [value]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         return None
     if each:
-        return [unwrap_shell(v) for v in value]
+        return list(value)
     command = argv_command(value)
     # An argv that no command line spells (a word with both quote kinds and a `$`) is judged as the
     # joined words, which the rules refuse for what they contain.
