@@ -22,6 +22,8 @@ from pydantic import (
 
 __all__ = [
     "DEFAULT_FEEDBACK",
+    "DEFAULT_OTHER_FEEDBACK",
+    "DEFAULT_PATHS_FEEDBACK",
     "DEFAULT_PASSTHROUGH_ROUTES",
     "DEFAULT_PATHS",
     "ArgPath",
@@ -37,7 +39,12 @@ __all__ = [
     "ToolMap",
 ]
 
-DEFAULT_FEEDBACK = "Rejected ({reasons}): only `uv run scripts/<name>.py [args]` may run. Scripts: {scripts}."
+# The built-in feedback, per capability: what a policy without `feedback:` gives the model. The shipped
+# policies set none of their own, so this is the one source of what a model is told (with what to do instead,
+# `{hint}`, and the nearest allowed command, `{suggestion}`).
+DEFAULT_FEEDBACK = ("Rejected ({reasons}): `{tool}` may only run `uv run scripts/<name>.py [args]`. {hint} "
+                    "Scripts: {scripts}. {suggestion}")
+DEFAULT_PATHS_FEEDBACK = "Rejected ({reasons}): `{tool}` may only use files inside the project. {hint}"
 # What a rejected call that is not a shell command (a file path, an unknown tool, bad arguments) is told
 # when the policy gives one template only: never the shell rules, which have nothing to do with it.
 DEFAULT_OTHER_FEEDBACK = "Rejected ({reasons}): `{tool}` call refused. {hint}"
@@ -215,7 +222,7 @@ class Feedback(_Strict):
     """What a rejected call is told, per capability (placeholders as in the one-string form)."""
 
     shell: str = DEFAULT_FEEDBACK
-    paths: str = DEFAULT_OTHER_FEEDBACK
+    paths: str = DEFAULT_PATHS_FEEDBACK
     other: str = DEFAULT_OTHER_FEEDBACK
 
 
@@ -244,7 +251,7 @@ class Policy(_Strict):
         default_factory=dict, description="add or replace tool profiles; null removes a built-in one")
     builtin_profiles: bool = True
     other_tools: Literal["allow", "reject"] = "allow"
-    feedback: str | Feedback = DEFAULT_FEEDBACK
+    feedback: str | Feedback = Field(default_factory=Feedback)
     loop_min_attempts: int = Field(default=3, ge=2, le=100)
     examples: Examples = Field(default_factory=Examples)
     passthrough_routes: list[RoutePath] = Field(default_factory=lambda: list(DEFAULT_PASSTHROUGH_ROUTES))
