@@ -218,6 +218,7 @@ class DialectStream(StreamedAttempts, Generic[HeldT]):
         self.positions = IndexMap()
         self.held: dict[Hashable, HeldT] = {}  # the attempt's calls by the upstream's position, in order
         self.attempt_text = ""  # the attempt's visible text: the held turn's content in a retry
+        self.sent_kinds: set[str] = set()  # the kinds of text the first attempt sent (`narrate`)
 
     @property
     def enforce(self) -> bool:
@@ -235,11 +236,24 @@ class DialectStream(StreamedAttempts, Generic[HeldT]):
     def narrate(self, obj: dict[str, Any]) -> bytes | None:
         """One text event of the attempt (enforce mode). One narration per turn: the first attempt's text goes
         out now; a retry's waits for the verdict and goes out only with a delivered turn
-        (`released_narration`)."""
+        (`released_narration`), and only where the first attempt sent no text of its kind: text a client has
+        received is never sent to it again, so it holds the first attempt's narration and the delivered calls."""
+        kind = self.text_kind(obj)
         if self.attempt == 1:
+            if self.carries_text(obj) and kind is not None:
+                self.sent_kinds.add(kind)
             return self.encode(obj)
-        self.narration.append(obj)
+        if kind is None or kind not in self.sent_kinds:
+            self.narration.append(obj)
         return None
+
+    @abstractmethod
+    def text_kind(self, obj: dict[str, Any]) -> str | None:
+        """The kind of text item or block a text event belongs to (`text`, `thinking`; `message`, `reasoning`)."""
+
+    @abstractmethod
+    def carries_text(self, obj: dict[str, Any]) -> bool:
+        """Whether a text event gives the client text of its kind (a non-empty delta, a block started whole)."""
 
     def released_narration(self) -> list[bytes]:
         """The held text of a delivered attempt, encoded now: numbered and placed after everything sent so far."""

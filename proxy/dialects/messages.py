@@ -322,6 +322,17 @@ class _MessagesStream(DialectStream[_HeldBlock]):
             return event.raw
         return self.narrate(obj)
 
+    def text_kind(self, obj: dict[str, Any]) -> str | None:
+        index = obj.get("index")
+        return self.started.get(index) if isinstance(index, int) else None
+
+    def carries_text(self, obj: dict[str, Any]) -> bool:
+        delta = obj.get("delta")
+        if isinstance(delta, dict):
+            return bool(delta.get("text") or delta.get("thinking"))
+        block = obj.get("content_block")
+        return isinstance(block, dict) and bool(block.get("text") or block.get("thinking") or block.get("data"))
+
     def encode(self, obj: dict[str, Any]) -> bytes:
         delta = obj.get("delta")
         text = delta.get("text") if isinstance(delta, dict) and delta.get("type") == "text_delta" else None

@@ -268,6 +268,7 @@ class _ResponsesStream(DialectStream[_HeldCall]):
         self.completed: tuple[dict[str, Any], bytes] | None = None
         self.completed_fits = False  # the closing response lists exactly the items streamed, all judged
         self.attempt_items: set[Hashable] = set()  # positions of this attempt's items
+        self.item_kinds: dict[Any, str] = {}  # this attempt's output_index -> its item's type
 
     def begin_attempt(self) -> None:
         super().begin_attempt()
@@ -275,6 +276,7 @@ class _ResponsesStream(DialectStream[_HeldCall]):
         self.refused = set()
         self.finished = set()
         self.attempt_items = set()
+        self.item_kinds = {}
         self.completed = None
         self.completed_fits = False
 
@@ -318,6 +320,8 @@ class _ResponsesStream(DialectStream[_HeldCall]):
         if item is not None:
             self.attempt_items.add(key)
             item_kind = item.get("type")
+            if isinstance(position, int) and isinstance(item_kind, str):
+                self.item_kinds[position] = item_kind
             if item_kind not in _TEXT_ITEMS and item_kind not in _CALL_ITEMS:
                 self.refused.add(key)
                 return self.drop(event, f"an output item of a type the proxy does not know (`{str(item_kind)[:60]}`)",
@@ -384,6 +388,15 @@ class _ResponsesStream(DialectStream[_HeldCall]):
             if isinstance(item_id, str):
                 self.held_ids[item_id] = found
         return found
+
+    def text_kind(self, obj: dict[str, Any]) -> str | None:
+        item = obj.get("item")
+        if isinstance(item, dict) and isinstance(item.get("type"), str):
+            return str(item["type"])
+        return self.item_kinds.get(obj.get("output_index"))
+
+    def carries_text(self, obj: dict[str, Any]) -> bool:
+        return str(obj.get("type")).endswith(".delta") and bool(obj.get("delta"))
 
     def encode(self, obj: dict[str, Any]) -> bytes:
         return self._send(obj)
