@@ -95,7 +95,7 @@ def message_chat(message: Any) -> list[dict[str, Any]]:
     role, content = message.get("role"), message.get("content")
     if not isinstance(content, list):
         return [{"role": role, "content": _block_text(content)}]
-    calls = [{"function": {"name": b.get("name"), "arguments": b.get("input")}}
+    calls = [{"id": b.get("id"), "function": {"name": b.get("name"), "arguments": b.get("input")}}
              for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
     results = [{"role": "tool", "tool_call_id": b.get("tool_use_id"), "content": _block_text(b.get("content"))}
                for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
@@ -350,7 +350,7 @@ class _MessagesStream(DialectStream[_HeldBlock]):
         return _sse(obj)  # enforce mode: always the proxy's own encoding
 
     def _sent_call(self, call: ToolCall) -> None:
-        self.calls_sent.append({"function": {"name": call.name, "arguments": call.arguments}})
+        self.calls_sent.append({"id": call.id, "function": {"name": call.name, "arguments": call.arguments}})
 
     # -- the end of an attempt
 

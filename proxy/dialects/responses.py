@@ -76,8 +76,8 @@ def item_message(item: Any) -> dict[str, Any] | None:
         return None
     kind = item.get("type")
     if kind == "function_call":
-        return {"role": "assistant", "content": None,
-                "tool_calls": [{"function": {"name": item.get("name"), "arguments": item.get("arguments")}}]}
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": item.get("call_id"), "function": {"name": item.get("name"), "arguments": item.get("arguments")}}]}
     if kind == "function_call_output":
         return {"role": "tool", "content": parts_text(item.get("output")), "tool_call_id": item.get("call_id")}
     if kind in (None, "message") and isinstance(item.get("role"), str):
@@ -188,6 +188,10 @@ class ResponsesDialect(Dialect, route="responses", path="/responses", history_ke
     def reply(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
         output = obj.get("output")
         return [m for m in map(item_message, output) if m is not None] if isinstance(output, list) else []
+
+    def response_id(self, obj: dict[str, Any]) -> str | None:
+        found = obj.get("id")
+        return found if isinstance(found, str) and found else None
 
     def repaired_fields(self, call: ToolCall) -> dict[str, Any]:
         return {"arguments": call.arguments_text}
@@ -478,3 +482,7 @@ class _ResponsesStream(DialectStream[_HeldCall]):
 
     def reply(self) -> list[dict[str, Any]]:
         return [m for m in (item_message(self.items[k]) for k in sorted(self.items)) if m is not None]
+
+    def response_id(self) -> str | None:
+        found = self.created.get("id") if self.created is not None else None  # the id the client was given
+        return found if isinstance(found, str) and found else None

@@ -249,7 +249,7 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
     upstream_model = await state.models.resolve(model, headers)
     policy = pick_policy(request, state)
     conversation = shape.conversation(payload)
-    session = await state.sessions.aresolve(request.headers, conversation)  # replicas share the lineage
+    session = await state.sessions.aresolve(request.headers, conversation, payload)  # replicas share the lineage
     stream, changed = normalize_stream(payload)
     if upstream_model != model:
         payload["model"] = upstream_model

@@ -23,9 +23,9 @@ from pydantic import (
 __all__ = [
     "DEFAULT_FEEDBACK",
     "DEFAULT_OTHER_FEEDBACK",
-    "DEFAULT_PATHS_FEEDBACK",
     "DEFAULT_PASSTHROUGH_ROUTES",
     "DEFAULT_PATHS",
+    "DEFAULT_PATHS_FEEDBACK",
     "ArgPath",
     "BashRules",
     "Examples",
