@@ -185,6 +185,9 @@ class PathRules(_Strict):
     """`paths:` the project root(s) absolute paths may name, and (the older form) tool -> path argument."""
 
     project_root: list[str] = Field(default_factory=list)
+    # Learn each request's root from what its client states about its working directory (Claude Code, Codex,
+    # Cline, Qwen Code; proxy/sessions/project_root.py) when no root is pinned here or by project_root_header.
+    infer_project_root: bool = True
     tools: dict[ToolName, ArgName | list[ArgName]] = Field(default_factory=lambda: dict(DEFAULT_PATHS))
 
     @model_validator(mode="before")
@@ -193,8 +196,9 @@ class PathRules(_Strict):
         # `paths: {read: filePath, ...}` is the original form: every key but the reserved ones names a tool.
         if not isinstance(data, dict) or "tools" in data:
             return data
-        tools = {k: v for k, v in data.items() if k != "project_root"}
-        out = {k: v for k, v in data.items() if k == "project_root"}
+        reserved = ("project_root", "infer_project_root")
+        tools = {k: v for k, v in data.items() if k not in reserved}
+        out = {k: v for k, v in data.items() if k in reserved}
         if tools or "project_root" not in data:
             out["tools"] = tools
         return out

@@ -151,6 +151,7 @@ class SessionResolver:
         self._heads: OrderedDict[str, str] = OrderedDict()
         # (digest, session) a request has continued from, before its reply is remembered (identical runs)
         self._claimed: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._roots: OrderedDict[str, str] = OrderedDict()  # session -> the project root its client stated
         self._max_entries = max_entries
         self._engine = engine
         self._writer = writer
@@ -259,6 +260,17 @@ class SessionResolver:
         self._lineage.move_to_end(digest)
         while len(self._lineage) > self._max_entries:
             self._lineage.popitem(last=False)
+
+    def project_root(self, session: SessionRef, stated: str | None) -> str | None:
+        """The root the request's client states, kept for its session; a request of the session that states
+        none (a title or a subagent request) gets the one its session's client stated last."""
+        if stated is not None:
+            self._roots[session.id] = stated
+            self._roots.move_to_end(session.id)
+            while len(self._roots) > self._max_entries:
+                self._roots.popitem(last=False)
+            return stated
+        return self._roots.get(session.id)
 
     def remember(self, session: SessionRef, messages: Sequence[Mapping[str, Any]],
                  reply: Mapping[str, Any] | None = None, *, response_id: str | None = None) -> None:
