@@ -317,3 +317,20 @@ def test_the_seeds_traffic_without_headers_gives_the_seeds_table(seed_upstream, 
         table = {m["model"]: (m["sessions"], m["tool_calls"], m["errors"], m["loops"]["count"], m["recovery_rate"])
                  for m in client.get("/stats/models").json()["models"]}
     assert table == {model: (n_sessions, n_calls, n_errors, 0, 1.0) for model, n_sessions, n_calls, n_errors in SEED}
+
+
+def test_identical_text_only_runs_across_replicas(upstream, start_proxy):
+    """Identical delivered turns, served by two replicas in turn: each continuation takes a session still waiting
+    at its turn, whichever replica delivered it."""
+    first = start_proxy(upstream.url)
+    second = start_proxy(upstream.url, db=first.db_url)
+    upstream.responder = lambda body: Reply(content=f"Answer {len(body['messages'])}.")
+    histories = [[{"role": "user", "content": "hi"}] for _ in range(4)]
+    with first.client() as a, second.client() as b:
+        for turn in range(3):
+            for k, history in enumerate(histories):
+                replica = (turn + k) % 2
+                answer = (a, b)[replica].post("/v1/chat/completions", json={"model": MODEL, "messages": history})
+                (first, second)[replica].flush()
+                history += [answer.json()["choices"][0]["message"], {"role": "user", "content": f"more {turn}"}]
+    assert session_sizes(first) == [3] * 4

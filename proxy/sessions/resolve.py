@@ -192,13 +192,15 @@ class SessionResolver:
             self._claimed.popitem(last=False)
         return session
 
-    def _local(self, keys: list[str]) -> str | None:
-        for digest in reversed(keys):
+    def _local(self, keys: list[str]) -> tuple[str | None, int]:
+        """The session of the longest key this process knows, and that key's position (-1: none)."""
+        for position in range(len(keys) - 1, -1, -1):
+            digest = keys[position]
             found = self._lineage.get(digest)
             if found:
                 self._lineage.move_to_end(digest)
-                return self._pick(digest, found, self._heads)
-        return None
+                return self._pick(digest, found, self._heads), position
+        return None, -1
 
     def resolve(self, headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]] | None,
                 payload: Mapping[str, Any] | None = None) -> SessionRef:
@@ -206,7 +208,7 @@ class SessionResolver:
         if (ref := self._named(headers, payload)) is not None:
             return ref
         keys = self._keys(messages, payload)
-        return self._lineage_ref(self._local(keys))
+        return self._lineage_ref(self._local(keys)[0])
 
     async def aresolve(self, headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]] | None,
                        payload: Mapping[str, Any] | None = None) -> SessionRef:
@@ -214,9 +216,12 @@ class SessionResolver:
         if (ref := self._named(headers, payload)) is not None:
             return ref
         keys = self._keys(messages, payload)
-        found = self._local(keys)
-        if found is None and self._engine is not None and keys:
-            found = await self._shared(keys[-_SHARED_LOOKBACK:])
+        found, position = self._local(keys)
+        # Another replica may have delivered a later turn of this conversation than the one this process
+        # knows: the shared store is asked for the keys past it.
+        later = keys[position + 1:][-_SHARED_LOOKBACK:]
+        if self._engine is not None and later:
+            found = await self._shared(later) or found
         return self._lineage_ref(found)
 
     @staticmethod
