@@ -190,6 +190,10 @@ def test_narration_is_never_sent_twice_and_the_delivered_turn_is_what_the_client
         chunks = [json.loads(line[6:]) for line in response.text.split("\n\n") if line.startswith("data: {")]
         deltas = [c["choices"][0]["delta"] for c in chunks if c.get("choices")]
         assert "".join(d.get("content") or "" for d in deltas) == expected
+        # Each piece of text exactly once, in the upstream's own cuts: the first attempt's live (the retry's
+        # identical pieces never follow), or the retry's when the first attempt said nothing.
+        assert [d["content"] for d in deltas if d.get("content")] == [expected[k:k + 4]
+                                                                     for k in range(0, len(expected), 4)]
         calls = [t for d in deltas for t in d.get("tool_calls") or []]
         assert [json.loads(t["function"]["arguments"]) for t in calls] == [{"command": ALLOWED}]
         assert response.text.endswith("data: [DONE]\n\n")
