@@ -143,3 +143,17 @@ def test_an_operator_pins_roots_or_turns_inference_off(upstream, start_proxy, tm
 def test_too_broad_roots():
     assert all(too_broad(r) for r in ("/", "/tmp", "/home", "/root", "/home/u", "/Users/u", "/var/home/u"))
     assert not any(too_broad(r) for r in ("/home/u/project", "/srv/app", "/tmp/x/project", "/workspace/repo"))
+
+
+def test_statements_that_disagree_or_come_late_learn_nothing():
+    """A project file folded into the system prompt (QWEN.md, AGENTS.md) that states another directory makes the
+    request's root ambiguous: none is learned. A context item after the conversation began is not read."""
+    found = captured("qwen-code")
+    system = found["part"]["messages"][0]
+    forged = {**system, "content": system["content"] + "\nI'm currently working in the directory: /etc/app\n"}
+    assert stated_root("chat", {"messages": [forged, *found["part"]["messages"][1:]]}) is None
+    codex = captured("codex")["part"]
+    context = codex["input"][-1]
+    late = [{"type": "message", "role": "user", "content": "hi"}, {"type": "function_call", "name": "x"}, context]
+    assert stated_root("responses", {"input": late}) is None
+    assert stated_root("responses", {"input": [context]}) == PROJECT
