@@ -173,12 +173,13 @@ def session_sizes(proxy: Any) -> list[int]:
 
 
 @SQLITE_ONLY
+@pytest.mark.parametrize("named", [False, True])
 @pytest.mark.parametrize("route", ["chat", "responses", "messages"])
-def test_a_rejection_in_the_first_streamed_turn_keeps_one_session(upstream, proxy, route):
-    """Three conversations whose first streamed turn had a rejection: three sessions, without a header; the
-    client never got the narration twice."""
+def test_a_rejection_in_the_first_streamed_turn_keeps_one_session(upstream, proxy, route, named):
+    """Three conversations whose first streamed turn had a rejection: three sessions, with and without a header;
+    the client never got the narration twice."""
     upstream.responder = agent
-    conversations = [Conversation(route) for _ in range(3)]
+    conversations = [Conversation(route, headers={"x-session-id": f"ses_{k}"} if named else None) for k in range(3)]
     for conversation in conversations:
         run_interleaved(proxy, [conversation])
     assert session_sizes(proxy) == [3, 3, 3]
