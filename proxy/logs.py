@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, TextIO, cast
 
 import structlog
 
@@ -19,6 +19,20 @@ def _drop_secrets(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> 
         if key.lower() in _SECRET_KEYS:
             event[key] = "[redacted]"
     return event
+
+
+class _CurrentStderr:
+    """Whatever `sys.stderr` is at the time of writing.
+
+    structlog caches a logger (and so its file) on first use; a file bound at configure time would
+    keep writing to a stream that was since replaced (a test's capture, a daemon's redirect).
+    """
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
 
 
 def configure_logging(level: str = "info", fmt: str = "json") -> None:
@@ -37,7 +51,7 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _CurrentStderr())),
         cache_logger_on_first_use=True,
     )
 

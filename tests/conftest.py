@@ -17,10 +17,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from proxy.config import Settings
 from proxy.http.app import create_app
 from proxy.http.connections import server_options
-from proxy.store.db import create_engine, migrate
+from proxy.store.db import create_engine
 from proxy.testing.scripted_upstream import ScriptedUpstream
 from proxy.testing.server import ServerThread
-from tests.databases import BACKENDS, database_url
+from tests.databases import BACKENDS, database_url, drop_templates
 
 ROOT = Path(__file__).resolve().parents[1]
 STRICT_POLICY = ROOT / "policies" / "strict.yaml"
@@ -81,37 +81,90 @@ class RunningProxy:
         return httpx.Client(base_url=self.url, timeout=kwargs.pop("timeout", 30), **kwargs)
 
 
+class Servers:
+    """The servers one test started; they stop side by side when the test ends, not one after another."""
+
+    def __init__(self) -> None:
+        self.running: list[ServerThread] = []
+
+    def start(self, app: Any, **kwargs: Any) -> ServerThread:
+        server = ServerThread(app, **kwargs).start()
+        self.running.append(server)
+        return server
+
+    def stop_all(self) -> None:
+        for server in self.running:
+            server.request_stop()
+        for server in reversed(self.running):
+            server.stop()
+        self.running.clear()
+
+
 @pytest.fixture
-def upstream() -> Iterator[ScriptedUpstream]:
+def servers() -> Iterator[Servers]:
+    started = Servers()
+    yield started
+    started.stop_all()
+
+
+@pytest.fixture
+def upstream(servers: Servers) -> ScriptedUpstream:
     scripted = ScriptedUpstream(models=[MODEL, "qwen3.6-35b-a3b"])
-    with ServerThread(scripted.app) as server:
-        scripted.url = server.url + "/v1"
-        yield scripted
+    scripted.url = servers.start(scripted.app).url + "/v1"
+    return scripted
 
 
-@pytest.fixture(params=BACKENDS)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test reaching a store runs on SQLite; on Postgres too where its behaviour can differ by database.
+
+    Those tests say so with the `each_database` mark (the store, stats, durability and lineage tests);
+    a relay test gets the same store whatever the database, so a second run would test nothing new.
+    """
+    if "backend" not in metafunc.fixturenames:
+        return
+    if any("backend" in str(mark.args[0]) for mark in metafunc.definition.iter_markers("parametrize")):
+        return
+    each = metafunc.definition.get_closest_marker("each_database") is not None
+    metafunc.parametrize("backend", BACKENDS if each else ["sqlite"], indirect=True)
+
+
+@pytest.fixture
 def backend(request: pytest.FixtureRequest) -> str:
-    return request.param
+    return str(request.param)
 
 
 @pytest.fixture
 def db_url(backend: str, tmp_path: Path) -> Iterator[str]:
-    with database_url(backend, tmp_path) as url:
+    """The test's own database, already migrated to head (a copy of a template migrated once)."""
+    with database_url(backend, tmp_path, migrated=True) as url:
         yield url
 
 
 @pytest.fixture
+def empty_db_url(backend: str, tmp_path: Path) -> Iterator[str]:
+    """The test's own database with no schema at all, for tests of the migrations themselves."""
+    with database_url(backend, tmp_path) as url:
+        yield url
+
+
+def pytest_sessionfinish() -> None:
+    drop_templates()
+
+
+@pytest.fixture
 async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    """The store at `db_url`, migrated to head (the real migrations)."""
+    """The store at `db_url`, migrated to head (the real migrations, run on its template)."""
     engine = create_engine(db_url)
-    await migrate(engine)
     yield engine
     await engine.dispose()
 
 
 @pytest.fixture
-def start_proxy(tmp_path: Path, db_url: str) -> Iterator[Callable[..., RunningProxy]]:
-    """Starts proxies; the first gets the test's database, later ones a SQLite file unless told."""
+def start_proxy(tmp_path: Path, db_url: str, servers: Servers) -> Iterator[Callable[..., RunningProxy]]:
+    """Starts proxies; the first gets the test's database, later ones a SQLite file unless told.
+
+    The test's servers stop here, before its database is dropped, whichever fixture came first.
+    """
     started: list[RunningProxy] = []
 
     def _start(upstream_url: str, **overrides: Any) -> RunningProxy:
@@ -119,14 +172,12 @@ def start_proxy(tmp_path: Path, db_url: str) -> Iterator[Callable[..., RunningPr
         settings = Settings(upstream=upstream_url, db=url,
                             policy=overrides.pop("policy", STRICT_POLICY), log_level="warning", **overrides)
         app = create_app(settings)
-        server = ServerThread(app, options=server_options(settings)).start()
-        running = RunningProxy(server, app, url)
+        running = RunningProxy(servers.start(app, options=server_options(settings)), app, url)
         started.append(running)
         return running
 
     yield _start
-    for running in started:
-        running.server.stop()
+    servers.stop_all()
 
 
 @pytest.fixture

@@ -32,6 +32,8 @@ from proxy.testing.scripted_upstream import Reply
 from proxy.testing.server import ServerThread
 from tests.conftest import MODEL, chat, wait_until
 
+pytestmark = pytest.mark.each_database
+
 ALLOWED = 'uv run scripts/search.py "rust async"'
 
 
@@ -195,6 +197,7 @@ def test_read_only_store_is_degraded_from_the_start(upstream, start_proxy, backe
     assert response.status_code == 503 and set(response.json()["error"]) == {"message", "type", "param", "code"}
 
 
+@pytest.mark.slow
 def test_full_disk_is_detected(upstream, start_proxy, backend, tmp_path):
     if backend != "sqlite":
         pytest.skip("a full disk under a database file is SQLite's")

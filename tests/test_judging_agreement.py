@@ -9,12 +9,16 @@ import io
 import json
 from typing import Any
 
+import pytest
+
 from proxy.cli import check
 from proxy.cli.recheck import recheck
 from proxy.policy import load_policy_file
 from proxy.testing.characters import OPENCODE_TOOLS
 from proxy.testing.scripted_upstream import Reply
 from tests.conftest import ROOT, chat
+
+pytestmark = pytest.mark.each_database
 
 OBSERVE = ROOT / "policies" / "observe.yaml"  # observe mode: one attempt, every call recorded as judged
 

@@ -20,6 +20,8 @@ from proxy.testing.scripted_upstream import Reply
 from proxy.testing.server import free_port
 from tests.conftest import ROOT, STRICT_POLICY, chat, sse_json, wait_until
 
+pytestmark = pytest.mark.each_database
+
 ALLOWED = 'uv run scripts/search.py "rust async"'
 
 
@@ -47,6 +49,7 @@ async def _drive(url: str, sessions: int) -> list[int]:
         return await asyncio.gather(*(one(i) for i in range(sessions)))
 
 
+@pytest.mark.slow
 def test_two_hundred_concurrent_streaming_sessions_lose_and_duplicate_nothing(upstream, proxy):
     upstream.responder = _responder
     statuses = asyncio.run(_drive(proxy.url, 200))
@@ -84,6 +87,7 @@ def test_bad_input_is_a_clear_error(proxy, body):
     assert set(response.json()["error"]) == {"message", "type", "param", "code"}
 
 
+@pytest.mark.slow
 def test_sqlite_locked_by_another_process_delays_rows_but_not_responses(upstream, start_proxy, backend):
     if backend != "sqlite":
         pytest.skip("a file lock is SQLite's")
@@ -135,6 +139,7 @@ def test_half_written_policy_during_load_keeps_the_last_good_one(upstream, start
     assert status["errors"][0]["file"].endswith("strict.yaml")
 
 
+@pytest.mark.slow
 def test_sigterm_under_load_finishes_streams_and_flushes_every_row(upstream, tmp_path):
     db = tmp_path / "sigterm.db"
     port = free_port()

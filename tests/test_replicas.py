@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from proxy.testing.scripted_upstream import Reply
 from tests.conftest import chat
+
+pytestmark = pytest.mark.each_database
 
 
 def test_consecutive_requests_of_one_session_on_different_replicas(upstream, start_proxy):

@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from proxy.testing.scripted_upstream import Reply
 from tests.conftest import chat
+
+pytestmark = pytest.mark.each_database
 
 CLIENTS = Path(__file__).parent / "policy" / "client_tools"
 QWEN = json.loads((CLIENTS / "qwen-code.json").read_text())

@@ -22,6 +22,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
+import pytest
 from sqlalchemy import text
 
 from proxy.store.db import create_engine
@@ -133,6 +134,7 @@ async def _trial(procs: list[tuple[subprocess.Popen, str]], received: list[set[s
                                                                                           strict=True)))
 
 
+@pytest.mark.slow
 def test_sigkill_under_load_loses_no_delivered_call(upstream, tmp_path):
     upstream.responder = _reply
     with ExitStack() as stack:

@@ -27,6 +27,8 @@ from proxy.store.dialect import (
 from proxy.store.tables import sessions, stats_calls, stats_sessions
 from tests.databases import BACKENDS as TESTED_BACKENDS
 
+pytestmark = pytest.mark.each_database
+
 SEAM = sorted(name for name, member in vars(Backend).items() if getattr(member, "__isabstractmethod__", False))
 # Every way the settings accept to write a store URL, and the backend it must reach.
 URLS = {

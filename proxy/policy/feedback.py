@@ -40,6 +40,11 @@ HINTS: dict[str, str] = {
     "flag": "Use only the flags the script declares.",
     "absolute_path": "Use a path inside the project, relative to its root.",
     "path_escape": "Stay inside the project: no `..` above the root and no `~`.",
+    "argument": "Give the script only arguments its rules accept: a path inside the project, relative to its "
+                "root (no `/...` outside it, `..`, `~` or `file://`), a public http(s) URL, or the values the "
+                "script's argument rules list.",
+    "url": "Fetch only http(s) URLs of public hosts: no localhost, private, link-local or metadata addresses, "
+           "and no other schemes.",
     "unknown_tool": "Call only the tools you were given.",
     "bad_arguments": "Send the arguments as a JSON object with every required field.",
     "unjudgeable": "Call only the tools you were given, as plain function calls: that output could not be judged.",
@@ -69,6 +74,20 @@ def _command(policy: Policy, tool: str, arguments: Any) -> str:
     return text if len(text) <= _MAX_COMMAND else text[:_MAX_COMMAND] + "..."
 
 
+def _hint(verdict: Verdict) -> str:
+    """The primary reason's sentence; an argument or URL refusal also names the value refused (its shape
+    is `argument:<script>.<flag or #position>` or `url:<tool>.<argument>`)."""
+    if not verdict.reasons:
+        return ""
+    primary = verdict.reasons[0]
+    hint = HINTS.get(primary, "")
+    if primary in ("argument", "url") and verdict.shape and ":" in verdict.shape:
+        where = verdict.shape.split(":", 1)[1]
+        detail = f" ({verdict.reasons[1]})" if len(verdict.reasons) > 1 else ""
+        hint = f"The argument {where} is refused{detail}. {hint}"
+    return hint
+
+
 def capability_of(verdict: Verdict) -> str:
     """`shell`, `paths` or `other`: what the rejection's primary reason is about."""
     primary = verdict.reasons[0] if verdict.reasons else ""
@@ -76,6 +95,8 @@ def capability_of(verdict: Verdict) -> str:
         return "shell"
     if primary in ("absolute_path", "path_escape"):
         return "paths"
+    if primary == "argument":
+        return "shell"
     return "other"
 
 
@@ -120,7 +141,7 @@ def format_feedback(policy: Policy, verdict: Verdict, *, tool: str, arguments: d
                 elif key == "shape":
                     values[key] = verdict.shape or ""
                 elif key == "hint":
-                    values[key] = HINTS.get(verdict.reasons[0], "") if verdict.reasons else ""
+                    values[key] = _hint(verdict)
                 elif key == "suggestion":
                     found = suggest(policy, tool, arguments, verdict)
                     values[key] = found.text if found is not None else ""

@@ -11,13 +11,16 @@ from typing import Any
 
 import structlog
 
+from .content import content_findings
 from .explain import explain_command, parse_error_verdict
 from .matcher import matcher_for
 from .paths import patch_paths, path_problem
-from .profiles import Rule, ToolSet, profile_table
+from .profiles import Rule, ToolSet, call_rules, profile_table
 from .reasons import order_reasons
 from .schema import Policy, ShellMap
+from .script_args import argument_problem
 from .shell_forms import commands_of
+from .urls import url_problem
 from .verdict import ALLOW, MALFORMED, REJECT, Verdict
 
 __all__ = ["judge_call", "judge_command", "shell_command", "tool_set"]
@@ -30,12 +33,17 @@ class _BadArguments(Exception):
     """An argument a rule reads is not of a type the tool could use."""
 
 
-def judge_command(policy: Policy, command: str) -> Verdict:
-    """Allow only what the decision lexer accepts; explain everything else."""
+def judge_command(policy: Policy, command: str, *, roots: tuple[str, ...] = ()) -> Verdict:
+    """Allow only what the decision lexer accepts, with arguments its script's rules accept (`roots`: the
+    project roots a path argument may name); explain everything else."""
     try:
         matcher = matcher_for(policy)
-        if matcher.argv(command) is not None:
-            return _ALLOWED
+        argv = matcher.argv(command)
+        if argv is not None:
+            if len(argv) == 3:
+                return _ALLOWED
+            problem = argument_problem(policy, argv, roots)
+            return _ALLOWED if problem is None else Verdict(REJECT, problem[0], problem[1])
     except Exception:  # a bug here must still fail closed
         _log.exception("policy.decision_failed")
         return parse_error_verdict()
@@ -112,17 +120,19 @@ class _Findings:
 
 
 def _judge_shell(policy: Policy, tool: str, shell: ShellMap, arguments: Mapping[str, Any], roots: tuple[str, ...],
-                 found: _Findings) -> None:
+                 found: _Findings, *, optional: bool = False) -> None:
     values = _values(arguments, shell.source)
-    if len(values) != 1:
+    if len(values) != 1 and not (optional and not values):
         raise _BadArguments  # the command argument is missing
-    commands = commands_of(values[0][1], each=shell.commands is not None)
+    # A classified tool's command argument may be optional (Kilo's `background_process {action: list}`
+    # runs nothing); given, it is judged like any shell tool's.
+    commands = commands_of(values[0][1], each=shell.commands is not None) if values else []
     if commands is None:
         raise _BadArguments
-    if not commands:
+    if values and not commands:
         found.add(("empty",), "empty", command=True)
     for command in commands:
-        verdict = judge_command(policy, command)
+        verdict = judge_command(policy, command, roots=roots)
         if not verdict.allowed:
             found.add(verdict.reasons, verdict.shape, command=True)
     if shell.workdir:
@@ -152,11 +162,17 @@ def _judge_rule(policy: Policy, rule: Rule, arguments: Mapping[str, Any], roots:
                 found: _Findings) -> None:
     tool_map, tool = rule.map, rule.tool
     if tool_map.shell is not None:
-        _judge_shell(policy, tool, tool_map.shell, arguments, roots, found)
+        _judge_shell(policy, tool, tool_map.shell, arguments, roots, found, optional=rule.content)
     for spec in tool_map.paths:
         for label, value in _values(arguments, spec):
             for path in _paths(value):
                 problem = path_problem(path, roots)
+                if problem is not None:
+                    found.add((problem,), f"{problem}:{tool}.{label}")
+    for spec in tool_map.urls:
+        for label, value in _values(arguments, spec):
+            for url in _paths(value):
+                problem = url_problem(url, policy.urls)
                 if problem is not None:
                     found.add((problem,), f"{problem}:{tool}.{label}")
     for spec in tool_map.patch:
@@ -195,11 +211,17 @@ def _judge_call(policy: Policy, tool: str, arguments: dict[str, Any] | None, off
         return Verdict(REJECT, ("unknown_tool",), f"unknown_tool:{str(tool)[:40]}")
     if tools is None:
         tools = tool_set(policy)
-    # A known tool of neither capability (`webfetch`, `todowrite`) is what `other_tools` governs.
-    rules = [rule for rule in tools.rules(tool, arguments) if rule.governed]
-    if not rules:
-        if policy.other_tools == "reject":
-            return Verdict(REJECT, ("unknown_tool",), f"unknown_tool:{str(tool)[:40]}")
+    # A known tool of no capability (`todowrite`) is what `other_tools` governs; a tool no profile
+    # describes is also judged by its arguments' whole values (`content`), and one whose schema could not
+    # be read by what each call's arguments are.
+    every = tools.rules(tool, arguments)
+    content = [rule for rule in every if rule.content]
+    if any(not rule.readable for rule in content):
+        every = [r for rule in every for r in (call_rules(rule, arguments) if not rule.readable else [rule])]
+    rules = [rule for rule in every if rule.governed]
+    if not rules and policy.other_tools == "reject":
+        return Verdict(REJECT, ("unknown_tool",), f"unknown_tool:{str(tool)[:40]}")
+    if not rules and not content:
         return _ALLOWED
     found = _Findings()
     roots = tools.roots
@@ -208,6 +230,10 @@ def _judge_call(policy: Policy, tool: str, arguments: dict[str, Any] | None, off
             _judge_rule(policy, rule, arguments, roots, found)
     except _BadArguments:
         return _bad_arguments()
+    if content:
+        judged = frozenset(name for rule in rules for name in rule.reads)
+        for problem, label in content_findings(arguments, roots, policy.urls, judged):
+            found.add((problem,), f"{problem}:{tool}.{label}")
     return found.verdict()
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from .classify import classify, classify_arguments
 from .offered import Offered, offered_tools, properties, shell_like
 from .paths import normal_root
 from .schema import Policy, Profile, ShellMap, ToolMap
@@ -33,9 +34,11 @@ __all__ = [
     "ProfileTable",
     "ToolSet",
     "builtin_profiles",
+    "call_rules",
     "offered_tools",
     "profile_table",
     "shell_like",
+    "unknown_tool_rules",
 ]
 
 _BUILTIN_FILE = Path(__file__).resolve().parent.parent / "default_policies" / "tool-profiles.yaml"
@@ -66,12 +69,18 @@ class Rule:
     needs: str | None = None
     reads: tuple[str, ...] = ()
     governed: bool = False
+    # A tool no profile describes: each whole argument value that is a path or a URL is judged too
+    # (`content`); with an unreadable schema (`readable` False) each call's arguments are classified.
+    content: bool = False
+    readable: bool = True
 
     @classmethod
-    def of(cls, profile: str, tool: str, tool_map: ToolMap) -> Rule:
+    def of(cls, profile: str, tool: str, tool_map: ToolMap, *, content: bool = False,
+           readable: bool = True) -> Rule:
         reads = tuple(tool_map.arguments())
         needs = reads[-1] if tool_map.shell is not None else None
-        return cls(profile=profile, tool=tool, map=tool_map, needs=needs, reads=reads, governed=tool_map.governed)
+        return cls(profile=profile, tool=tool, map=tool_map, needs=needs, reads=reads, governed=tool_map.governed,
+                   content=content, readable=readable)
 
     def fits(self, names: Any) -> bool:
         """Whether the arguments this map reads exist: its command argument, or any of its path arguments."""
@@ -234,10 +243,14 @@ class ToolSet:
             rules += [r for r in self.table.legacy.get(tool, ()) if names is None or r.fits(names)]
             rules = _unique(rules)
             if not rules:
-                heuristic = shell_like(spec.schema, spec.description)
-                if heuristic is not None:
-                    rules = [Rule.of(HEURISTIC_PROFILE, tool, ToolMap(shell=heuristic))]
-            by_tool[tool] = [r for r in rules if r.governed] or rules
+                rules = unknown_tool_rules(tool, spec.schema, spec.description)
+            elif not any(r.governed for r in rules):
+                rules += _known_name_rules(tool, spec)
+            by_tool[tool] = [r for r in rules if r.governed or r.content] or rules
+        # Tools governed by their schema's classification are recorded as such, beside the profiles.
+        if any(r.profile == HEURISTIC_PROFILE and (r.governed or not r.readable)
+               for rules in by_tool.values() for r in rules):
+            profiles.append(HEURISTIC_PROFILE)
         return profiles, by_tool
 
     def rules(self, tool: str, arguments: Mapping[str, Any]) -> list[Rule]:
@@ -250,12 +263,42 @@ class ToolSet:
         if candidates:
             fitting = [r for r in candidates if r.fits(arguments)]
             return _unique(fitting or candidates)
-        heuristic = shell_like(None, None, arguments)
-        return [Rule.of(HEURISTIC_PROFILE, tool, ToolMap(shell=heuristic))] if heuristic is not None else []
+        return unknown_tool_rules(tool, None, None)
 
     def governed(self) -> list[str]:
-        """The offered tools a shell or path rule governs."""
-        return [tool for tool, rules in self._rules.items() if any(r.governed for r in rules)]
+        """The offered tools a shell, path or URL rule governs (or, unreadable, what each call carries)."""
+        return [tool for tool, rules in self._rules.items() if any(r.governed or not r.readable for r in rules)]
+
+
+def unknown_tool_rules(tool: str, schema: Mapping[str, Any] | None, description: str | None) -> list[Rule]:
+    """The rules of a tool no profile describes: what its schema shows it can carry (shell, paths, URLs,
+    patch text), each judged with its arguments' whole values; an unreadable schema leaves it to each
+    call's arguments (`Rule.readable` False)."""
+    found = classify(schema, description)
+    if not found.readable:
+        return [Rule.of(HEURISTIC_PROFILE, tool, ToolMap(), content=True, readable=False)]
+    maps = found.maps or (ToolMap(),)
+    return [Rule.of(HEURISTIC_PROFILE, tool, m, content=True) for m in maps]
+
+
+def _known_name_rules(tool: str, spec: Offered) -> list[Rule]:
+    """A tool a profile lists as known (`{}`) whose offered schema still has file, URL or patch arguments
+    (another client's tool of the same name, or a new version's): those arguments are judged too. Command
+    arguments are not taken from such a schema: a known tool's `command` (OpenCode's `task`) names a
+    slash command, not a shell line."""
+    found = classify(spec.schema, spec.description)
+    out = []
+    for tool_map in found.maps:
+        kept = tool_map.model_copy(update={"shell": None})
+        if kept.governed:
+            out.append(Rule.of(HEURISTIC_PROFILE, tool, kept))
+    return out
+
+
+def call_rules(rule: Rule, arguments: Mapping[str, Any]) -> list[Rule]:
+    """An unreadable schema's rule made concrete for one call: its arguments classified (names, shapes)."""
+    maps = classify_arguments(arguments).maps or (ToolMap(),)
+    return [Rule.of(rule.profile, rule.tool, m, content=True) for m in maps]
 
 
 def _unique(rules: list[Rule]) -> list[Rule]:

@@ -18,6 +18,7 @@ __all__ = [
     "PRIMARY_ORDER",
     "REASON_CODES",
     "TOOL_REASONS",
+    "VALUE_REASONS",
     "order_reasons",
 ]
 
@@ -42,11 +43,16 @@ BASH_FORM: tuple[str, ...] = (
 # Problems of the content of one plain command; reported only when its form is clean.
 BASH_CONTENT: tuple[str, ...] = ("program", "runner", "script_path", "unknown_script", "flag")
 TOOL_REASONS: tuple[str, ...] = ("bad_arguments", "unknown_tool", "absolute_path", "path_escape")
+# What an allowed script is given (`argument`: a script argument that fails its rule) and where a URL
+# leads (`url`: a scheme or host the policy's `urls:` refuses). Ranked after the command's own content: a
+# command with a form or content problem is explained by that first.
+VALUE_REASONS: tuple[str, ...] = ("argument", "url")
 
 # Upstream output the proxy cannot parse or does not know (refused in enforce mode): nothing else was judged.
 OUTPUT_REASONS: tuple[str, ...] = ("unjudgeable",)
 
-PRIMARY_ORDER: tuple[str, ...] = OUTPUT_REASONS + TOOL_REASONS[:2] + BASH_FORM + BASH_CONTENT + TOOL_REASONS[2:]
+PRIMARY_ORDER: tuple[str, ...] = (OUTPUT_REASONS + TOOL_REASONS[:2] + BASH_FORM + BASH_CONTENT + VALUE_REASONS
+                                  + TOOL_REASONS[2:])
 REASON_CODES: frozenset[str] = frozenset(PRIMARY_ORDER)
 _RANK = {code: i for i, code in enumerate(PRIMARY_ORDER)}
 

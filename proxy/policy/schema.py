@@ -33,10 +33,12 @@ __all__ = [
     "PathRules",
     "Policy",
     "Profile",
+    "ScriptArgs",
     "ScriptRule",
     "ShellMap",
     "ToolExample",
     "ToolMap",
+    "UrlRules",
 ]
 
 # The built-in feedback, per capability: what a policy without `feedback:` gives the model. The shipped
@@ -83,12 +85,74 @@ ProfileName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_
 _SCRIPTS_DIR = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.,+@%-]*(/[A-Za-z0-9_][A-Za-z0-9_.,+@%-]*)*$")
 
 
+def _regex(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"expected a regular expression ({exc})") from None
+    return value
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+HostPattern = Annotated[str, StringConstraints(min_length=1, max_length=253)]
+
+
+class UrlRules(_Strict):
+    """`urls:` what a URL argument may name (web-fetch tools, classified URL arguments, script arguments
+    whose rule is `url`). Hosts: an exact name, `*.example.com` (its subdomains), an address, or a network
+    (`10.0.0.0/8`). Loopback, private, link-local and otherwise special addresses and `localhost` names
+    are refused unless `allow_hosts` names them; `deny_hosts` wins over everything."""
+
+    schemes: list[Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9+.-]*$")]] = Field(
+        default_factory=lambda: ["http", "https"])
+    allow_hosts: list[HostPattern] = Field(default_factory=list)
+    deny_hosts: list[HostPattern] = Field(default_factory=list)
+
+
+ArgKind = Literal["path", "url", "int", "any"]
+
+
+class ArgEnum(_Strict):
+    enum: list[Annotated[str, StringConstraints(max_length=1000)]]
+
+
+class ArgRegex(_Strict):
+    regex: Annotated[str, StringConstraints(min_length=1, max_length=1000)]
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        return _regex(value)
+
+
+class ArgUrl(_Strict):
+    url: UrlRules
+
+
+ArgRule = ArgKind | ArgEnum | ArgRegex | ArgUrl
+
+
+class ScriptArgs(_Strict):
+    """`scripts.<name>.args`: a rule for the positionals (one for all, or one per position) and for the
+    value of each flag listed here (such a flag takes a value: `--f V` or `--f=V`)."""
+
+    positional: ArgRule | list[ArgRule] | None = None
+    flags: dict[Flag, ArgRule] = Field(default_factory=dict)
+
+
 class ScriptRule(_Strict):
     flags: list[Flag] = Field(default_factory=list, description="the only flags the script may get")
+    args: ScriptArgs | None = Field(default=None, description="rules for the script's arguments")
+
+    @model_validator(mode="after")
+    def _ruled_flags_declared(self) -> ScriptRule:
+        missing = [f for f in (self.args.flags if self.args else {}) if f not in self.flags]
+        if missing:
+            raise ValueError(f"args.flags names flags the script does not declare in flags: {', '.join(missing)}")
+        return self
     description: str | None = None
     # Programs (or intents) this script stands in for: a rejected `curl URL` is pointed at the script.
     instead_of: list[Annotated[str, StringConstraints(min_length=1, max_length=100)]] = Field(default_factory=list)
@@ -145,22 +209,23 @@ class ToolMap(_Strict):
     shell: ShellMap | None = None
     paths: list[ArgPath] = Field(default_factory=list, description="arguments holding file paths")
     patch: list[ArgPath] = Field(default_factory=list, description="arguments holding patch text naming files")
+    urls: list[ArgPath] = Field(default_factory=list, description="arguments holding URLs (judged by `urls:`)")
 
-    @field_validator("paths", "patch", mode="before")
+    @field_validator("paths", "patch", "urls", mode="before")
     @classmethod
     def _one_or_list(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
 
     def arguments(self) -> list[str]:
         """The top-level argument names this map reads."""
-        specs = [*self.paths, *self.patch]
+        specs = [*self.paths, *self.patch, *self.urls]
         if self.shell is not None:
             specs.append(self.shell.source)
         return [re.split(r"[.\[]", spec, maxsplit=1)[0] for spec in specs]
 
     @property
     def governed(self) -> bool:
-        return self.shell is not None or bool(self.paths) or bool(self.patch)
+        return self.shell is not None or bool(self.paths) or bool(self.patch) or bool(self.urls)
 
 
 class Profile(_Strict):
@@ -173,12 +238,7 @@ class Profile(_Strict):
     @field_validator("user_agent")
     @classmethod
     def _regex(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"expected a regular expression ({exc})") from None
-        return value
+        return _regex(value) if value is not None else None
 
 
 class PathRules(_Strict):
@@ -255,6 +315,7 @@ class Policy(_Strict):
         default_factory=dict, description="add or replace tool profiles; null removes a built-in one")
     builtin_profiles: bool = True
     other_tools: Literal["allow", "reject"] = "allow"
+    urls: UrlRules = Field(default_factory=UrlRules)
     feedback: str | Feedback = Field(default_factory=Feedback)
     loop_min_attempts: int = Field(default=3, ge=2, le=100)
     examples: Examples = Field(default_factory=Examples)

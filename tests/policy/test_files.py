@@ -29,7 +29,7 @@ def test_strict_is_design_policy() -> None:
     same = {"examples", "feedback"}
     shipped, expected = (p.model_dump(exclude=same) for p in (loaded.policy, design))
     for script in shipped["bash"]["scripts"].values():
-        script.update(description=None, instead_of=[])
+        script.update(description=None, instead_of=[], args=None)  # argument rules: issue 24
     assert shipped == expected
     assert loaded.policy.feedback_template("shell").startswith("Rejected ({reasons}): ")
     assert "{suggestion}" in loaded.policy.feedback_template("shell")

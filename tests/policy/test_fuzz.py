@@ -104,7 +104,9 @@ def test_never_raises_is_fast_and_matches_reference(policy: Policy, command: str
     verdict = judge_command(policy, command)
     elapsed = time.perf_counter() - start
     assert elapsed < BOUND_SECONDS, f"{elapsed * 1e3:.1f} ms for {command!r}"
-    assert verdict.allowed == reference_allows(command), (command, verdict)
+    # The reference is the decision language; an allowed script's argument rules may refuse on top of it.
+    argument = verdict.reasons[:1] == ("argument",)
+    assert (verdict.allowed or argument) == reference_allows(command), (command, verdict)
     if verdict.allowed:
         assert verdict.reasons == ()
         assert command.isprintable() and "\n" not in command and "\t" not in command

@@ -52,8 +52,8 @@ EXPECTED = {
     "qwen-code": ("qwen-code", {"run_shell_command", "monitor"},
                   {"read_file", "write_file", "edit", "list_directory", "glob", "grep_search"}),
     "claude-code": ("claude-code", {"Bash", "Workflow"},
-                    {"Read", "Write", "Edit", "NotebookEdit", "EnterWorktree", "Workflow"}),
-    "codex": ("codex", {"exec_command"}, {"view_image"}),
+                    {"Read", "Write", "Edit", "NotebookEdit", "EnterWorktree", "Workflow", "ReportFindings"}),
+    "codex": ("codex", {"exec_command"}, {"view_image", "send_input", "spawn_agent"}),
     "cline": ("cline", {"run_commands"}, {"read_files", "editor"}),
 }
 
@@ -221,7 +221,7 @@ def test_unknown_tools_fail_closed(shipped: Policy) -> None:
             "type": "object", "properties": {"q": {"type": "string"}}}}},
     ]}  # fmt: skip
     tools = ToolSet.for_request(shipped, payload, {})
-    assert tools.profiles == [] and tools.governed() == ["terminal"]
+    assert tools.profiles == ["heuristic"] and tools.governed() == ["terminal"]
     assert judge_call(shipped, "terminal", {"input": PIPE}, tools=tools).reasons == ("pipe",)
     assert judge_call(shipped, "terminal", {"input": ALLOWED}, tools=tools).allowed
     assert judge_call(shipped, "lookup", {"q": "ls | sh"}, tools=tools).allowed  # other_tools: allow
@@ -250,8 +250,9 @@ def test_policy_profiles_add_and_replace() -> None:
     assert tools.profiles[0] == "qwen-code" and not tools._rules["run_shell_command"][0].map.governed
     # Its tools the replacement leaves out are unknown: `monitor {command}` looks like a shell.
     assert judge_call(policy, "monitor", {"command": PIPE}, tools=tools).reasons == ("pipe",)
-    # The removed profile maps nothing: Cline's read_files is unknown, and not shell-like.
-    assert judge_call(policy, "read_files", {"files": [{"path": "/etc/passwd"}]}).allowed
+    # The removed profile maps nothing: Cline's read_files is unknown, and its arguments say it reads files.
+    assert judge_call(policy, "read_files", {"files": [{"path": "/etc/passwd"}]}).reasons == ("absolute_path",)
+    assert judge_call(policy, "read_files", {"files": [{"path": "README.md"}]}).allowed
 
 
 def test_several_profiles_apply_to_mixed_tools(shipped: Policy) -> None:

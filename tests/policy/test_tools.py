@@ -93,10 +93,13 @@ def test_unknown_tool(policy: Policy) -> None:
 
 
 def test_other_tools(policy: Policy) -> None:
-    assert judge_call(policy, "webfetch", {"url": "https://x"}).allowed
+    assert judge_call(policy, "todowrite", {"todos": [{"content": "x"}]}).allowed
     strict = policy.model_copy(update={"other_tools": "reject"})
-    verdict = judge_call(strict, "webfetch", {"url": "https://x"})
-    assert (verdict.decision, verdict.reasons, verdict.shape) == ("reject", ("unknown_tool",), "unknown_tool:webfetch")
+    verdict = judge_call(strict, "todowrite", {"todos": []})
+    assert (verdict.decision, verdict.reasons, verdict.shape) == ("reject", ("unknown_tool",), "unknown_tool:todowrite")
+    # A web fetch is governed by the URL rules whatever `other_tools` says.
+    assert judge_call(strict, "webfetch", {"url": "https://example.com/a"}).allowed
+    assert judge_call(policy, "webfetch", {"url": "http://169.254.169.254/"}).reasons == ("url",)
 
 
 def test_path_lists_and_custom_bash_tools() -> None:

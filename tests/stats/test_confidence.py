@@ -22,6 +22,8 @@ from .seed_data import build_seed
 from .test_stats_api import ClientFactory, assert_error_shape, client_for  # noqa: F401 (fixture)
 from .test_stats_cli import cli, seeded  # noqa: F401 (fixture)
 
+pytestmark = pytest.mark.each_database
+
 
 def _close(got: tuple[float, float] | None, want: tuple[float, float], places: int = 4) -> bool:
     return got is not None and all(round(g, places) == w for g, w in zip(got, want, strict=True))

@@ -17,6 +17,8 @@ from tests.databases import BACKENDS, database_url
 
 from .builder import ALLOWED, PIPE, STRICT, Store
 
+pytestmark = pytest.mark.each_database
+
 HEAD_10 = "uv run scripts/search.py | head -10"
 TAIL_3 = "uv run scripts/search.py | tail -3"
 TIMEOUT = "timeout 30 uv run scripts/search.py"

@@ -9,6 +9,8 @@ from proxy.stats.models import model_stats, seed_table
 from .builder import ALLOWED, PIPE, START, Store
 from .seed_data import SEED, SEED_TABLE, build_seed
 
+pytestmark = pytest.mark.each_database
+
 MODEL_KEYS = {"model", "sessions", "requests", "tool_calls", "errors", "error_rate", "reasons",
               "primary_reasons", "loops", "recovery_rate", "median_attempts", "throughput",
               "error_rate_ci95", "error_rate_session_ci95", "recovery_rate_ci95", "recovery_rate_session_ci95"}

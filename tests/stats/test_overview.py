@@ -9,6 +9,8 @@ from proxy.stats.overview import error_timeline, loop_groups
 
 from .builder import ALLOWED, PIPE, START, Store
 
+pytestmark = pytest.mark.each_database
+
 
 async def test_the_timeline_counts_each_bucket_of_the_range(engine, store: Store):
     request = store.session("dense").request()

@@ -7,6 +7,7 @@ from dataclasses import asdict, fields
 from typing import Any
 
 import httpx
+import pytest
 from fastapi import FastAPI
 
 from proxy.http.dashboard import STATIC_DIR
@@ -18,6 +19,8 @@ from proxy.store.queries import Filters
 
 from .builder import Store
 from .seed_data import build_seed
+
+pytestmark = pytest.mark.each_database
 
 
 def test_every_figure_declares_its_provider():

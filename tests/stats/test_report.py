@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from proxy.cli import report as report_cli
 from tests.throughput.vllm_log_fixtures import QWEN_27B, render_log
 
 from .test_stats_cli import cli, parser, seeded  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.each_database
 
 
 def _parser_with_report():

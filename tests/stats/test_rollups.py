@@ -20,6 +20,8 @@ from proxy.store.tables import error_runs, metadata
 
 from .builder import ALLOWED, START, Store
 
+pytestmark = pytest.mark.each_database
+
 HOUR = 3600.0
 COMMANDS = (ALLOWED, ALLOWED, ALLOWED, "uv run scripts/search.py | head -5", "uv run scripts/search.py | head -9",
             "timeout 5 uv run scripts/search.py", "cd src && uv run scripts/search.py", "curl https://x")
@@ -217,8 +219,8 @@ async def test_loops_and_recovery_come_from_whole_sessions(engine: AsyncEngine):
     assert top["commands"] == [pipe] * 3 and top["attempts"] == 3
 
 
-async def test_the_migration_builds_the_rollups_of_a_store_that_already_has_rows(db_url: str):
-    engine = create_engine(db_url)
+async def test_the_migration_builds_the_rollups_of_a_store_that_already_has_rows(empty_db_url: str):
+    engine = create_engine(empty_db_url)
     try:
         await migrate(engine, "0004")
         store = Store()

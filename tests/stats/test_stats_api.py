@@ -17,6 +17,8 @@ from .seed_data import SEED, build_seed
 from .test_loops import HEAD_10, TAIL_3
 from .test_model_stats import MODEL_KEYS
 
+pytestmark = pytest.mark.each_database
+
 ClientFactory = Callable[..., httpx.AsyncClient]
 
 

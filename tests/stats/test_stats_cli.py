@@ -23,6 +23,8 @@ from .builder import ALLOWED, PIPE, ROOT, START, Store
 from .seed_data import SEED_TABLE, build_seed
 from .test_loops import HEAD_10, TAIL_3
 
+pytestmark = pytest.mark.each_database
+
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="allowlist-proxy")
@@ -126,8 +128,8 @@ STRICTER = (ROOT / "policies" / "strict.yaml").read_text().replace(
 @pytest.fixture
 async def recheck_store(engine, store: Store, db_url: str) -> dict[str, list[str]]:
     """Stored under the strict policy: 5 calls the permissive policy allows (lint script, --verbose flag),
-    4 it still rejects, 1 malformed, 6 allowed bash calls and 2 webfetch calls."""
-    ids: dict[str, list[str]] = {"now_allowed": [], "webfetch": []}
+    4 it still rejects, 1 malformed, 6 allowed bash calls and 2 todowrite calls (a tool no section governs)."""
+    ids: dict[str, list[str]] = {"now_allowed": [], "todo": []}
     a, b = store.session("a"), store.session("b")
     ra, rb = a.request(), b.request()
     for command in ("uv run scripts/lint.py", "uv run scripts/lint.py src", "uv run scripts/search.py --verbose q"):
@@ -135,13 +137,13 @@ async def recheck_store(engine, store: Store, db_url: str) -> dict[str, list[str
     for command in ("uv run scripts/lint.py | head", "uv run scripts/search.py --debug q", PIPE):
         ra.call(command)
     ra.calls(ALLOWED, ALLOWED, ALLOWED)
-    ids["webfetch"].append(ra.call(tool="webfetch", arguments={"url": "https://example.com"})["id"])
+    ids["todo"].append(ra.call(tool="todowrite", arguments={"todos": []})["id"])
     for command in ("uv run scripts/lint.py tests/", "uv run scripts/lint.py"):
         ids["now_allowed"].append(rb.call(command)["id"])
     rb.call("uv run scripts/lint.py --fix")  # a flag lint does not declare: still rejected
     rb.call(raw='{"command": "uv run scr')
     rb.calls(ALLOWED, ALLOWED, ALLOWED)
-    ids["webfetch"].append(rb.call(tool="webfetch", arguments={"url": "https://example.org"})["id"])
+    ids["todo"].append(rb.call(tool="todowrite", arguments={"todos": []})["id"])
     await store.save(engine)
     return ids
 
@@ -194,7 +196,7 @@ async def test_recheck_stricter_policy_raises_errors(capsys, tmp_path: Path, rec
     assert code == 0
     result = json.loads(out)
     assert [(m["model"], m["errors"], m["new_errors"]) for m in result["models"]] == [("a", 6, 7), ("b", 4, 5)]
-    assert sorted(c["id"] for c in result["changes"]) == sorted(recheck_store["webfetch"])
+    assert sorted(c["id"] for c in result["changes"]) == sorted(recheck_store["todo"])
     assert {(c["old"], c["new"]) for c in result["changes"]} == {("allow", "reject")}
 
 
@@ -239,12 +241,12 @@ async def test_rebuild_rollups_counts_rows_written_behind_the_writer(capsys, eng
         assert (await conn.execute(select(func.count()).select_from(error_runs))).scalar_one() > 0
 
 
-async def test_stats_on_a_store_behind_the_schema_says_to_upgrade(capsys, db_url: str):
+async def test_stats_on_a_store_behind_the_schema_says_to_upgrade(capsys, empty_db_url: str):
     from proxy.store.db import create_engine, migrate
 
-    engine = create_engine(db_url)
+    engine = create_engine(empty_db_url)
     await migrate(engine, "0004")
     await engine.dispose()
-    code, out, err = await cli(capsys, "stats", "--db", db_url)
+    code, out, err = await cli(capsys, "stats", "--db", empty_db_url)
     assert code == 1 and out == ""
     assert "schema revision 0004" in err and "allowlist-proxy db upgrade" in err

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 from proxy.stats.confidence import bootstrap_median, wilson
 from proxy.stats.variants import summarize_variant, variant_stats
 
 from .builder import ALLOWED, PIPE, Store
 from .test_loops import HEAD_10, TAIL_3
 from .test_stats_api import ClientFactory, client_for  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.each_database
 
 
 def _calls(*decisions: str) -> list[dict]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -13,6 +14,8 @@ from proxy.store.tables import tool_calls
 from proxy.store.verdict_sql import is_error_sql, loop_key_sql
 
 from .builder import ALLOWED, Store
+
+pytestmark = pytest.mark.each_database
 
 SHAPES = (None, "", "pipe:head", "unknown_tool:curl", "parse_error")
 PRIMARY_REASONS = (None, "pipe", "parse_error")

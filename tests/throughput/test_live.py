@@ -26,6 +26,8 @@ from proxy.testing.server import ServerThread
 from proxy.throughput.live import LiveWindows, empty_throughput, live_throughput, render_live_tables, spread
 from tests.conftest import MODEL, STRICT_POLICY, RunningProxy, chat
 
+pytestmark = pytest.mark.each_database
+
 
 class LiveSettings(Settings):
     # The proxy reads `throughput_window_seconds` when Settings has it; 1 s windows keep this test short.

@@ -1,0 +1,259 @@
+"""What a tool no profile describes can do, read from its parameter schema: fail closed on tools.
+
+A tool passes under `other_tools: allow` only when its schema was read and no argument can carry a
+command, a file path, a directory, a URL or patch text. Each argument is read by its name, its
+description, its `format` and its shape (strings, lists of strings, nested objects and arrays of objects,
+`anyOf [string, null]` optionals, local `$ref`s). A schema that cannot be read this way (none, no
+properties, a top-level `$ref`/`anyOf`/`allOf`/`oneOf`, open `additionalProperties`) is not waved
+through: such a tool is governed by what each call's arguments contain (`classify_arguments`).
+
+Classification runs once per offered tool list (the profile selection is cached by it), never per call,
+except for unreadable schemas, whose calls are read by their own arguments.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .offered import _SHELL_DESCRIPTION, _words
+from .schema import ShellMap, ToolMap
+
+__all__ = ["Classification", "classify", "classify_arguments"]
+
+_COMMAND_WORDS = frozenset({"command", "commands", "cmd", "cmds", "script", "scripts", "code", "shell", "bash",
+                            "argv", "exec", "shellcommand"})
+# Words of an argument name that make it a file or directory (`filePath`, `dir_path`, `notebook_path`,
+# `cwd`, `workdir`, `filepath`, `paths`, `target_file`).
+_PATH_WORDS = frozenset({"path", "paths", "file", "files", "filename", "filenames", "filepath", "filepaths",
+                         "dir", "dirs", "dirpath", "directory", "directories", "folder", "folders", "cwd",
+                         "workdir", "workdirs", "root", "notebook", "pathname", "dirname", "destination",
+                         "src", "dst", "dest"})
+_PATH_SUFFIXES = ("path", "paths", "file", "files", "dir", "directory", "folder", "filename", "filepath", "cwd")
+_NOT_PATH = frozenset({"profile", "profiles"})
+# `shell_id`, `command_name`: a handle on a command, not one.
+_ID_WORDS = frozenset({"id", "ids", "name", "names", "type", "kind", "index"})
+_WORKDIR_WORDS = frozenset({"cwd", "workdir", "directory", "dir", "folder", "working", "workingdirectory"})
+_URL_WORDS = frozenset({"url", "urls", "uri", "uris", "link", "links", "href", "endpoint", "website", "webpage",
+                        "homepage"})
+_PATCH_WORDS = frozenset({"patch", "diff", "patchtext", "patches", "diffs", "unidiff"})
+_URL_FORMATS = frozenset({"uri", "url", "iri", "uri-reference", "iri-reference", "uri-template"})
+_PATH_FORMATS = frozenset({"path", "file-path", "filepath", "directory", "file"})
+_PATH_DESCRIPTION = re.compile(r"\b(?:(?:absolute|relative)\s+path|path\s+(?:to|of)\b|file\s*path|"
+                               r"(?:file|directory|folder)\s+(?:name|path|to)\b|working\s+directory)", re.I)
+_URL_DESCRIPTION = re.compile(r"\b(?:url|uri|web\s*page|web\s+address|link\s+to)\b", re.I)
+_PATCH_DESCRIPTION = re.compile(r"\b(?:patch|unified\s+diff|diff\s+to\s+apply)\b", re.I)
+_MAX_DEPTH = 8
+_MAX_PROPERTIES = 400
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    """What one tool's arguments can carry. `map` is the tool map that governs it (None: nothing found);
+    `readable` False: the schema could not be read and each call's arguments decide."""
+
+    readable: bool
+    maps: tuple[ToolMap, ...] = ()
+
+    @property
+    def capable(self) -> bool:
+        return any(m.governed for m in self.maps)
+
+
+class _Unreadable(Exception):
+    """The schema says its arguments are something this reading cannot enumerate."""
+
+
+def _name_words(name: str) -> set[str]:
+    words = _words(name)
+    return words | {"".join(sorted(words, key=name.lower().find))} if words else words
+
+
+def _kinds(prop: Mapping[str, Any]) -> set[str]:
+    kind = prop.get("type")
+    if isinstance(kind, list):
+        return {k for k in kind if isinstance(k, str)}
+    return {kind} if isinstance(kind, str) else set()
+
+
+@dataclass
+class _Walk:
+    defs: Mapping[str, Any]
+    shell: list[tuple[str, str]]  # (kind "command" | "commands", spec)
+    paths: list[str]
+    workdirs: list[str]
+    urls: list[str]
+    patch: list[str]
+    texts: list[tuple[str, str]]  # (spec, kind) of every string argument, for the description heuristic
+    count: int = 0
+
+    def resolve(self, prop: Any, depth: int) -> Mapping[str, Any]:
+        seen = 0
+        while isinstance(prop, Mapping) and "$ref" in prop:
+            ref = prop["$ref"]
+            seen += 1
+            if not isinstance(ref, str) or seen > _MAX_DEPTH:
+                raise _Unreadable
+            match = re.fullmatch(r"#/(?:\$defs|definitions)/([^/]+)", ref)
+            target = self.defs.get(match.group(1)) if match else None
+            if not isinstance(target, Mapping):
+                raise _Unreadable
+            prop = target
+        if not isinstance(prop, Mapping):
+            raise _Unreadable
+        return prop
+
+    def branches(self, prop: Mapping[str, Any], depth: int) -> list[Mapping[str, Any]]:
+        """A property's alternatives (`anyOf`/`oneOf`, each of `allOf`), resolved; null branches dropped."""
+        out: list[Mapping[str, Any]] = []
+        for key in ("anyOf", "oneOf", "allOf"):
+            found = prop.get(key)
+            if found is None:
+                continue
+            if not isinstance(found, list):
+                raise _Unreadable
+            for branch in found:
+                branch = self.resolve(branch, depth)
+                if _kinds(branch) != {"null"}:
+                    out.extend(self.branches(branch, depth))
+        rest = {k: v for k, v in prop.items() if k not in ("anyOf", "oneOf", "allOf")}
+        if not out or _kinds(rest) or "properties" in rest or "items" in rest:
+            out.append(rest)
+        return out
+
+    def argument(self, name: str, spec: str, prop: Any, depth: int) -> None:
+        self.count += 1
+        if depth > _MAX_DEPTH or self.count > _MAX_PROPERTIES:
+            raise _Unreadable
+        prop = self.resolve(prop, depth)
+        branches = self.branches(prop, depth)
+        words = _name_words(name)
+        description = " ".join(str(b.get("description", "")) for b in [prop, *branches] if b.get("description"))
+        formats = {str(b.get("format", "")).lower() for b in branches}
+        string = list_of_strings = False
+        for branch in branches:
+            if "enum" in branch or "const" in branch:
+                continue  # a closed set of values carries no free text
+            kinds = _kinds(branch)
+            if "string" in kinds or (not kinds and "properties" not in branch and "items" not in branch):
+                string = True
+            if "array" in kinds or "items" in branch:
+                items = branch.get("items")
+                for item in self.branches(self.resolve(items, depth), depth) if items is not None else [{}]:
+                    if "properties" in item or "object" in _kinds(item):
+                        self.object(item, f"{spec}[]", depth + 1)
+                    elif ("string" in _kinds(item) or not _kinds(item)) and "enum" not in item:
+                        list_of_strings = True
+            if "properties" in branch or "object" in kinds:
+                self.object(branch, spec, depth + 1)
+        if not (string or list_of_strings):
+            return
+        target = spec  # a string or a list of strings, whichever the call sends
+        if words & _COMMAND_WORDS and not words & (_PATH_WORDS | _ID_WORDS):
+            self.shell.append(("commands" if list_of_strings else "command", spec))
+            return
+        if words & _PATCH_WORDS or (description and _PATCH_DESCRIPTION.search(description)
+                                    and not words & (_URL_WORDS | _PATH_WORDS)):
+            self.patch.append(spec)
+            return
+        if words & _URL_WORDS or formats & _URL_FORMATS or (description and _URL_DESCRIPTION.search(description)
+                                                           and not words & _PATH_WORDS):
+            self.urls.append(target)
+            return
+        path_named = bool(words & _PATH_WORDS) or any(
+            w.endswith(_PATH_SUFFIXES) and w not in _NOT_PATH for w in words)
+        if path_named or formats & _PATH_FORMATS or (description and _PATH_DESCRIPTION.search(description)):
+            if words & _WORKDIR_WORDS and string:
+                self.workdirs.append(spec)
+            self.paths.append(target)
+            return
+        kind = "commands" if list_of_strings else "command"
+        self.texts.append((spec, kind))
+        if description and _SHELL_DESCRIPTION.search(description):
+            self.shell.append((kind, spec))
+
+    def object(self, schema: Mapping[str, Any], prefix: str, depth: int) -> None:
+        props = schema.get("properties")
+        if props is None:
+            props = {}
+        if not isinstance(props, Mapping):
+            raise _Unreadable
+        extra = schema.get("additionalProperties")
+        if extra not in (None, False) or schema.get("patternProperties"):
+            raise _Unreadable  # names the schema does not list can carry anything
+        for name, prop in props.items():
+            self.argument(str(name), f"{prefix}.{name}" if prefix else str(name), prop, depth)
+
+
+def _spec_ok(spec: str) -> bool:
+    return re.fullmatch(r"[A-Za-z0-9_$@-]+(\[\]|\.[A-Za-z0-9_$@-]+)*(\[\])?", spec) is not None
+
+
+def classify(schema: Mapping[str, Any] | None, description: str | None = None) -> Classification:
+    """The classification of a tool no profile knows, from its offered schema and description."""
+    if not isinstance(schema, Mapping):
+        return Classification(readable=False)
+    if any(k in schema for k in ("$ref", "anyOf", "allOf", "oneOf", "not", "if")):
+        return Classification(readable=False)
+    props = schema.get("properties")
+    if not isinstance(props, Mapping) or not props:
+        return Classification(readable=False)
+    defs: dict[str, Any] = {}
+    for key in ("$defs", "definitions"):
+        if isinstance(schema.get(key), Mapping):
+            defs.update(schema[key])
+    walk = _Walk(defs=defs, shell=[], paths=[], workdirs=[], urls=[], patch=[], texts=[])
+    try:
+        walk.object(schema, "", 0)
+    except _Unreadable:
+        return Classification(readable=False)
+    if not walk.shell and description and _SHELL_DESCRIPTION.search(description) and walk.texts:
+        # "Executes a shell command": the first required string argument carries it.
+        required = schema.get("required")
+        order = [s for s, _ in walk.texts if isinstance(required, list) and s in required]
+        order += [s for s, _ in walk.texts if s not in order]
+        kind = dict(walk.texts)[order[0]]
+        walk.shell.append((kind, order[0]))
+    specs = [s for _, s in walk.shell] + walk.paths + walk.urls + walk.patch
+    if not all(_spec_ok(s) for s in specs):
+        return Classification(readable=False)  # an argument name no argument path can address
+    return Classification(readable=True, maps=_tool_maps(walk))
+
+
+def _tool_maps(walk: _Walk) -> tuple[ToolMap, ...]:
+    if not (walk.shell or walk.paths or walk.urls or walk.patch):
+        return ()
+    paths = list(walk.paths)
+    shells: list[ShellMap] = []
+    for index, (kind, spec) in enumerate(walk.shell):
+        # The first command argument takes the tool's working directory; every other one is judged too.
+        workdir = walk.workdirs[0] if walk.workdirs and index == 0 else None
+        if workdir is not None:
+            paths.remove(workdir)
+        shells.append(ShellMap.model_validate({kind: spec, "workdir": workdir}))
+    first = ToolMap(shell=shells[0] if shells else None, paths=paths, urls=walk.urls, patch=walk.patch)
+    return (first, *(ToolMap(shell=shell) for shell in shells[1:]))
+
+
+def classify_arguments(arguments: Mapping[str, Any]) -> Classification:
+    """A call of a tool whose schema could not be read, classified by its own arguments' names and shapes."""
+    props = {str(name): _shape(value, 0) for name, value in arguments.items()}
+    return classify({"type": "object", "properties": props}) if props else Classification(readable=False)
+
+
+def _shape(value: Any, depth: int) -> dict[str, Any]:
+    if isinstance(value, str):
+        return {"type": "string"}
+    if isinstance(value, list) and depth < _MAX_DEPTH:
+        if value and all(isinstance(v, Mapping) for v in value):
+            merged: dict[str, Any] = {}
+            for item in value[:50]:
+                for key, inner in item.items():
+                    merged.setdefault(str(key), _shape(inner, depth + 1))
+            return {"type": "array", "items": {"type": "object", "properties": merged}}
+        return {"type": "array", "items": {"type": "string"}}
+    if isinstance(value, Mapping) and depth < _MAX_DEPTH:
+        return {"type": "object", "properties": {str(k): _shape(v, depth + 1) for k, v in value.items()}}
+    return {"type": "integer"}

@@ -1,0 +1,116 @@
+"""URLs a tool would open: the scheme and the host the policy's `urls:` allow.
+
+By default only `http`/`https` to a public host pass. Loopback, private, link-local, shared, reserved,
+multicast and unspecified addresses are refused in every spelling a client's resolver accepts: IPv6,
+IPv4-mapped/6to4/Teredo forms, `inet_aton`'s integer, octal, hex and short forms (`2130706433`, `0177.1`,
+`0x7f.1`, `0`), IDNA look-alikes (`ⓛocalhost`), and the names `localhost`, `*.localhost`, `*.local`,
+`*.internal`. A URL this reading and a browser's could read differently (backslashes, whitespace,
+percent-encoded or empty hosts) is refused rather than guessed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import socket
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+from .schema import UrlRules
+
+__all__ = ["host_allowed", "is_url", "url_problem"]
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_HAS_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+_SPECIAL_NAMES = ("localhost", "localdomain", "local", "internal", "home.arpa", "arpa", "intranet", "lan")
+_IPV4_LAX = re.compile(r"^[0-9a-fA-FxX.]+$")
+_IP = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def is_url(value: str) -> bool:
+    """Whether a whole value is a URL (`scheme://...`)."""
+    return bool(_SCHEME.match(value))
+
+
+def _address(host: str) -> _IP | None:
+    if ":" not in host and not _IPV4_LAX.match(host):
+        return None  # a name: no address spelling has other letters (and the parsers' errors are slow)
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    if _IPV4_LAX.match(host) and not host.endswith("."):
+        try:  # the forms getaddrinfo/inet_aton accept: 127.1, 0x7f000001, 017700000001, 2130706433, 0
+            return ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return None
+    return None
+
+
+def _special(ip: _IP) -> bool:
+    if isinstance(ip, ipaddress.IPv6Address):
+        for inner in (ip.ipv4_mapped, ip.sixtofour, ip.teredo[1] if ip.teredo else None):
+            if inner is not None and _special(inner):
+                return True
+    return not ip.is_global or ip.is_multicast or ip.is_reserved or ip.is_unspecified
+
+
+def _matches(host: str, ip: _IP | None, patterns: Iterable[str]) -> bool:
+    for pattern in patterns:
+        pattern = pattern.lower().rstrip(".")
+        if pattern.startswith("*."):
+            if host.endswith(pattern[1:]):
+                return True
+        elif "/" in pattern and ip is not None:
+            try:
+                if ip in ipaddress.ip_network(pattern, strict=False):
+                    return True
+            except ValueError:
+                continue
+        elif host == pattern or (ip is not None and _address(pattern) == ip):
+            return True
+    return False
+
+
+def host_allowed(host: str, rules: UrlRules) -> bool:
+    ip = _address(host)
+    if _matches(host, ip, rules.deny_hosts):
+        return False
+    if _matches(host, ip, rules.allow_hosts):
+        return True
+    if ip is not None:
+        return not _special(ip)
+    if host.endswith("]") or host.startswith("["):
+        return False
+    labels = host.split(".")
+    if any(host == name or host.endswith("." + name) for name in _SPECIAL_NAMES) or len(labels) < 2:
+        return False  # a bare single-label name resolves inside the network (`metadata`, `intranet`)
+    return all(labels)
+
+
+def url_problem(value: str, rules: UrlRules) -> str | None:
+    """`url` when the URL's scheme or host is refused (or it cannot be read unambiguously), else None."""
+    if not isinstance(value, str) or any(c.isspace() or ord(c) < 0x20 or c == "\\" for c in value):
+        return "url"
+    if not _HAS_SCHEME.match(value):
+        value = "https://" + value  # what a client that completes `example.com/x` would fetch
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        return "url"
+    if parts.scheme not in rules.schemes:
+        return "url"
+    if parts.scheme in ("file",):
+        return "url"
+    raw = parts.hostname
+    if not raw or "%" in parts.netloc.rpartition("@")[2]:
+        return "url"
+    try:  # IDNA maps full-width digits and look-alikes to what a browser would resolve
+        host = raw.encode("idna").decode("ascii").lower() if not raw.isascii() else raw.lower()
+    except UnicodeError:
+        return "url"
+    host = host.rstrip(".") if not host.endswith("..") else host
+    if not host or not host_allowed(host, rules):
+        return "url"
+    return None
