@@ -115,9 +115,9 @@ class Settings(BaseSettings):
         False, description="Let a request pick another loaded policy with the x-allowlist-policy header."
     )
     # The session headers the clients send out of the box: OpenCode `x-session-id`, Claude Code
-    # `x-claude-code-session-id`, Codex `session-id`.
+    # `x-claude-code-session-id`, Codex `session-id` (an older Codex `session_id`).
     session_header: Annotated[list[str], NoDecode] = Field(
-        default_factory=lambda: ["x-session-id", "x-claude-code-session-id", "session-id"],
+        default_factory=lambda: ["x-session-id", "x-claude-code-session-id", "session-id", "session_id"],
         description="Headers naming the session, first present wins (comma-separated); else lineage.",
     )
     project_root_header: str | None = Field(

@@ -154,8 +154,8 @@ def test_responses_action_items_are_judged_by_the_policy(raw_upstream, start_pro
 
 
 def test_one_narration_per_turn(upstream, proxy):
-    """The first attempt's text streams live; a rejected retry's text never reaches the client; the delivered
-    attempt's text does."""
+    """The first attempt's text streams live; a retry's text never reaches the client once it has this turn's
+    text (the delivered attempt's neither: text a client has received is never sent to it again)."""
     piped = ALLOWED + " | head -5"
     upstream.script(Reply(content="First try. ", tool_calls=[("bash", {"command": piped})]),
                     Reply(content="Second try. ", tool_calls=[("bash", {"command": piped + " -n"})]),
@@ -164,7 +164,7 @@ def test_one_narration_per_turn(upstream, proxy):
         response = client.post("/v1/chat/completions", json=chat(stream=True, tools=TOOLS))
     chunks = [json.loads(line[6:]) for line in response.text.split("\n\n") if line.startswith("data: {")]
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
-    assert text == "First try. Third try. "
+    assert text == "First try. "
     calls = [t for c in chunks if c.get("choices") for t in c["choices"][0]["delta"].get("tool_calls") or []]
     assert [json.loads(t["function"]["arguments"]) for t in calls] == [{"command": ALLOWED}]
 
@@ -178,3 +178,25 @@ def test_a_blocked_turn_ends_with_the_explanation_alone_after_the_first_attempt(
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
     assert text.startswith("Try 1. allowlist-proxy blocked this turn")
     assert "Try 2" not in text and "Try 4" not in text
+
+
+def test_narration_is_never_sent_twice_and_the_delivered_turn_is_what_the_client_got(upstream, proxy):
+    """The exact bytes of a streamed turn whose first attempt was rejected: the first attempt's text once, the
+    allowed call, the finish; a retry whose first attempt said nothing sends its own text."""
+    piped = ALLOWED + " | head -5"
+    for first, expected in (("I will run a tool.", "I will run a tool."), ("", "Now allowed.")):
+        upstream.script(Reply(content=first, tool_calls=[("bash", {"command": piped})]),
+                        Reply(content=first or "Now allowed.", tool_calls=[("bash", {"command": ALLOWED})]))
+        with proxy.client() as client:
+            response = client.post("/v1/chat/completions", json=chat(stream=True, tools=TOOLS),
+                                   headers={"x-session-id": "ses_narration"})
+        chunks = [json.loads(line[6:]) for line in response.text.split("\n\n") if line.startswith("data: {")]
+        deltas = [c["choices"][0]["delta"] for c in chunks if c.get("choices")]
+        assert "".join(d.get("content") or "" for d in deltas) == expected
+        # Each piece of text exactly once, in the upstream's own cuts: the first attempt's live (the retry's
+        # identical pieces never follow), or the retry's when the first attempt said nothing.
+        assert [d["content"] for d in deltas if d.get("content")] == [expected[k:k + 4]
+                                                                     for k in range(0, len(expected), 4)]
+        calls = [t for d in deltas for t in d.get("tool_calls") or []]
+        assert [json.loads(t["function"]["arguments"]) for t in calls] == [{"command": ALLOWED}]
+        assert response.text.endswith("data: [DONE]\n\n")

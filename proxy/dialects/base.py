@@ -111,6 +111,10 @@ class Dialect(ABC):
     def reply(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
         """What the client got, as chat messages, for the session lineage."""
 
+    def response_id(self, obj: dict[str, Any]) -> str | None:
+        """The id a whole response gives the client to continue from (`previous_response_id`), if the API has one."""
+        return None
+
     @abstractmethod
     def repaired_fields(self, call: ToolCall) -> dict[str, Any]:
         """The fields of a call's item that carry a repaired call's judged arguments."""
@@ -157,12 +161,13 @@ class DialectExchange(Exchange):
         self.record.fail("upstream_error", f"upstream failed: {exc}")
         return self.spec.error_response(UpstreamProtocolError(f"upstream failed: {exc}"))
 
-    def remember(self, reply: list[dict[str, Any]]) -> None:
-        """Let the client's next request (this conversation plus what it got) continue this session."""
+    def remember(self, reply: list[dict[str, Any]], response_id: str | None = None) -> None:
+        """Let the client's next request (this conversation plus what it got, or the response id it was given)
+        continue this session."""
         if not reply:
             return
         messages = list(self.conversation or []) + reply[:-1]
-        self.state.sessions.remember(self.record.session, messages, reply[-1])
+        self.state.sessions.remember(self.record.session, messages, reply[-1], response_id=response_id)
 
 
 class IndexMap:
@@ -218,6 +223,7 @@ class DialectStream(StreamedAttempts, Generic[HeldT]):
         self.positions = IndexMap()
         self.held: dict[Hashable, HeldT] = {}  # the attempt's calls by the upstream's position, in order
         self.attempt_text = ""  # the attempt's visible text: the held turn's content in a retry
+        self.sent_kinds: set[str] = set()  # the kinds of text the first attempt sent (`narrate`)
 
     @property
     def enforce(self) -> bool:
@@ -235,11 +241,24 @@ class DialectStream(StreamedAttempts, Generic[HeldT]):
     def narrate(self, obj: dict[str, Any]) -> bytes | None:
         """One text event of the attempt (enforce mode). One narration per turn: the first attempt's text goes
         out now; a retry's waits for the verdict and goes out only with a delivered turn
-        (`released_narration`)."""
+        (`released_narration`), and only where the first attempt sent no text of its kind: text a client has
+        received is never sent to it again, so it holds the first attempt's narration and the delivered calls."""
+        kind = self.text_kind(obj)
         if self.attempt == 1:
+            if self.carries_text(obj) and kind is not None:
+                self.sent_kinds.add(kind)
             return self.encode(obj)
-        self.narration.append(obj)
+        if kind is None or kind not in self.sent_kinds:
+            self.narration.append(obj)
         return None
+
+    @abstractmethod
+    def text_kind(self, obj: dict[str, Any]) -> str | None:
+        """The kind of text item or block a text event belongs to (`text`, `thinking`; `message`, `reasoning`)."""
+
+    @abstractmethod
+    def carries_text(self, obj: dict[str, Any]) -> bool:
+        """Whether a text event gives the client text of its kind (a non-empty delta, a block started whole)."""
 
     def released_narration(self) -> list[bytes]:
         """The held text of a delivered attempt, encoded now: numbered and placed after everything sent so far."""
@@ -368,8 +387,12 @@ class DialectStream(StreamedAttempts, Generic[HeldT]):
     def retry_turn(self, judged: list[JudgedCall]) -> list[dict[str, Any]]:
         return self.ex.spec.retry_items(retry_messages(self.ex.policy, self.text(), judged))
 
+    def response_id(self) -> str | None:
+        """The id the client was given for the streamed response, if the API has one."""
+        return None
+
     def remember(self) -> None:
-        self.ex.remember(self.reply())
+        self.ex.remember(self.reply(), self.response_id())
 
 
 # ---------------------------------------------------------------- the request
@@ -406,7 +429,7 @@ async def _complete(ex: DialectExchange) -> Response:
         if outcome is Outcome.DELIVER:
             if any(item.repaired for item in judged):
                 dialect.write_repairs(obj, judged)  # enforce mode only: the re-encoded object goes out below
-            ex.remember(dialect.reply(obj))
+            ex.remember(dialect.reply(obj), dialect.response_id(obj))
             if attempt == 1 and not ex.enforce:
                 return Response(read.response.content, status_code=200, headers=read.headers)
             dialect.set_usage(obj, record.usage)
@@ -416,7 +439,7 @@ async def _complete(ex: DialectExchange) -> Response:
         ex.extra_messages += dialect.retry_items(retry_messages(ex.policy, dialect.text(obj), judged))
     dialect.set_blocked(obj, blocked_message(ex.policy, judged, record.attempts))
     dialect.set_usage(obj, record.usage)
-    ex.remember(dialect.reply(obj))
+    ex.remember(dialect.reply(obj), dialect.response_id(obj))
     return judged_json(obj)
 
 

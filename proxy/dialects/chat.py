@@ -127,6 +127,7 @@ async def _complete(ex: Exchange) -> Response:
                        "logprobs": None, "finish_reason": "stop"}]
     if isinstance(obj.get("usage"), dict):
         _sum_usage(obj["usage"], record.usage)
+    _remember(ex, messages, obj)  # the explanation is the turn the client holds now
     return judged_json(obj)
 
 
@@ -218,8 +219,13 @@ class _StreamRelay(StreamedAttempts):
         self.attempt = 1
         self.attempt_usage: Any = None
         self.upstream_error = False
-        self.reply_content = ""
+        self.reply_content = ""  # text the client got after the first attempt's (a retry's, a blocked turn's)
         self.reply_calls: list[dict[str, Any]] = []
+        # Text fields the client received live in the first attempt, and that content: a retry's text of such
+        # a field is never sent (the client has this turn's narration), so what the client holds is the first
+        # attempt's text, the delivered attempt's calls and what the lineage records.
+        self.sent_fields: set[str] = set()
+        self.first_content = ""
         self.late_calls: list[ToolCall] = []  # the attempt's output the proxy could not judge
         self.ended = False  # [DONE] seen in this attempt
         self.done = False
@@ -232,6 +238,8 @@ class _StreamRelay(StreamedAttempts):
         return self.attempt > 1 and self.ex.enforce
 
     def deliver(self, judged: list[JudgedCall]) -> list[bytes]:
+        if self.attempt > 1 and "content" not in self.sent_fields:
+            self.reply_content += self._content()  # released with the delivered turn
         return self._release() if self.ex.enforce else []
 
     def block(self, judged: list[JudgedCall]) -> list[bytes]:
@@ -241,6 +249,8 @@ class _StreamRelay(StreamedAttempts):
         return retry_messages(self.ex.policy, self._content(), judged)
 
     def begin_attempt(self) -> None:
+        if self.attempt == 1:
+            self.first_content = self._content()
         self.attempt += 1
         self.choices = {}
         self.late_calls = []
@@ -312,6 +322,8 @@ class _StreamRelay(StreamedAttempts):
                     # string), released as it came: what `_chunk` would do for it, the branches that cannot
                     # apply left out.
                     choice.content.append(text)
+                    if text:
+                        self.sent_fields.add("content")
                     self.ex.record.mark_first_token()
                     return event.raw
         enforce = self.ex.enforce
@@ -401,6 +413,8 @@ class _StreamRelay(StreamedAttempts):
             for e in events:
                 if isinstance(e, TextDelta):
                     released[e.field] = released.get(e.field, "") + e.text
+                    if self.attempt == 1 and e.text:
+                        self.sent_fields.add(e.field)  # text goes out live in the first attempt
                 elif isinstance(e, CompletedCall):
                     completed.append(e.call)
             if "content" in released:
@@ -440,7 +454,7 @@ class _StreamRelay(StreamedAttempts):
             if self.attempt > 1:
                 new_delta.pop("role", None)
             for e in events:
-                if isinstance(e, TextDelta):
+                if isinstance(e, TextDelta) and not (self.attempt > 1 and e.field in self.sent_fields):
                     new_delta[e.field] = new_delta.get(e.field, "") + e.text
             tool_deltas: list[dict[str, Any]] = []
             if not ex.enforce:
@@ -523,7 +537,9 @@ class _StreamRelay(StreamedAttempts):
         return out
 
     def _reply(self) -> dict[str, Any]:
-        content = self._content() if not self.reply_content else self.reply_content
+        """The turn as the client holds it: the text it received (the first attempt's, live; a retry's only for a
+        field the first attempt left empty; the blocked turn's explanation) and the calls delivered."""
+        content = (self._content() if self.attempt == 1 else self.first_content) + self.reply_content
         return {"role": "assistant", "content": content, "tool_calls": self.reply_calls}
 
     def _encode(self, choices: list[dict[str, Any]], top: dict[str, Any] | None = None) -> bytes:

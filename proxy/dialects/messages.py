@@ -95,7 +95,7 @@ def message_chat(message: Any) -> list[dict[str, Any]]:
     role, content = message.get("role"), message.get("content")
     if not isinstance(content, list):
         return [{"role": role, "content": _block_text(content)}]
-    calls = [{"function": {"name": b.get("name"), "arguments": b.get("input")}}
+    calls = [{"id": b.get("id"), "function": {"name": b.get("name"), "arguments": b.get("input")}}
              for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
     results = [{"role": "tool", "tool_call_id": b.get("tool_use_id"), "content": _block_text(b.get("content"))}
                for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
@@ -322,6 +322,17 @@ class _MessagesStream(DialectStream[_HeldBlock]):
             return event.raw
         return self.narrate(obj)
 
+    def text_kind(self, obj: dict[str, Any]) -> str | None:
+        index = obj.get("index")
+        return self.started.get(index) if isinstance(index, int) else None
+
+    def carries_text(self, obj: dict[str, Any]) -> bool:
+        delta = obj.get("delta")
+        if isinstance(delta, dict):
+            return bool(delta.get("text") or delta.get("thinking"))
+        block = obj.get("content_block")
+        return isinstance(block, dict) and bool(block.get("text") or block.get("thinking") or block.get("data"))
+
     def encode(self, obj: dict[str, Any]) -> bytes:
         delta = obj.get("delta")
         text = delta.get("text") if isinstance(delta, dict) and delta.get("type") == "text_delta" else None
@@ -339,7 +350,7 @@ class _MessagesStream(DialectStream[_HeldBlock]):
         return _sse(obj)  # enforce mode: always the proxy's own encoding
 
     def _sent_call(self, call: ToolCall) -> None:
-        self.calls_sent.append({"function": {"name": call.name, "arguments": call.arguments}})
+        self.calls_sent.append({"id": call.id, "function": {"name": call.name, "arguments": call.arguments}})
 
     # -- the end of an attempt
 

@@ -76,8 +76,8 @@ def item_message(item: Any) -> dict[str, Any] | None:
         return None
     kind = item.get("type")
     if kind == "function_call":
-        return {"role": "assistant", "content": None,
-                "tool_calls": [{"function": {"name": item.get("name"), "arguments": item.get("arguments")}}]}
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": item.get("call_id"), "function": {"name": item.get("name"), "arguments": item.get("arguments")}}]}
     if kind == "function_call_output":
         return {"role": "tool", "content": parts_text(item.get("output")), "tool_call_id": item.get("call_id")}
     if kind in (None, "message") and isinstance(item.get("role"), str):
@@ -189,6 +189,10 @@ class ResponsesDialect(Dialect, route="responses", path="/responses", history_ke
         output = obj.get("output")
         return [m for m in map(item_message, output) if m is not None] if isinstance(output, list) else []
 
+    def response_id(self, obj: dict[str, Any]) -> str | None:
+        found = obj.get("id")
+        return found if isinstance(found, str) and found else None
+
     def repaired_fields(self, call: ToolCall) -> dict[str, Any]:
         return {"arguments": call.arguments_text}
 
@@ -268,6 +272,7 @@ class _ResponsesStream(DialectStream[_HeldCall]):
         self.completed: tuple[dict[str, Any], bytes] | None = None
         self.completed_fits = False  # the closing response lists exactly the items streamed, all judged
         self.attempt_items: set[Hashable] = set()  # positions of this attempt's items
+        self.item_kinds: dict[Any, str] = {}  # this attempt's output_index -> its item's type
 
     def begin_attempt(self) -> None:
         super().begin_attempt()
@@ -275,6 +280,7 @@ class _ResponsesStream(DialectStream[_HeldCall]):
         self.refused = set()
         self.finished = set()
         self.attempt_items = set()
+        self.item_kinds = {}
         self.completed = None
         self.completed_fits = False
 
@@ -318,6 +324,8 @@ class _ResponsesStream(DialectStream[_HeldCall]):
         if item is not None:
             self.attempt_items.add(key)
             item_kind = item.get("type")
+            if isinstance(position, int) and isinstance(item_kind, str):
+                self.item_kinds[position] = item_kind
             if item_kind not in _TEXT_ITEMS and item_kind not in _CALL_ITEMS:
                 self.refused.add(key)
                 return self.drop(event, f"an output item of a type the proxy does not know (`{str(item_kind)[:60]}`)",
@@ -384,6 +392,15 @@ class _ResponsesStream(DialectStream[_HeldCall]):
             if isinstance(item_id, str):
                 self.held_ids[item_id] = found
         return found
+
+    def text_kind(self, obj: dict[str, Any]) -> str | None:
+        item = obj.get("item")
+        if isinstance(item, dict) and isinstance(item.get("type"), str):
+            return str(item["type"])
+        return self.item_kinds.get(obj.get("output_index"))
+
+    def carries_text(self, obj: dict[str, Any]) -> bool:
+        return str(obj.get("type")).endswith(".delta") and bool(obj.get("delta"))
 
     def encode(self, obj: dict[str, Any]) -> bytes:
         return self._send(obj)
@@ -465,3 +482,7 @@ class _ResponsesStream(DialectStream[_HeldCall]):
 
     def reply(self) -> list[dict[str, Any]]:
         return [m for m in (item_message(self.items[k]) for k in sorted(self.items)) if m is not None]
+
+    def response_id(self) -> str | None:
+        found = self.created.get("id") if self.created is not None else None  # the id the client was given
+        return found if isinstance(found, str) and found else None

@@ -35,6 +35,7 @@ from proxy.logs import get_logger
 from proxy.policy import LoadedPolicy
 from proxy.policy.profiles import ToolSet
 from proxy.services import Services
+from proxy.sessions.project_root import stated_root
 from proxy.stats.prometheus import BUDGET_EXHAUSTED, RETRIES, TOOL_CALLS
 from proxy.stats.prometheus_feed import LOOP_TRACKER
 from proxy.store.recorder import queue_calls, release_calls
@@ -86,8 +87,10 @@ class Exchange:
     toolset: ToolSet | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
+        stated = self.state.sessions.project_root(self.record.session, stated_root(self.record.route, self.payload))
         self.toolset = request_tools(self.policy, self.record, self.payload, self.headers,
-                                     root_header=getattr(self.state.settings, "project_root_header", None))
+                                     root_header=getattr(self.state.settings, "project_root_header", None),
+                                     stated_root=stated)
     conversation: list[dict[str, Any]] | None = None  # the request's conversation as chat messages (lineage)
 
     @property
@@ -249,7 +252,7 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
     upstream_model = await state.models.resolve(model, headers)
     policy = pick_policy(request, state)
     conversation = shape.conversation(payload)
-    session = await state.sessions.aresolve(request.headers, conversation)  # replicas share the lineage
+    session = await state.sessions.aresolve(request.headers, conversation, payload)  # replicas share the lineage
     stream, changed = normalize_stream(payload)
     if upstream_model != model:
         payload["model"] = upstream_model

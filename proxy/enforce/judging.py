@@ -73,16 +73,18 @@ def call_command(policy: LoadedPolicy, call: ToolCall, tools: ToolSet | None) ->
 
 
 def request_tools(policy: LoadedPolicy, record: RequestRecord, payload: Mapping[str, Any],
-                  headers: Mapping[str, str], *, root_header: str | None = None) -> ToolSet | None:
+                  headers: Mapping[str, str], *, root_header: str | None = None,
+                  stated_root: str | None = None) -> ToolSet | None:
     """The request's tool set: the profiles its offered tools choose (kept on the record), the project
     root its header names. A request offering tools none of which is governed is said once per session
     in the log, and counted every time."""
     try:
-        tools = ToolSet.for_request(policy.policy, payload, headers, root_header=root_header)
+        tools = ToolSet.for_request(policy.policy, payload, headers, root_header=root_header, stated_root=stated_root)
     except Exception:  # the judge then applies every map that fits each call: stricter, never looser
         log.exception("judging.profile_selection_failed", request_id=record.id)
         return None
     record.profiles = ",".join(tools.profiles)[:256] or None
+    record.project_root = ",".join(tools.roots)[:1024] or None
     if tools.offered and not tools.governed():
         UNGOVERNED_REQUESTS.labels(record.model).inc()
         session = record.session.id

@@ -164,12 +164,16 @@ class ToolSet:
 
     @classmethod
     def for_request(cls, policy: Policy, payload: Mapping[str, Any], headers: Mapping[str, str], *,
-                    root_header: str | None = None) -> ToolSet:
+                    root_header: str | None = None, stated_root: str | None = None) -> ToolSet:
+        """`stated_root`: the root the client states for itself (proxy/sessions/project_root.py), used only where
+        the operator pinned none (`paths.project_root`, or the request's `root_header`)."""
         roots: tuple[str, ...] = ()
         if root_header:
             value = _header(headers, root_header)
             root = normal_root(value) if value else None
             roots = (root,) if root else ()
+        if not roots and stated_root and not policy.paths.project_root and policy.paths.infer_project_root:
+            roots = (stated_root,)
         tools = cls(table=profile_table(policy), offered=offered_tools(payload),
                     user_agent=_header(headers, "user-agent"), extra_roots=roots)
         tools.select()

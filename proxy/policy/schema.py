@@ -22,8 +22,10 @@ from pydantic import (
 
 __all__ = [
     "DEFAULT_FEEDBACK",
+    "DEFAULT_OTHER_FEEDBACK",
     "DEFAULT_PASSTHROUGH_ROUTES",
     "DEFAULT_PATHS",
+    "DEFAULT_PATHS_FEEDBACK",
     "ArgPath",
     "BashRules",
     "Examples",
@@ -39,7 +41,12 @@ __all__ = [
     "UrlRules",
 ]
 
-DEFAULT_FEEDBACK = "Rejected ({reasons}): only `uv run scripts/<name>.py [args]` may run. Scripts: {scripts}."
+# The built-in feedback, per capability: what a policy without `feedback:` gives the model. The shipped
+# policies set none of their own, so this is the one source of what a model is told (with what to do instead,
+# `{hint}`, and the nearest allowed command, `{suggestion}`).
+DEFAULT_FEEDBACK = ("Rejected ({reasons}): `{tool}` may only run `uv run scripts/<name>.py [args]`. {hint} "
+                    "Scripts: {scripts}. {suggestion}")
+DEFAULT_PATHS_FEEDBACK = "Rejected ({reasons}): `{tool}` may only use files inside the project. {hint}"
 # What a rejected call that is not a shell command (a file path, an unknown tool, bad arguments) is told
 # when the policy gives one template only: never the shell rules, which have nothing to do with it.
 DEFAULT_OTHER_FEEDBACK = "Rejected ({reasons}): `{tool}` call refused. {hint}"
@@ -238,6 +245,9 @@ class PathRules(_Strict):
     """`paths:` the project root(s) absolute paths may name, and (the older form) tool -> path argument."""
 
     project_root: list[str] = Field(default_factory=list)
+    # Learn each request's root from what its client states about its working directory (Claude Code, Codex,
+    # Cline, Qwen Code; proxy/sessions/project_root.py) when no root is pinned here or by project_root_header.
+    infer_project_root: bool = True
     tools: dict[ToolName, ArgName | list[ArgName]] = Field(default_factory=lambda: dict(DEFAULT_PATHS))
 
     @model_validator(mode="before")
@@ -246,8 +256,9 @@ class PathRules(_Strict):
         # `paths: {read: filePath, ...}` is the original form: every key but the reserved ones names a tool.
         if not isinstance(data, dict) or "tools" in data:
             return data
-        tools = {k: v for k, v in data.items() if k != "project_root"}
-        out = {k: v for k, v in data.items() if k == "project_root"}
+        reserved = ("project_root", "infer_project_root")
+        tools = {k: v for k, v in data.items() if k not in reserved}
+        out = {k: v for k, v in data.items() if k in reserved}
         if tools or "project_root" not in data:
             out["tools"] = tools
         return out
@@ -275,7 +286,7 @@ class Feedback(_Strict):
     """What a rejected call is told, per capability (placeholders as in the one-string form)."""
 
     shell: str = DEFAULT_FEEDBACK
-    paths: str = DEFAULT_OTHER_FEEDBACK
+    paths: str = DEFAULT_PATHS_FEEDBACK
     other: str = DEFAULT_OTHER_FEEDBACK
 
 
@@ -305,7 +316,7 @@ class Policy(_Strict):
     builtin_profiles: bool = True
     other_tools: Literal["allow", "reject"] = "allow"
     urls: UrlRules = Field(default_factory=UrlRules)
-    feedback: str | Feedback = DEFAULT_FEEDBACK
+    feedback: str | Feedback = Field(default_factory=Feedback)
     loop_min_attempts: int = Field(default=3, ge=2, le=100)
     examples: Examples = Field(default_factory=Examples)
     passthrough_routes: list[RoutePath] = Field(default_factory=lambda: list(DEFAULT_PASSTHROUGH_ROUTES))

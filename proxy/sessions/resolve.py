@@ -1,23 +1,31 @@
 """Which session a request belongs to.
 
-In order: the first of the session headers present (by default those the clients send out of the box:
-OpenCode's `x-session-id`, Claude Code's `x-claude-code-session-id`, Codex's `session-id`), else lineage:
-a request continues a session only when its messages extend a conversation that includes a reply the
-proxy delivered in that session. Two conversations that merely begin alike (the same system prompt and
-first question, as every run of a scripted agent does) are two sessions.
+In order:
+1. the first of the session headers present (by default those the clients send out of the box: OpenCode's
+   `x-session-id`, Claude Code's `x-claude-code-session-id`, Codex's `session-id` and an older Codex's
+   `session_id`);
+2. the session id Claude Code writes into the body's `metadata.user_id` (`user_<hash>_account_<id>_session_<uuid>`,
+   or from 2.1.78 a JSON string `{"device_id", "account_uuid", "session_id"}`);
+3. `previous_response_id` (Responses API): the session of the response the proxy returned under that id;
+4. lineage: a request continues a session only when its conversation extends a turn the proxy delivered in it,
+   keyed on that exact turn as the client received it (its text and its calls with their ids). Two
+   conversations that merely begin alike (every run of a scripted agent) are two sessions; runs whose
+   delivered turns are identical, ids and all, share a digest, and each continuation takes a session still
+   waiting at that turn (the oldest first), so interleaved identical runs neither merge nor split.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -26,21 +34,47 @@ from proxy.store import tables
 from proxy.store.recorder import queue_lineage
 from proxy.store.writer import StoreWriter
 
-__all__ = ["DEFAULT_SESSION_HEADERS", "SessionRef", "SessionResolver", "conversation_digests"]
+__all__ = ["DEFAULT_SESSION_HEADERS", "SessionRef", "SessionResolver", "body_session", "conversation_digests",
+           "response_digest"]
 
-DEFAULT_SESSION_HEADERS = ("x-session-id", "x-claude-code-session-id", "session-id")
+DEFAULT_SESSION_HEADERS = ("x-session-id", "x-claude-code-session-id", "session-id", "session_id")
 
 log = get_logger("proxy.sessions.resolve")
 
 # How many of a conversation's latest prefixes are looked up in the shared store: the turn a
 # request continues is one of its last few messages.
 _SHARED_LOOKBACK = 64
+_MAX_ID = 128
+_LEGACY_USER_ID = re.compile(r"_session_([0-9A-Za-z-]{8,128})$")
+
 
 @dataclass(frozen=True, slots=True)
 class SessionRef:
     id: str
-    source: str  # header | lineage
+    source: str  # header | metadata (Claude Code's body) | lineage (previous_response_id included)
     is_new: bool
+
+
+def body_session(payload: Mapping[str, Any] | None) -> str | None:
+    """Claude Code's session id in `metadata.user_id` (both of its formats), else None."""
+    metadata = payload.get("metadata") if isinstance(payload, Mapping) else None
+    user_id = metadata.get("user_id") if isinstance(metadata, Mapping) else None
+    if not isinstance(user_id, str) or not user_id:
+        return None
+    if user_id.startswith("{"):
+        try:
+            parsed = json.loads(user_id)
+        except ValueError:
+            return None
+        found = parsed.get("session_id") if isinstance(parsed, dict) else None
+        return found[:_MAX_ID] if isinstance(found, str) and found else None
+    match = _LEGACY_USER_ID.search(user_id)
+    return match.group(1) if match else None
+
+
+def response_digest(response_id: str) -> str:
+    """The lineage key of a response id the proxy returned (`previous_response_id` continues it)."""
+    return "r" + hashlib.sha256(response_id.encode()).hexdigest()[:31]
 
 
 def _text(content: Any) -> str:
@@ -65,14 +99,16 @@ def _arguments(raw: Any) -> Any:
 
 def _canonical(message: Mapping[str, Any]) -> bytes:
     # Clients resend earlier turns with small differences (content null vs "", reasoning dropped,
-    # arguments re-serialized), so only what identifies the turn is hashed.
-    # Histories are the client's: any field may have any shape, and none may break the digest.
+    # arguments re-serialized), so only what identifies the turn is hashed: its role, text, calls with their
+    # ids (each delivered call's id is the upstream's, unique per turn, and sent back by every client) and
+    # the call a tool message answers. Histories are the client's: any field may have any shape, and none
+    # may break the digest.
     raw_calls = message.get("tool_calls")
     calls = []
     for call in raw_calls if isinstance(raw_calls, list) else []:
         function = call.get("function") if isinstance(call, dict) else None
         if isinstance(function, dict):
-            calls.append([function.get("name"), _arguments(function.get("arguments"))])
+            calls.append([call.get("id"), function.get("name"), _arguments(function.get("arguments"))])
     try:
         key = [message.get("role"), _text(message.get("content")), calls, message.get("tool_call_id")]
         return json.dumps(key, sort_keys=True, ensure_ascii=False, default=str).encode()
@@ -100,8 +136,8 @@ def conversation_digests(messages: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 class SessionResolver:
-    """Resolves sessions from headers, else from lineage kept in memory and, when given a store, in the
-    database too, so that replicas sharing one database continue each other's sessions."""
+    """Resolves sessions from headers and the body, else from lineage kept in memory and, when given a store, in
+    the database too, so that replicas sharing one database continue each other's sessions."""
 
     def __init__(self, headers: str | Sequence[str] | None = None, *, max_entries: int = 200_000,
                  engine: AsyncEngine | None = None, writer: StoreWriter | None = None) -> None:
@@ -110,84 +146,159 @@ class SessionResolver:
         elif isinstance(headers, str):  # one extra header, after the defaults (the setting's older form)
             headers = (*DEFAULT_SESSION_HEADERS, headers)
         self._headers = tuple(dict.fromkeys(h.lower() for h in headers if h))
-        self._lineage: OrderedDict[str, str] = OrderedDict()
+        # digest -> the sessions that hold it, oldest first; session -> the digest it last reached (its head)
+        self._lineage: OrderedDict[str, list[str]] = OrderedDict()
+        self._heads: OrderedDict[str, str] = OrderedDict()
+        # (digest, session) a request has continued from, before its reply is remembered (identical runs)
+        self._claimed: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._roots: OrderedDict[str, str] = OrderedDict()  # session -> the project root its client stated
         self._max_entries = max_entries
         self._engine = engine
         self._writer = writer
 
-    def _from_headers(self, headers: Mapping[str, str]) -> SessionRef | None:
+    def _named(self, headers: Mapping[str, str], payload: Mapping[str, Any] | None) -> SessionRef | None:
         for name in self._headers:
             value = headers.get(name)
             if value:
-                return SessionRef(value[:128], "header", False)
+                return SessionRef(value[:_MAX_ID], "header", False)
+        found = body_session(payload)
+        if found is not None:
+            return SessionRef(found, "metadata", False)
         return None
 
-    def _local(self, digests: list[str]) -> str | None:
-        for digest in reversed(digests):
+    @staticmethod
+    def _keys(messages: Sequence[Mapping[str, Any]] | None, payload: Mapping[str, Any] | None) -> list[str]:
+        """The lineage keys a request may continue, the weakest first: its conversation's prefixes, then the
+        response it names (`previous_response_id`), which decides over any prefix."""
+        keys = conversation_digests(messages or [])
+        previous = payload.get("previous_response_id") if isinstance(payload, Mapping) else None
+        if isinstance(previous, str) and previous:
+            keys.append(response_digest(previous))
+        return keys
+
+    def _pick(self, digest: str, sessions: Sequence[str], heads: Mapping[str, str]) -> str:
+        """One of the sessions holding `digest`: the only one, else the oldest still waiting there (its head,
+        not yet continued by another request), else the oldest."""
+        if len(sessions) > 1:
+            for session in sessions:
+                if heads.get(session, digest) == digest and (digest, session) not in self._claimed:
+                    break
+            else:
+                session = sessions[0]
+        else:
+            session = sessions[0]
+        self._claimed[(digest, session)] = None
+        while len(self._claimed) > self._max_entries:
+            self._claimed.popitem(last=False)
+        return session
+
+    def _local(self, keys: list[str]) -> tuple[str | None, int]:
+        """The session of the longest key this process knows, and that key's position (-1: none)."""
+        for position in range(len(keys) - 1, -1, -1):
+            digest = keys[position]
             found = self._lineage.get(digest)
-            if found is not None:
+            if found:
                 self._lineage.move_to_end(digest)
-                return found
-        return None
+                return self._pick(digest, found, self._heads), position
+        return None, -1
 
-    def resolve(self, headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]] | None) -> SessionRef:
-        """From headers and this process's memory only."""
-        if (ref := self._from_headers(headers)) is not None:
+    def resolve(self, headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]] | None,
+                payload: Mapping[str, Any] | None = None) -> SessionRef:
+        """From headers, the body and this process's memory only."""
+        if (ref := self._named(headers, payload)) is not None:
             return ref
-        found = self._local(conversation_digests(messages or []))
-        if found is not None:
-            return SessionRef(found, "lineage", False)
-        return SessionRef("lin_" + uuid.uuid4().hex, "lineage", True)
+        keys = self._keys(messages, payload)
+        return self._lineage_ref(self._local(keys)[0])
 
-    async def aresolve(self, headers: Mapping[str, str],
-                       messages: Sequence[Mapping[str, Any]] | None) -> SessionRef:
+    async def aresolve(self, headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]] | None,
+                       payload: Mapping[str, Any] | None = None) -> SessionRef:
         """Like resolve, then the shared store: another replica may have served the earlier turns."""
-        if (ref := self._from_headers(headers)) is not None:
+        if (ref := self._named(headers, payload)) is not None:
             return ref
-        digests = conversation_digests(messages or [])
-        found = self._local(digests)
-        if found is None and self._engine is not None and digests:
-            found = await self._shared(digests[-_SHARED_LOOKBACK:])
+        keys = self._keys(messages, payload)
+        found, position = self._local(keys)
+        # Another replica may have delivered a later turn of this conversation than the one this process
+        # knows: the shared store is asked for the keys past it.
+        later = keys[position + 1:][-_SHARED_LOOKBACK:]
+        if self._engine is not None and later:
+            found = await self._shared(later) or found
+        return self._lineage_ref(found)
+
+    @staticmethod
+    def _lineage_ref(found: str | None) -> SessionRef:
         if found is not None:
             return SessionRef(found, "lineage", False)
         return SessionRef("lin_" + uuid.uuid4().hex, "lineage", True)
 
-    async def _shared(self, digests: list[str]) -> str | None:
+    async def _shared(self, keys: list[str]) -> str | None:
         assert self._engine is not None
-        query = select(tables.session_lineage.c.digest, tables.session_lineage.c.session_id).where(
-            tables.session_lineage.c.digest.in_(digests))
+        lineage = tables.session_lineage
+        query = select(lineage.c.digest, lineage.c.session_id, lineage.c.created_at).where(
+            lineage.c.digest.in_(keys))
         try:
             async with self._engine.connect() as conn:
-                rows = {digest: session for digest, session in (await conn.execute(query))}
+                held: dict[str, list[tuple[float, str]]] = {}
+                for digest, session, created in await conn.execute(query):
+                    held.setdefault(digest, []).append((created, session))
+                best = next((k for k in reversed(keys) if k in held), None)
+                if best is None:
+                    return None
+                sessions = [s for _, s in sorted(held[best])]
+                heads: dict[str, str] = {}
+                if len(sessions) > 1:  # identical runs: which of them still wait at this turn
+                    reached = {session: created for created, session in held[best]}
+                    latest = select(lineage.c.session_id, func.max(lineage.c.created_at)).where(
+                        lineage.c.session_id.in_(sessions)).group_by(lineage.c.session_id)
+                    for session, newest in await conn.execute(latest):
+                        heads[session] = best if newest <= reached[session] else ""
         except SQLAlchemyError as exc:
             log.warning("sessions.lineage_lookup_failed", error=str(exc))
             return None
-        for digest in reversed(digests):
-            if digest in rows:
-                self._lineage[digest] = rows[digest]
-                return rows[digest]
-        return None
+        for session in sessions:
+            self._hold(best, session)
+        return self._pick(best, sessions, heads)
 
-    def remember(self, session: SessionRef, messages: Sequence[Mapping[str, Any]],
-                 reply: Mapping[str, Any] | None = None) -> None:
-        """Record the conversation the client now holds, so its next request continues this session.
-
-        Only the conversation that ends with the reply the proxy delivered is recorded: a later request
-        continues the session only by extending it. The request's own messages are not, so a second
-        conversation that starts with the same messages is a session of its own.
-        Not for a session a header named: that client names its sessions itself, and hashing a 60k-token
-        conversation costs most of a millisecond per request.
-        """
-        if session.source != "lineage" or not reply:
-            return
-        session_id = session.id
-        if not isinstance(reply, Mapping):
-            return
-        digests = conversation_digests([*messages, reply])[-1:]
-        for digest in digests:
-            self._lineage[digest] = session_id
-            self._lineage.move_to_end(digest)
-        if self._writer is not None:
-            queue_lineage(self._writer, session_id, digests)
+    def _hold(self, digest: str, session: str) -> None:
+        holders = self._lineage.setdefault(digest, [])
+        if session not in holders:
+            holders.append(session)
+        self._lineage.move_to_end(digest)
         while len(self._lineage) > self._max_entries:
             self._lineage.popitem(last=False)
+
+    def project_root(self, session: SessionRef, stated: str | None) -> str | None:
+        """The root the request's client states, kept for its session; a request of the session that states
+        none (a title or a subagent request) gets the one its session's client stated last."""
+        if stated is not None:
+            self._roots[session.id] = stated
+            self._roots.move_to_end(session.id)
+            while len(self._roots) > self._max_entries:
+                self._roots.popitem(last=False)
+            return stated
+        return self._roots.get(session.id)
+
+    def remember(self, session: SessionRef, messages: Sequence[Mapping[str, Any]],
+                 reply: Mapping[str, Any] | None = None, *, response_id: str | None = None) -> None:
+        """Record the conversation the client now holds, so its next request continues this session.
+
+        Only the conversation that ends with the reply the proxy delivered (exactly as the client received it)
+        is recorded, and the response id the client was given: a later request continues the session only by
+        extending it or naming that response. The request's own messages are not, so a second conversation that
+        starts with the same messages is a session of its own.
+        Not for a session a header or the body named: that client names its sessions itself, and hashing a
+        60k-token conversation costs most of a millisecond per request.
+        """
+        if session.source != "lineage" or not isinstance(reply, Mapping) or not reply:
+            return
+        keys = conversation_digests([*messages, reply])[-1:]
+        if response_id:
+            keys.append(response_digest(response_id))
+        for digest in keys:
+            self._hold(digest, session.id)
+        if keys:
+            self._heads[session.id] = keys[0]
+            self._heads.move_to_end(session.id)
+            while len(self._heads) > self._max_entries:
+                self._heads.popitem(last=False)
+        if self._writer is not None:
+            queue_lineage(self._writer, session.id, keys)

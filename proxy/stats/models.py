@@ -180,6 +180,7 @@ async def session_detail(
             return None
         n_requests = await queries.session_request_count(conn, session_id)
         profiles = await queries.session_profiles(conn, session_id)
+        roots = await queries.session_project_roots(conn, session_id)
     loop_numbers: dict[int, int] = {}  # run number -> loop number, in order of the loops' first calls
     loops: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
@@ -211,6 +212,8 @@ async def session_detail(
         "models": sorted({c["model"] for c in calls}),
         "requests": n_requests,
         "profiles": profiles,
+        "project_root": roots[-1] if roots else None,
+        "project_roots": roots,
         "tool_calls": len(calls),
         "errors": sum(is_error(c["decision"]) for c in calls),
         "loops": loops,

@@ -54,6 +54,7 @@ __all__ = [
     "session_error_rows",
     "session_exists",
     "session_profiles",
+    "session_project_roots",
     "session_request_count",
     "variant_calls",
 ]
@@ -326,6 +327,14 @@ async def session_calls(conn: AsyncConnection, session_id: str) -> list[dict[str
 async def session_request_count(conn: AsyncConnection, session_id: str) -> int:
     stmt = select(func.count()).select_from(requests).where(requests.c.session_id == session_id)
     return int((await conn.execute(stmt)).scalar_one())
+
+
+async def session_project_roots(conn: AsyncConnection, session_id: str) -> list[str]:
+    """The project roots the session's requests were judged under (pinned or learned), in the order they came."""
+    stmt = (select(requests.c.project_root).where(requests.c.session_id == session_id,
+                                                  requests.c.project_root.is_not(None))
+            .group_by(requests.c.project_root).order_by(func.min(requests.c.started_at)))
+    return [value for (value,) in await conn.execute(stmt)]
 
 
 async def session_profiles(conn: AsyncConnection, session_id: str) -> list[str]:

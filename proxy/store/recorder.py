@@ -57,13 +57,15 @@ def request_row(record: RequestRecord) -> dict[str, Any]:
         "concurrency": record.concurrency, "attempts": record.attempts,
         "budget_exhausted": record.budget_exhausted, "policy_name": record.policy_name,
         "policy_hash": record.policy_hash, "mode": record.mode, "profiles": record.profiles,
+        "project_root": record.project_root,
     }
 
 
 def _session_rows(record: RequestRecord) -> Rows:
     if record.session.is_new or record.session.source != "lineage":
         return [(tables.sessions, {"id": record.session.id, "source": record.session.source,
-                                   "model": record.model, "created_at": record.started_at})]
+                                   "model": record.model, "created_at": record.started_at,
+                                   "project_root": record.project_root})]
     return []
 
 

@@ -47,9 +47,10 @@ sessions = Table(
     "sessions",
     metadata,
     Column("id", String(128), primary_key=True),
-    Column("source", String(32), nullable=False),  # header | lineage (custom_header in older rows)
+    Column("source", String(32), nullable=False),  # header | metadata | lineage (custom_header in older rows)
     Column("model", String(256)),
     Column("created_at", Float, nullable=False),
+    Column("project_root", String(1024)),  # the root its first request was judged under (0011)
 )
 
 requests = Table(
@@ -74,6 +75,7 @@ requests = Table(
     Column("budget_exhausted", Boolean, nullable=False, default=False),
     *_judged_by(),
     Column("profiles", String(256)),  # the tool profiles chosen for the request's tools, comma-separated
+    Column("project_root", String(1024)),  # the root its paths were judged under: pinned or learned (0011)
     Index("ix_requests_model_started", "model", "started_at"),
     Index("ix_requests_session", "session_id"),
     # Covering index of the stats' request counts, attempts and throughput (migration 0003).
@@ -145,14 +147,16 @@ throughput_windows = Table(
 )
 __all__ += ["throughput_windows"]
 
-# Conversation lineage (migration 0004): a digest of a conversation's prefix -> the session it belongs
-# to, so that replicas sharing one database continue each other's sessions.
+# Conversation lineage (migrations 0004, 0011): a digest of a conversation up to a turn the proxy delivered
+# (or a response id it returned) -> the sessions that hold it, so that replicas sharing one database continue
+# each other's sessions. Identical runs share a digest: one row per session (proxy/sessions/resolve.py).
 session_lineage = Table(
     "session_lineage",
     metadata,
     Column("digest", String(64), primary_key=True),
-    Column("session_id", String(128), nullable=False),
+    Column("session_id", String(128), primary_key=True),
     Column("created_at", Float, nullable=False),
+    Index("ix_session_lineage_session", "session_id", "created_at"),
 )
 __all__ += ["session_lineage"]
 

@@ -12,9 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from proxy.enforce.feedback_turns import SIBLING_NOT_RUN
+from proxy.policy import load_policy_file
 from proxy.testing.scripted_upstream import Reply
 
 __all__ = [
@@ -26,9 +25,9 @@ OPENCODE_DENIAL = "The user has specified a rule which prevents you from using t
 _STRICT = Path(__file__).resolve().parents[2] / "policies" / "strict.yaml"
 # What the proxy's tool messages open with: the policy's feedback up to its first placeholder
 # ("Rejected ("), or the note on a sibling call that was held back with a rejected one.
-_FEEDBACK = yaml.safe_load(_STRICT.read_text())["feedback"]  # one template, or one per capability
-PROXY_REJECTION = (*sorted({t.split("{")[0] for t in (_FEEDBACK.values() if isinstance(_FEEDBACK, dict)
-                                                       else [_FEEDBACK])}), SIBLING_NOT_RUN)
+_POLICY = load_policy_file(_STRICT).policy  # its own feedback, or the built-in one it leaves in place
+PROXY_REJECTION = (*sorted({_POLICY.feedback_template(c).split("{")[0] for c in ("shell", "paths", "other")}),
+                   SIBLING_NOT_RUN)
 
 Call = tuple[str, dict[str, Any]]
 

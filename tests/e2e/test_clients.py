@@ -168,6 +168,32 @@ def test_agent_cli_is_governed_unchanged(client: str, tmp_path: Path, upstream: 
         raise AssertionError(f"{error}\n{context}") from None
 
 
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+def test_agent_cli_reads_its_own_project_on_the_shipped_policy(client: str, tmp_path: Path,
+                                                               upstream: ScriptedUpstream, start_proxy) -> None:
+    """No root configured: the proxy learns it from what the client states about its working directory, so the
+    read inside the project passes, the one outside is refused, and the run is one session."""
+    spec = CLIENTS[client]
+    binary, detail = find_client(spec)
+    if binary is None:
+        if os.environ.get("E2E_REQUIRE_CLIENTS") == "1":
+            pytest.fail(detail)
+        pytest.skip(detail)
+    world = AgentWorld(tmp_path / client, spec, binary)
+    upstream.responder = scripted_model(world.project, world.secret, world.notes)
+    proxy = start_proxy(upstream.url, policy=ROOT / "policies" / "strict.yaml")
+    base_url = proxy.url + "/v1"
+    world.configure(base_url)
+    run = world.run(base_url, PROMPT)
+    context = f"{run.describe()}\n--- upstream requests\n{_requests_text(upstream)[-6000:]}"
+    try:
+        _assert_governed(proxy, upstream, world.calls, reads=client != "codex", profile=client)
+        roots = {r[0] for r in proxy.rows("SELECT project_root FROM requests WHERE project_root IS NOT NULL")}
+        assert roots == {str(world.project.resolve())} or roots == {str(world.project)}, roots
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{context}") from None
+
+
 # ---------------------------------------------------------------- the openai Python SDK
 
 

@@ -92,3 +92,30 @@ def test_blocked_message_shows_every_clients_command() -> None:
     text = blocked_message(loaded, [JudgedCall(call, judge_call(loaded.policy, call.name, arguments))], 4)
     assert "- `uv run scripts/search.py x | head -5` (pipe)" in text
     assert "Rejected (pipe): `exec_command` may only run" in text
+
+
+def test_a_policy_without_feedback_tells_the_model_as_much_as_the_shipped_one(tmp_path) -> None:
+    """One source: a policy that sets no `feedback:` reads exactly what the shipped policy gives, the hint and
+    the nearest allowed command included (`curl -s URL` is pointed at `uv run scripts/fetch_page.py URL`)."""
+    import yaml
+
+    from proxy.policy import load_policy_file
+
+    from .conftest import ROOT
+
+    shipped = load_policy_file(ROOT / "policies" / "strict.yaml").policy
+    data = yaml.safe_load((ROOT / "policies" / "strict.yaml").read_text())
+    data.pop("feedback", None)
+    data["feedback_variants"] = {}
+    bare_file = tmp_path / "bare.yaml"
+    bare_file.write_text(yaml.safe_dump({"name": "bare", "bash": data.get("bash") or data.get("shell")}))
+    bare = load_policy_file(bare_file).policy
+    cases = [("bash", {"command": "curl -s https://example.com/a"}), ("read", {"filePath": "/etc/passwd"}),
+             ("bash", {"command": "uv run scripts/search.py x | head -5"}), ("bash", {"command": 3})]
+    for tool, arguments in cases:
+        texts = {format_feedback(p, judge_call(p, tool, arguments), tool=tool, arguments=arguments)
+                 for p in (shipped, bare)}
+        assert len(texts) == 1, texts
+    curl = {"command": "curl -s https://example.com/a"}
+    text = format_feedback(bare, judge_call(bare, "bash", curl), tool="bash", arguments=curl)
+    assert "uv run scripts/fetch_page.py https://example.com/a" in text and "curl" in text

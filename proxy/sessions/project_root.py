@@ -1,0 +1,96 @@
+"""The project root a client states in the part of the request it writes itself.
+
+Agent clients name files by absolute path and say in their own request text where they work: Claude Code's
+system prompt (` - Primary working directory: DIR`, older `Working directory: DIR`), Cline's
+(`Working Directory: DIR`, older `Current Working Directory (DIR)`), Qwen Code's context message that opens the
+conversation (`I'm currently working in the directory: DIR`), Codex's `<environment_context>` input item
+(`<cwd>DIR</cwd>`). Only those parts are read, in the position the client puts them: the instructions, the
+system or developer messages before the conversation, and a context message the client writes as the first
+user turn (Codex's environment context, Qwen Code's preamble). Never a model's output or a tool's result: a
+model that writes "Working directory: /" in its answer, or a file that says so, changes nothing.
+
+A stated root is learned only when it names a project: `/`, a top-level folder (`/tmp`, `/home`, `/srv`) or a
+home directory itself (`/root`, `/home/NAME`, `/Users/NAME`) would let every file of the machine or the user
+through, so such a statement is ignored (absolute paths are then refused as without a root). Statements that
+disagree within one request are ignored too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from proxy.policy.paths import normal_root
+
+__all__ = ["stated_root", "too_broad"]
+
+_LINE_PATTERNS = tuple(re.compile(p, re.MULTILINE) for p in (
+    r"^ ?- Primary working directory: (/[^\n]*)$",  # Claude Code 2.x
+    r"^Working directory: (/[^\n]*)$",  # Claude Code 1.x
+    r"^\d+\. Working Directory: (/[^\n]*)$",  # Cline 3.x
+    r"^Current Working Directory \((/[^\n)]*)\)",  # Cline 2.x
+    r"^I'm currently working in the directory: (/[^\n]*)$",  # Qwen Code, Gemini CLI
+))
+_CODEX_CWD = re.compile(r"<cwd>(/[^<\n]*)</cwd>")
+# Context messages a client writes as the conversation's first user turn (never typed by the model).
+_CONTEXT_OPENERS = ("<environment_context>", "This is the Qwen Code. We are setting up the context")
+_HOME_PARENTS = frozenset({"/home", "/Users", "/var/home"})
+
+
+def too_broad(root: str) -> bool:
+    """`/`, a top-level folder, or a home directory itself: not a project."""
+    parts = [p for p in root.split("/") if p]
+    if len(parts) < 2:
+        return True
+    return "/" + "/".join(parts[:-1]) in _HOME_PARENTS  # /home/NAME itself
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text") or "") for p in content if isinstance(p, Mapping)
+                         and p.get("type") in (None, "text", "input_text"))
+    return ""
+
+
+def _client_parts(route: str, payload: Mapping[str, Any]) -> Iterator[str]:
+    """The texts the client wrote about itself, in the positions it puts them."""
+    if route == "messages":
+        yield _text(payload.get("system"))
+    if route == "responses":
+        if isinstance(payload.get("instructions"), str):
+            yield payload["instructions"]
+        items = payload.get("input")
+        conversation = items if isinstance(items, list) else []
+    else:
+        messages = payload.get("messages")
+        conversation = messages if isinstance(messages, list) else []
+    for item in conversation:
+        if not isinstance(item, Mapping) or item.get("type") not in (None, "message"):
+            break
+        role, text = item.get("role"), _text(item.get("content"))
+        if role in ("system", "developer") and route != "messages":
+            yield text
+        elif role == "user" and text.lstrip().startswith(_CONTEXT_OPENERS):
+            yield text
+            break  # the context message opens the conversation; what follows is the conversation
+        else:
+            break
+
+
+def stated_root(route: str, payload: Mapping[str, Any]) -> str | None:
+    """The project root the client states for this request, or None (none stated, too broad, or ambiguous)."""
+    found: set[str] = set()
+    for text in _client_parts(route, payload):
+        patterns = (*_LINE_PATTERNS, _CODEX_CWD) if "<cwd>" in text else _LINE_PATTERNS
+        for pattern in patterns:
+            for match in pattern.finditer(text):
+                root = normal_root(match.group(1).strip())
+                if root is not None:
+                    found.add(root)
+    if len(found) != 1:
+        return None
+    (root,) = found
+    return None if too_broad(root) else root

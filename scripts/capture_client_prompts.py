@@ -1,0 +1,78 @@
+"""Captures what each real agent CLI writes into its first request about its working directory: the system
+prompt (chat, Messages), the instructions and the leading input items (Responses: Codex's
+`<environment_context>`), into tests/sessions_data/<client>.json, the project path replaced by `{cwd}` and
+the HOME by `{home}`. Run after scripts/install-agent-clis.sh: `python scripts/capture_client_prompts.py`."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from proxy.testing.scripted_upstream import Reply, ScriptedUpstream  # noqa: E402
+from proxy.testing.server import ServerThread  # noqa: E402
+from tests.e2e.clients import CLIENTS, MODEL, AgentWorld, find_client  # noqa: E402
+
+OUT = ROOT / "tests" / "sessions_data"
+
+
+def _client_part(body: dict, route: str) -> dict:
+    """The parts of a request the client writes itself and puts first: never the model's or a tool's."""
+    if route == "responses":
+        leading = []
+        for item in body.get("input") or []:
+            if item.get("type") not in (None, "message") or item.get("role") == "assistant":
+                break
+            leading.append(item)
+        return {"instructions": body.get("instructions"), "input": leading[:-1]}
+    if route == "messages":
+        return {"system": body.get("system")}
+    messages = body.get("messages") or []
+    leading = []
+    for message in messages:
+        leading.append(message)
+        if message.get("role") not in ("system", "developer"):
+            if message.get("role") != "user" or "working in the directory" not in json.dumps(message):
+                leading.pop()  # the user's own prompt; a context message the client writes first is kept
+            break
+    return {"messages": leading}
+
+
+def capture(name: str) -> dict | None:
+    spec = CLIENTS[name]
+    binary, why = find_client(spec)
+    if binary is None:
+        print(f"{name}: {why}", file=sys.stderr)
+        return None
+    upstream = ScriptedUpstream(models=[MODEL], responder=lambda body: Reply(content="Done."))
+    with ServerThread(upstream.app) as server, tempfile.TemporaryDirectory() as tmp:
+        base = server.url + "/v1"
+        world = AgentWorld(Path(tmp), spec, binary)
+        world.configure(base)
+        world.run(base, "say hello", timeout=120)
+        route = json.loads((ROOT / "tests" / "policy" / "client_tools" / f"{name}.json").read_text())["route"]
+        bodies = [b for b in upstream.requests if b.get("tools")] or upstream.requests
+        part = _client_part(bodies[0], route)
+        text = json.dumps(part, ensure_ascii=False)
+        for real, placeholder in ((str(world.project.resolve()), "{cwd}"), (str(world.project), "{cwd}"),
+                                  (str(world.home), "{home}"), (tmp, "{tmp}")):
+            text = text.replace(json.dumps(real)[1:-1], placeholder)
+        return {"client": name, "version": spec.version, "route": route, "part": json.loads(text)}
+
+
+def main() -> int:
+    OUT.mkdir(exist_ok=True)
+    for name in sys.argv[1:] or list(CLIENTS):
+        found = capture(name)
+        if found is not None:
+            (OUT / f"{name}.json").write_text(json.dumps(found, ensure_ascii=False, indent=1) + "\n")
+            print(f"{name}: captured")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,337 @@
+"""Sessions equal conversations, with and without headers, through the real proxy: each simulated client keeps
+exactly what it received (streamed, every route) and sends it back, as the real clients do."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+
+from proxy.testing.characters import OPENCODE_TOOLS
+from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
+from proxy.testing.server import ServerThread
+from tests.conftest import MODEL
+from tests.stats.seed_data import SEED
+
+ALLOWED = 'uv run scripts/search.py "rust async"'
+PIPED = ALLOWED + " | head -5"
+SYSTEM = "You are a coding agent."
+TASK = "find rust async docs"  # every run of the scripted task starts alike
+CHAT_TOOLS = OPENCODE_TOOLS
+RESPONSES_TOOLS = [{"type": "function", "name": t["function"]["name"], "parameters": t["function"]["parameters"]}
+                   for t in OPENCODE_TOOLS]
+MESSAGES_TOOLS = [{"name": t["function"]["name"], "input_schema": t["function"]["parameters"]} for t in OPENCODE_TOOLS]
+SQLITE_ONLY = pytest.mark.parametrize("backend", ["sqlite"])
+
+
+def agent(body: dict[str, Any]) -> Reply:
+    """The model of every run: its first streamed turn is rejected, the retry allowed, then one more call and
+    an answer; what it says depends on the conversation only, so identical runs get identical turns."""
+    last = body["messages"][-1]
+    said = str(last.get("content") or "")
+    if last["role"] == "tool" and "Rejected" in said:
+        return Reply(content="I will run a tool.", tool_calls=[("bash", {"command": ALLOWED})])
+    if last["role"] == "tool" and said.endswith("result 1"):
+        return Reply(content="Once more.", tool_calls=[("bash", {"command": ALLOWED})])
+    if last["role"] == "tool":
+        return Reply(content="Done.")
+    return Reply(content="I will run a tool.", tool_calls=[("bash", {"command": PIPED})])
+
+
+def _events(raw: bytes) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for block in raw.decode().split("\n\n"):
+        lines = block.splitlines()
+        data = "\n".join(line[6:] for line in lines if line.startswith("data: "))
+        if data and data != "[DONE]":
+            name = next((line[7:] for line in lines if line.startswith("event: ")), "")
+            out.append((name, json.loads(data)))
+    return out
+
+
+class Conversation:
+    """One run of a client on one route: the history it holds, built only from what it received."""
+
+    def __init__(self, route: str, *, headers: dict[str, str] | None = None, chained: bool = False) -> None:
+        self.route, self.headers, self.chained = route, headers or {}, chained
+        self.turns = 0
+        self.previous: str | None = None
+        self.pending: list[dict[str, Any]] = []  # new input items of a previous_response_id chain
+        self.raw: list[bytes] = []
+        if route == "chat":
+            self.history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM},
+                                                  {"role": "user", "content": TASK}]
+        elif route == "responses":
+            self.history = [{"type": "message", "role": "user", "content": TASK}]
+            self.pending = list(self.history)
+        else:
+            self.history = [{"role": "user", "content": TASK}]
+
+    @property
+    def finished(self) -> bool:
+        return self.turns >= 3
+
+    def step(self, client: Any) -> None:
+        """One request, streamed; the answer is kept as the client keeps it, and the tool results appended."""
+        if self.route == "chat":
+            body = {"model": MODEL, "messages": self.history, "tools": CHAT_TOOLS, "stream": True}
+            raw = client.post("/v1/chat/completions", json=body, headers=self.headers).content
+            calls = self._chat(raw)
+        elif self.route == "responses":
+            body = {"model": MODEL, "instructions": SYSTEM, "tools": RESPONSES_TOOLS, "stream": True,
+                    "input": self.pending if self.chained and self.previous else self.history}
+            if self.chained and self.previous:
+                body["previous_response_id"] = self.previous
+            raw = client.post("/v1/responses", json=body, headers=self.headers).content
+            calls = self._responses(raw)
+        else:
+            body = {"model": MODEL, "max_tokens": 1024, "system": SYSTEM, "messages": self.history,
+                    "tools": MESSAGES_TOOLS, "stream": True}
+            raw = client.post("/v1/messages", json=body, headers=self.headers).content
+            calls = self._messages(raw)
+        self.raw.append(raw)
+        self.turns += 1
+        self._results(calls)
+
+    def _chat(self, raw: bytes) -> list[str]:
+        content, calls = "", {}
+        for _, chunk in _events(raw):
+            for choice in chunk.get("choices") or []:
+                delta = choice["delta"]
+                content += delta.get("content") or ""
+                for call in delta.get("tool_calls") or []:
+                    calls.setdefault(call["index"], {"id": call["id"], "type": "function",
+                                                     "function": {"name": call["function"]["name"], "arguments": ""}})
+                    calls[call["index"]]["function"]["arguments"] += call["function"].get("arguments") or ""
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = [calls[k] for k in sorted(calls)]
+        self.history.append(message)
+        return [c["id"] for c in message.get("tool_calls", [])]
+
+    def _responses(self, raw: bytes) -> list[str]:
+        events = _events(raw)
+        completed = [d for n, d in events if n == "response.completed"][-1]["response"]
+        self.previous = completed["id"]
+        items = [d["item"] for n, d in events if n == "response.output_item.done"]
+        kept = [i for i in items if i["type"] in ("message", "function_call")]
+        self.history += kept
+        self.pending = []
+        return [i["call_id"] for i in kept if i["type"] == "function_call"]
+
+    def _messages(self, raw: bytes) -> list[str]:
+        blocks: dict[int, dict[str, Any]] = {}
+        for name, data in _events(raw):
+            if name == "content_block_start":
+                blocks[data["index"]] = {**data["content_block"], "json": ""}
+            elif name == "content_block_delta":
+                delta, block = data["delta"], blocks[data["index"]]
+                if delta["type"] == "text_delta":
+                    block["text"] += delta["text"]
+                elif delta["type"] == "input_json_delta":
+                    block["json"] += delta["partial_json"]
+        content = []
+        for k in sorted(blocks):
+            block = blocks[k]
+            if block["type"] == "tool_use":
+                content.append({"type": "tool_use", "id": block["id"], "name": block["name"],
+                                "input": json.loads(block.pop("json") or "{}")})
+            else:
+                block.pop("json")
+                content.append(block)
+        self.history.append({"role": "assistant", "content": content})
+        return [b["id"] for b in content if b["type"] == "tool_use"]
+
+    def _results(self, call_ids: list[str]) -> None:
+        if not call_ids:
+            return
+        result = f"result {self.turns}"
+        if self.route == "chat":
+            self.history += [{"role": "tool", "tool_call_id": c, "content": result} for c in call_ids]
+        elif self.route == "responses":
+            outputs = [{"type": "function_call_output", "call_id": c, "output": result} for c in call_ids]
+            self.history += outputs
+            self.pending += outputs
+        else:
+            self.history.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": c, "content": result} for c in call_ids]})
+
+
+def run_interleaved(proxy: Any, conversations: list[Conversation]) -> None:
+    with proxy.client() as client:
+        while not all(c.finished for c in conversations):
+            for conversation in conversations:
+                if not conversation.finished:
+                    conversation.step(client)
+
+
+def session_sizes(proxy: Any) -> list[int]:
+    rows = proxy.rows("SELECT session_id, count(*) FROM requests GROUP BY session_id")
+    return sorted((r[1] for r in rows), reverse=True)
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize("named", [False, True])
+@pytest.mark.parametrize("route", ["chat", "responses", "messages"])
+def test_a_rejection_in_the_first_streamed_turn_keeps_one_session(upstream, proxy, route, named):
+    """Three conversations whose first streamed turn had a rejection: three sessions, with and without a header;
+    the client never got the narration twice."""
+    upstream.responder = agent
+    conversations = [Conversation(route, headers={"x-session-id": f"ses_{k}"} if named else None) for k in range(3)]
+    for conversation in conversations:
+        run_interleaved(proxy, [conversation])
+    assert session_sizes(proxy) == [3, 3, 3]
+    said = {"chat": lambda h: h[2]["content"], "messages": lambda h: [b["text"] for b in h[1]["content"]
+                                                                       if b["type"] == "text"],
+            "responses": lambda h: [i["content"][0]["text"] for i in h[1:] if i.get("type") == "message"][:1]}
+    told = said[route](conversations[0].history)
+    assert told in ("I will run a tool.", ["I will run a tool."])
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize("route", ["chat", "responses", "messages"])
+def test_identical_runs_interleaved_turn_by_turn_are_five_sessions(upstream, proxy, route):
+    upstream.responder = agent
+    run_interleaved(proxy, [Conversation(route) for _ in range(5)])
+    assert session_sizes(proxy) == [3] * 5
+    with proxy.client() as client:
+        (entry,) = client.get("/stats/models").json()["models"]
+    # Each run erred once and recovered: no loop, full recovery (one loop of five attempts before).
+    assert (entry["sessions"], entry["tool_calls"], entry["errors"]) == (5, 15, 5)
+    assert entry["loops"]["count"] == 0 and entry["recovery_rate"] == 1.0
+
+
+@SQLITE_ONLY
+def test_identical_text_only_runs_interleaved_are_five_sessions(upstream, proxy):
+    """Turns without calls carry no id: identical runs share every digest, and each continuation takes a session
+    still waiting at that turn."""
+    upstream.responder = lambda body: Reply(content=f"Answer {len(body['messages'])}.")
+    histories = [[{"role": "user", "content": "hi"}] for _ in range(5)]
+    with proxy.client() as client:
+        for turn in range(3):
+            for history in histories:
+                answer = client.post("/v1/chat/completions", json={"model": MODEL, "messages": history}).json()
+                history += [answer["choices"][0]["message"], {"role": "user", "content": f"more {turn}"}]
+    assert session_sizes(proxy) == [3] * 5
+
+
+@SQLITE_ONLY
+def test_previous_response_id_chains_are_one_session_each(upstream, proxy):
+    upstream.responder = agent
+    run_interleaved(proxy, [Conversation("responses", chained=True) for _ in range(5)])
+    assert session_sizes(proxy) == [3] * 5
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize("headers", [{"session_id": "old-codex"}, {"session-id": "codex"}])
+def test_codex_session_headers_old_and_new(upstream, proxy, headers):
+    upstream.responder = agent
+    run_interleaved(proxy, [Conversation("responses", headers=headers)])
+    assert [r[0] for r in proxy.rows("SELECT DISTINCT session_id FROM requests")] == list(headers.values())
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize("user_id", [
+    "user_" + "a" * 64 + "_account__session_57a121ec-f78c-48c3-a745-e3036a3ecc33",
+    json.dumps({"device_id": "d" * 64, "account_uuid": "", "session_id": "57a121ec-f78c-48c3-a745-e3036a3ecc33"}),
+])
+def test_claude_codes_metadata_user_id_names_the_session(upstream, proxy, user_id):
+    upstream.script(Reply(content="hello"))
+    with proxy.client() as client:
+        client.post("/v1/messages", json={"model": MODEL, "max_tokens": 10, "metadata": {"user_id": user_id},
+                                          "messages": [{"role": "user", "content": "hi"}]})
+    assert proxy.rows("SELECT session_id FROM requests")[0][0] == "57a121ec-f78c-48c3-a745-e3036a3ecc33"
+    assert proxy.rows("SELECT source FROM sessions")[0][0] == "metadata"
+
+
+def test_interleaved_identical_runs_continue_across_replicas(upstream, start_proxy):
+    """Replicas on one database continue each other's sessions, identical runs included."""
+    first = start_proxy(upstream.url)
+    second = start_proxy(upstream.url, db=first.db_url)
+    upstream.responder = agent
+    runs = [Conversation("chat") for _ in range(3)]
+    with first.client() as a, second.client() as b:
+        for turn in range(3):
+            for k, run in enumerate(runs):
+                run.step((a, b)[(turn + k) % 2])
+                (first, second)[(turn + k) % 2].flush()
+    assert session_sizes(first) == [3, 3, 3]
+
+
+# ---------------------------------------------------------------- the seed's traffic, without a header
+
+
+@pytest.fixture
+def seed_upstream():
+    scripted = ScriptedUpstream(models=[model for model, *_ in SEED])
+    with ServerThread(scripted.app) as server:
+        scripted.url = server.url + "/v1"
+        yield scripted
+
+
+@SQLITE_ONLY
+def test_the_seeds_traffic_without_headers_gives_the_seeds_table(seed_upstream, start_proxy):
+    """Every seed session replayed as a streamed chat conversation of one scripted task (all runs of a model
+    start alike), interleaved run by run, the errors in the first streamed turn and retried by the proxy: the
+    table is the seed's, sessions included."""
+    kinds = [PIPED, "timeout 30 uv run scripts/search.py", "cd src && uv run scripts/search.py", None]
+    plans: list[tuple[str, list[list[Any]]]] = []
+    for model, n_sessions, n_calls, n_errors in SEED:
+        per_session = [n_calls // n_sessions + (i < n_calls % n_sessions) for i in range(n_sessions)]
+        runs, errors = [], 0
+        for n in per_session:
+            turns: list[list[Any]] = [[ALLOWED] for _ in range(n)]
+            if errors < n_errors and n > 1:  # the first turn: an error, then the allowed retry
+                turns = [[kinds[errors % len(kinds)], ALLOWED], *turns[2:]]
+                errors += 1
+            runs.append(turns)
+        plans.append((model, runs))
+
+    current: list[Any] = []  # what the model says in the request being served (one at a time)
+
+    def model_of(body: dict[str, Any]) -> Reply:
+        if not current:
+            return Reply(content="Finished.")
+        command = current.pop(0)
+        if command is None:
+            return Reply(content="Running.", tool_calls=[("bash", '{"command": "uv run scri')])
+        return Reply(content="Running.", tool_calls=[("bash", {"command": command})])
+
+    seed_upstream.responder = model_of
+    proxy = start_proxy(seed_upstream.url)
+    with proxy.client() as client:
+        for model, runs in plans:
+            histories = [[{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}] for _ in runs]
+            for turn in range(max(len(r) for r in runs) + 1):
+                for run, history in zip(runs, histories, strict=True):
+                    if turn > len(run):
+                        continue
+                    current[:] = run[turn] if turn < len(run) else []
+                    body = {"model": model, "messages": history, "tools": CHAT_TOOLS, "stream": True}
+                    raw = client.post("/v1/chat/completions", json=body).content
+                    probe = Conversation("chat")
+                    probe.history = history
+                    for call_id in probe._chat(raw):
+                        history.append({"role": "tool", "tool_call_id": call_id, "content": "ok " + uuid.uuid4().hex})
+        table = {m["model"]: (m["sessions"], m["tool_calls"], m["errors"], m["loops"]["count"], m["recovery_rate"])
+                 for m in client.get("/stats/models").json()["models"]}
+    assert table == {model: (n_sessions, n_calls, n_errors, 0, 1.0) for model, n_sessions, n_calls, n_errors in SEED}
+
+
+def test_identical_text_only_runs_across_replicas(upstream, start_proxy):
+    """Identical delivered turns, served by two replicas in turn: each continuation takes a session still waiting
+    at its turn, whichever replica delivered it."""
+    first = start_proxy(upstream.url)
+    second = start_proxy(upstream.url, db=first.db_url)
+    upstream.responder = lambda body: Reply(content=f"Answer {len(body['messages'])}.")
+    histories = [[{"role": "user", "content": "hi"}] for _ in range(4)]
+    with first.client() as a, second.client() as b:
+        for turn in range(3):
+            for k, history in enumerate(histories):
+                replica = (turn + k) % 2
+                answer = (a, b)[replica].post("/v1/chat/completions", json={"model": MODEL, "messages": history})
+                (first, second)[replica].flush()
+                history += [answer.json()["choices"][0]["message"], {"role": "user", "content": f"more {turn}"}]
+    assert session_sizes(first) == [3] * 4
