@@ -109,3 +109,29 @@ def test_demo_runs_from_the_wheel(installed: Path, tmp_path: Path):
                             timeout=180)
     assert result.returncode == 0, result.stderr
     assert "Err/tool" in result.stdout and "/dashboard" in result.stdout
+
+
+def test_a_fresh_install_served_from_elsewhere_is_healthy(installed: Path, tmp_path: Path, upstream):
+    """Only policy files are policies: the packaged tool-profiles.yaml beside the packaged policy is data."""
+    server = subprocess.Popen([installed / "allowlist-proxy", "serve", "--port", "0", "--upstream", upstream.url,
+                               "--db", "sqlite:///store.db"],
+                              cwd=tmp_path, env=_env(), stderr=subprocess.PIPE, text=True)
+    try:
+        lines: list[str] = []
+        deadline = time.monotonic() + 60
+        assert server.stderr is not None
+        while not any(line.startswith("  store ") for line in lines):
+            assert time.monotonic() < deadline and server.poll() is None, "".join(lines)
+            lines.append(server.stderr.readline())
+        text = "".join(lines)
+        url = re.search(r"listening\s+(http://127\.0\.0\.1:(\d+))/v1", text)
+        assert url, text
+        health = httpx.get(url.group(1) + "/health", timeout=10)
+        assert health.status_code == 200 and health.json()["status"] == "ok", health.text
+        policies = httpx.get(url.group(1) + "/policies", timeout=10).json()
+        assert "tool-profiles" not in str(policies.get("errors")), policies
+        assert "tool-profiles" not in text and "error" not in text.lower(), text
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=60)
+    assert server.returncode == 0
