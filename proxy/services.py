@@ -127,11 +127,16 @@ class Services:
         REQUESTS.labels(record.model, record.route, str(record.status)).inc()
         for listener in self.listeners:
             listener(record)
-        log.info("request", request_id=record.id, session=record.session.id, model=record.model,
+        # A blocked turn or an upstream failure is what an operator filtering on `warning` wants to see.
+        emit = log.warning if record.outcome in _WARN_OUTCOMES else log.info
+        emit("request", request_id=record.id, session=record.session.id, model=record.model,
                  route=record.route, stream=record.stream, status=record.status, outcome=record.outcome,
                  error=record.error, blocked=record.blocked, attempts=record.attempts,
                  ttfb_ms=_round(record.ttfb_ms), ttft_ms=_round(record.ttft_ms),
                  duration_ms=_round(record.duration_ms), concurrency=record.concurrency)
+
+
+_WARN_OUTCOMES = frozenset({"blocked", "upstream_error"})
 
 
 async def _stopped(writer: StoreWriter) -> None:
