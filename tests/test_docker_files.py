@@ -118,7 +118,7 @@ def test_installs_the_package_with_its_migrations_inside():
     assert copied.get("proxy") == ["proxy"] and "migrations" not in copied
     assert (ROOT / "proxy" / "migrations" / "env.py").is_file()
     assert workdir == "/app"
-    assert any(re.search(r"pip install (--no-cache-dir )?\.", run) for run in of("RUN"))
+    assert any(re.search(r"pip install (--no-cache-dir )?-c requirements\.lock \.", run) for run in of("RUN"))
     for sources in copied.values():
         for source in sources:
             assert (ROOT / source).exists(), f"COPY {source}: not in the repository"
