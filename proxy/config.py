@@ -160,6 +160,10 @@ class Settings(BaseSettings):
     store_release_timeout_seconds: float = Field(
         30.0, description="Longest a judged call waits for its rows to be committed before on_store_failure applies."
     )
+    retention_days: float | None = Field(
+        None, gt=0, description="Keep this many days of rows; older ones (and their hourly rollups) are pruned "
+        "hourly in the background. Unset: keep everything (`allowlist-proxy db prune --before DATE` by hand)."
+    )
     header_timeout_seconds: float = Field(
         10.0, description="A client connection that sends no complete request head within this is closed."
     )

@@ -19,6 +19,7 @@ from proxy.stats.prometheus import IN_FLIGHT, REQUESTS
 from proxy.stats.prometheus_feed import observe_request
 from proxy.store.db import create_engine, migrate
 from proxy.store.journal import OwnerLock, recover
+from proxy.store.retention import Retention
 from proxy.store.writer import StoreWriter
 from proxy.throughput.live import LiveWindows
 from proxy.upstream.client import Upstreams
@@ -96,6 +97,10 @@ class Services:
         closers.push_async_callback(policies.stop)
         await live.start()
         closers.push_async_callback(live.stop)
+        if settings.retention_days is not None:
+            retention = Retention(engine, settings.retention_days)
+            await retention.start()
+            closers.push_async_callback(retention.stop)
         return services
 
     async def close(self) -> None:
