@@ -15,7 +15,7 @@ from proxy.enforce.record import RequestRecord
 from proxy.logs import get_logger
 from proxy.policy import PolicyManager, default_policy_path
 from proxy.sessions.resolve import SessionResolver
-from proxy.stats.prometheus import IN_FLIGHT, REQUESTS
+from proxy.stats.prometheus import IN_FLIGHT, REQUESTS, UPSTREAM_ERRORS
 from proxy.stats.prometheus_feed import observe_request
 from proxy.store.db import create_engine, migrate
 from proxy.store.journal import OwnerLock, recover
@@ -130,6 +130,8 @@ class Services:
         self._leave(record.model)
         record.save(self.writer)
         REQUESTS.labels(record.model, record.route, str(record.status)).inc()
+        if record.outcome == "upstream_error":
+            UPSTREAM_ERRORS.labels(record.model, str(record.status)).inc()
         for listener in self.listeners:
             listener(record)
         # A blocked turn or an upstream failure is what an operator filtering on `warning` wants to see.
