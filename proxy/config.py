@@ -164,6 +164,13 @@ class Settings(BaseSettings):
         None, gt=0, description="Keep this many days of rows; older ones (and their hourly rollups) are pruned "
         "hourly in the background. Unset: keep everything (`allowlist-proxy db prune --before DATE` by hand)."
     )
+    alert_webhook_url: str | None = Field(
+        None, description="POST a JSON object here for each alert event (loop rate or blocked turns high, upstream "
+        "down, policy reload refused, store degraded, release wait high); unset: no webhook."
+    )
+    alert_webhook_interval_seconds: float = Field(
+        300.0, gt=0, description="At most one webhook post per event and subject (model, upstream, file) this often."
+    )
     header_timeout_seconds: float = Field(
         10.0, description="A client connection that sends no complete request head within this is closed."
     )

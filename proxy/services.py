@@ -17,6 +17,7 @@ from proxy.policy import PolicyManager, default_policy_path
 from proxy.sessions.resolve import SessionResolver
 from proxy.stats.prometheus import IN_FLIGHT, REQUESTS, UPSTREAM_ERRORS
 from proxy.stats.prometheus_feed import observe_request
+from proxy.stats.webhook import Webhook
 from proxy.store.db import create_engine, migrate
 from proxy.store.journal import OwnerLock, recover
 from proxy.store.retention import Retention
@@ -101,6 +102,10 @@ class Services:
             retention = Retention(engine, settings.retention_days)
             await retention.start()
             closers.push_async_callback(retention.stop)
+        if settings.alert_webhook_url:
+            webhook = Webhook(settings.alert_webhook_url, interval_seconds=settings.alert_webhook_interval_seconds)
+            await webhook.start()
+            closers.push_async_callback(webhook.stop)
         return services
 
     async def close(self) -> None:

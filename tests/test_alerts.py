@@ -3,14 +3,21 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
 
 import pytest
 import yaml
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
-from proxy.stats.prometheus import REGISTRY
+from proxy.stats.prometheus import BLOCKED_TURNS, LOOPS, POLICY_VALID, REGISTRY, REQUESTS
+from proxy.stats.webhook import Webhook
+from proxy.testing.server import ServerThread
 from tests.conftest import ROOT
 
 RULES = ROOT / "docker" / "prometheus" / "alerts.yaml"
@@ -54,3 +61,61 @@ def test_promtool_unit_tests_fire_each_alert():
     assert result.returncode == 0, result.stdout + result.stderr
     tested = set(re.findall(r"alertname: (\w+)", (RULES.parent / "alerts.test.yaml").read_text()))
     assert tested == EVENTS
+
+
+# -- the webhook ---------------------------------------------------------------------------------------------
+
+class _Receiver:
+    def __init__(self) -> None:
+        self.posts: list[dict] = []
+        self.url = ""
+
+        async def hook(request: Request) -> Response:
+            self.posts.append(json.loads(await request.body()))
+            return Response(status_code=204)
+
+        self.app = Starlette(routes=[Route("/hook", hook, methods=["POST"])])
+
+
+@pytest.fixture
+def receiver():
+    receiver = _Receiver()
+    with ServerThread(receiver.app) as server:
+        receiver.url = server.url + "/hook"
+        yield receiver
+
+
+async def test_the_webhook_posts_each_event_once_per_interval(receiver):
+    hook = Webhook(receiver.url, interval_seconds=3600)
+    try:
+        POLICY_VALID.labels(file="webhook-test.yaml").set(0)
+        for _ in range(40):
+            REQUESTS.labels("webhook-model", "chat", "200").inc()
+        LOOPS.labels("webhook-model").inc(10)
+        BLOCKED_TURNS.labels("webhook-model").inc(1)  # 2.5%: over the 2% threshold
+        await hook.check_once()
+        POLICY_VALID.labels(file="webhook-test.yaml").set(1)
+        POLICY_VALID.labels(file="webhook-test.yaml").set(0)
+        LOOPS.labels("webhook-model").inc(10)
+        for _ in range(40):
+            REQUESTS.labels("webhook-model", "chat", "200").inc()
+        await hook.check_once()  # the same events again within the interval: rate-limited
+    finally:
+        POLICY_VALID.labels(file="webhook-test.yaml").set(1)
+        await hook.stop()
+    mine = [(p["event"], p["subject"]) for p in receiver.posts
+            if p["subject"] in ("webhook-test.yaml", "webhook-model")]
+    assert sorted(mine) == [("blocked_turns_high", "webhook-model"), ("model_loop_rate_high", "webhook-model"),
+                            ("policy_reload_refused", "webhook-test.yaml")]
+    loop = next(p for p in receiver.posts if p["event"] == "model_loop_rate_high")
+    assert "10 of 40 requests (25%)" in loop["detail"] and loop["text"].startswith("allowlist-proxy: ")
+
+
+async def test_a_quiet_model_and_a_down_receiver_post_nothing_and_fail_nothing():
+    hook = Webhook("http://127.0.0.1:9/hook", interval_seconds=1)
+    try:
+        REQUESTS.labels("quiet-model", "chat", "200").inc(100)
+        sent = await hook.check_once()
+        assert not [p for p in sent if p["subject"] == "quiet-model"]
+    finally:
+        await hook.stop()
