@@ -274,7 +274,7 @@ def test_dashboard_draws_the_stats_live_and_stays_on_host(
     browser.evaluate("document.querySelector('#loop-groups summary').click()")
     links = browser.evaluate("""[...document.querySelectorAll("#loop-groups details[open] a")]
         .map((a) => a.getAttribute("href"))""")
-    assert links == ["stats/sessions/ses_loop"]
+    assert links == ["dashboard/sessions/ses_loop"]  # the session view
     assert browser.evaluate("document.querySelectorAll('#loops code').length") == 1  # the shape, no command wall
 
     # Throughput by concurrency: the charts carry the API's live cells.

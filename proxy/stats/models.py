@@ -180,6 +180,8 @@ async def session_detail(
             return None
         n_requests = await queries.session_request_count(conn, session_id)
         profiles = await queries.session_profiles(conn, session_id)
+        request_rows = await queries.session_requests(conn, session_id)
+        own = await queries.session_row(conn, session_id)
     loop_numbers: dict[int, int] = {}  # run number -> loop number, in order of the loops' first calls
     loops: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
@@ -200,7 +202,8 @@ async def session_detail(
             "call_index": row["call_index"], "tool_name": row["tool_name"], "command": row["command"],
             "arguments": row["arguments_raw"], "decision": row["decision"],
             "reasons": [r for r in (row["reasons"] or "").split(",") if r],
-            "shape": row["shape"], "policy_name": row["policy_name"], "mode": row["mode"],
+            "shape": row["shape"], "policy_name": row["policy_name"], "policy_hash": row["policy_hash"],
+            "mode": row["mode"],
             "delivered": bool(row["delivered"]), "repaired_command": row["repaired_command"],
             "feedback_variant": row["feedback_variant"], "loop": loop,
         })
@@ -211,6 +214,11 @@ async def session_detail(
         "models": sorted({c["model"] for c in calls}),
         "requests": n_requests,
         "profiles": profiles,
+        # Learned from the client-written part of the requests (issue 25); None until the store keeps it.
+        "project_root": own.get("project_root"),
+        "source": own.get("source"),
+        "request_list": [{**r, "stream": bool(r["stream"]), "budget_exhausted": bool(r["budget_exhausted"])}
+                         for r in request_rows],
         "tool_calls": len(calls),
         "errors": sum(is_error(c["decision"]) for c in calls),
         "loops": loops,

@@ -201,15 +201,44 @@
       indexAxis: "y",
       scales: { x: { min: 0, max: 100, title: { display: true, text: "% of tool calls rejected or malformed" } } },
       plugins: { legend: { display: false } },
+      // A click on a model's bar opens the session of its longest loop.
+      onClick: (_event, elements, c) => {
+        const worst = elements.length ? worstSession(c.data.labels[elements[0].index]) : null;
+        if (worst) location.href = sessionHref(worst);
+      },
     });
     const head = document.createElement("tr");
     head.append(...state.columns.map((column) => el("th", column.header)));
     document.querySelector("#table-models thead").replaceChildren(head);
     fill("table-models", models.map((m) => {
-      const tr = row(state.columns.map((column) => cell(m, column)));
+      const cells = state.columns.map((column) => cell(m, column));
+      const worst = worstSession(m.model);
+      if (worst) {  // the model's name opens the session of its longest loop: "what did it do?"
+        const link = el("a", m.model);
+        link.href = sessionHref(worst);
+        link.title = `open session ${worst} (its longest loop)`;
+        cells[0] = link;
+      }
+      const tr = row(cells);
       tr.dataset.model = m.model;
       return tr;
     }));
+  }
+
+  function sessionHref(sessionId) {
+    return `dashboard/sessions/${encodeURIComponent(sessionId)}`;
+  }
+
+  // The session of a model's longest loop in the overview, or null.
+  function worstSession(model) {
+    let best = null;
+    for (const group of (state.overview && state.overview.loop_groups) || []) {
+      if (group.model !== model) continue;
+      for (const session of group.sessions) {
+        if (!best || session.attempts > best.attempts) best = session;
+      }
+    }
+    return best ? best.session_id : null;
   }
 
   // One cell of the per-model table: the value at the column's dotted path, shown as its format says.
@@ -318,7 +347,7 @@
       for (const session of group.sessions) {
         const item = el("li");
         const link = el("a", session.session_id);
-        link.href = `stats/sessions/${encodeURIComponent(session.session_id)}`;
+        link.href = sessionHref(session.session_id);
         item.append(link, document.createTextNode(` - ${session.attempts} attempts, ${when(session.started_at, true)}`));
         list.append(item);
       }
