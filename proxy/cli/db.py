@@ -20,6 +20,7 @@ EXAMPLES = """examples:
   allowlist-proxy db upgrade --db postgresql://allowlist:secret@db-host/allowlist
   allowlist-proxy db current
   allowlist-proxy db history
+  allowlist-proxy db rebuild-rollups                  after rows were restored or edited by hand
   allowlist-proxy db prune --before 2026-01-01         remove rows (and their hourly figures) older than this
   allowlist-proxy db export --format csv > calls.csv   every tool call with its verdict
   allowlist-proxy db export --table requests --format jsonl --since 2026-03-01 -o requests.jsonl
@@ -40,15 +41,18 @@ def register(sub: Any) -> None:
     upgrade.add_argument("--revision", default="head",
                          help="stop at this revision (default head); a store never goes back to an older one")
     upgrade.set_defaults(func=run_upgrade)
-    current = actions.add_parser("current", help="the store's schema revision and the newest this proxy knows")
+    current = actions.add_parser("current", help="the store's schema revision and the newest this proxy knows",
+                                 epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     _with_db(current)
     current.set_defaults(func=run_current)
-    history = actions.add_parser("history", help="the migrations this proxy carries, oldest first")
+    history = actions.add_parser("history", help="the migrations this proxy carries, oldest first",
+                                 epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     history.set_defaults(func=run_history)
     rebuild = actions.add_parser(
         "rebuild-rollups",
         help="recompute the stats' hourly rollups and error runs from the rows (after rows were changed by hand "
              "or copied in behind the proxy); SQLite proxies wait for it, Postgres replicas should be stopped",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _with_db(rebuild)
     rebuild.set_defaults(func=run_rebuild)

@@ -23,6 +23,9 @@ def register(subparsers: Any) -> None:
     parser = add_command(
         subparsers, "report", help="the compliance, reasons, loops and throughput tables in one report",
         description=__doc__,
+        examples=["allowlist-proxy report                                  the whole store, as text",
+                  "allowlist-proxy report --since 24h --markdown > report.md",
+                  "allowlist-proxy report --vllm-log vllm.log --json       throughput from a vLLM server log"],
     )
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--markdown", action="store_true", help="print Markdown")
