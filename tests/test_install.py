@@ -35,7 +35,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
-    shutil.copytree(ROOT / "proxy", source / "proxy", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("proxy", "migrations"):
+        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                             "-w", str(tmp / "dist"), str(source)], capture_output=True, text=True, timeout=300)
     if build.returncode != 0 and "No module named" in build.stderr:
@@ -75,6 +76,10 @@ def test_db_upgrade_reports_the_real_revision(installed: Path, tmp_path: Path):
                             cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert re.search(r"schema at 0\d{3}", result.stdout), result.stdout
+    # The wheel carries migrations/ (top level in the source) beside the installed package.
+    where = subprocess.run([installed / "python", "-c", "import proxy.store.db as d; print(d.MIGRATIONS_DIR)"],
+                           cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60).stdout.strip()
+    assert where.startswith(str(installed.parent)) and Path(where, "versions").is_dir(), where
     assert (tmp_path / "store.db").is_file()
 
 
