@@ -254,7 +254,8 @@ def test_dashboard_draws_the_stats_live_and_stays_on_host(
                          "recovery_rate": stats[m]["recovery_rate"], "upstream_errors": 0} for m in (MODEL, OTHER)]
     cards = browser.evaluate("""[...document.querySelectorAll("#cards .card")].map((card) => [card.dataset.model,
         ...[...card.querySelectorAll("dd")].map((dd) => dd.firstChild.textContent)])""")
-    assert cards == [[MODEL, "5", "80.0%", "1", "1", cards[0][5], "0"], [OTHER, "2", "50.0%", "0", "0", cards[1][5], "0"]]
+    assert cards == [[MODEL, "5", "80.0%", "1", "1", cards[0][5], "0"],
+                     [OTHER, "2", "50.0%", "0", "0", cards[1][5], "0"]]
     first = browser.evaluate("document.querySelector('main > section').id")
     assert first == "headline"
 
