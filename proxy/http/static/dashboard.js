@@ -4,17 +4,7 @@
 "use strict";
 
 (() => {
-  const TOKEN_KEY = "allowlist-proxy-admin-token";
-  const params = new URLSearchParams(location.search);
-  // The admin token is read once from ?token=, kept for this tab only, and taken out of the address bar
-  // so that it is neither bookmarked nor shared with a copied link.
-  if (params.has("token")) {
-    sessionStorage.setItem(TOKEN_KEY, params.get("token"));
-    params.delete("token");
-    const rest = params.toString();
-    history.replaceState(null, "", location.pathname + (rest ? "?" + rest : "") + location.hash);
-  }
-  const token = sessionStorage.getItem(TOKEN_KEY);
+  const { params, token, el } = window.allowlistPage;  // page.js: the admin token, text-only elements
   const refreshSeconds = Math.min(3600, Math.max(1, Number(params.get("refresh")) || 5));
   const filters = new URLSearchParams();
   for (const name of ["since", "until", "model"]) {
@@ -91,13 +81,6 @@
     for (const [k, v] of Object.entries(extra || {})) query.set(k, v);
     const text = query.toString();
     return text ? `${path}?${text}` : path;
-  }
-
-  function el(tag, text, className) {
-    const node = document.createElement(tag);
-    if (text !== undefined && text !== null) node.textContent = String(text);
-    if (className) node.className = className;
-    return node;
   }
 
   function row(cells) {

@@ -4,21 +4,8 @@
 "use strict";
 
 (() => {
-  const TOKEN_KEY = "allowlist-proxy-admin-token";
-  const params = new URLSearchParams(location.search);
-  if (params.has("token")) {
-    sessionStorage.setItem(TOKEN_KEY, params.get("token"));
-    history.replaceState(null, "", location.pathname + location.hash);
-  }
-  const token = sessionStorage.getItem(TOKEN_KEY);
+  const { token, el } = window.allowlistPage;  // page.js: the admin token, text-only elements
   const sessionId = decodeURIComponent(location.pathname.split("/").pop());
-
-  function el(tag, text, className) {
-    const node = document.createElement(tag);
-    if (text !== undefined && text !== null) node.textContent = String(text);
-    if (className) node.className = className;
-    return node;
-  }
 
   function when(seconds) {
     return new Date(seconds * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC";
