@@ -129,7 +129,8 @@ class Settings(BaseSettings):
     # `x-claude-code-session-id`, Codex `session-id`.
     session_header: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["x-session-id", "x-claude-code-session-id", "session-id"],
-        description="Headers naming the session, first present wins (comma-separated); else lineage.",
+        description="Headers naming the session, first present wins (comma-separated); "
+                    "else the conversation's own history.",
     )
     project_root_header: str | None = Field(
         None, description="Header a request names its project root in (absolute paths under it pass)."
@@ -172,7 +173,7 @@ class Settings(BaseSettings):
         30.0, description="Longest a judged call waits for its rows to be committed before on_store_failure applies."
     )
     retention_days: float | None = Field(
-        None, gt=0, description="Keep this many days of rows; older ones (and their hourly rollups) are pruned "
+        None, gt=0, description="Keep this many days of rows; older ones (and their hourly figures) are pruned "
         "hourly in the background. Unset: keep everything (`allowlist-proxy db prune --before DATE` by hand)."
     )
     alert_webhook_url: str | None = Field(

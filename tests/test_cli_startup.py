@@ -219,3 +219,15 @@ def test_completion_knows_the_subcommands_and_their_options(tmp_path):
              'COMP_CWORD=2; _allowlist_proxy; echo "${COMPREPLY[@]}"')
     out = subprocess.run([bash, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=30).stdout
     assert out.splitlines() == ["prune", "--format", "--no-policy-header"]
+
+
+@pytest.mark.parametrize("command", [["serve"], ["check"], ["extract"], ["stats"], ["report"], ["recheck"],
+                                     ["db", "prune"], ["import-vllm-log"], ["demo"], ["completion"]])
+def test_help_is_wrapped_to_the_terminal(capsys, monkeypatch, command):
+    monkeypatch.setenv("COLUMNS", "100")
+    with pytest.raises(SystemExit):
+        main([*command, "--help"])
+    text = capsys.readouterr().out
+    assert max(len(line) for line in text.splitlines()) <= 100, text
+    for internal in ("seed", "lineage", "rollups)", "_pool", "journal"):
+        assert internal not in text, internal

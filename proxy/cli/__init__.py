@@ -16,6 +16,7 @@ import os
 import sys
 
 from proxy import __version__
+from proxy.cli.command import HelpFormatter
 
 # Order is the order of `--help`.
 SUBCOMMANDS = ("serve", "check", "extract", "stats", "report", "recheck", "db", "import-vllm-log", "demo",
@@ -33,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="allowlist-proxy",
         description="OpenAI-compatible proxy that enforces an allowlist on coding agents' tool calls.",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXAMPLES, formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"allowlist-proxy {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

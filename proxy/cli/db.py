@@ -11,18 +11,19 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from proxy.cli.command import HelpFormatter
 from proxy.config import Settings
 
 __all__ = ["register"]
 
 EXAMPLES = """examples:
-  allowlist-proxy db upgrade                          the store of the settings (default ./allowlist-proxy.db)
+  allowlist-proxy db upgrade                     the configured store (default ./allowlist-proxy.db)
   allowlist-proxy db upgrade --db postgresql://allowlist:secret@db-host/allowlist
   allowlist-proxy db current
   allowlist-proxy db history
-  allowlist-proxy db rebuild-rollups                  after rows were restored or edited by hand
-  allowlist-proxy db prune --before 2026-01-01         remove rows (and their hourly figures) older than this
-  allowlist-proxy db export --format csv > calls.csv   every tool call with its verdict
+  allowlist-proxy db rebuild-rollups             after rows were restored or edited by hand
+  allowlist-proxy db prune --before 2026-01-01   remove what is older, with its hourly figures
+  allowlist-proxy db export --format csv > calls.csv
   allowlist-proxy db export --table requests --format jsonl --since 2026-03-01 -o requests.jsonl
 """
 
@@ -33,31 +34,31 @@ def _with_db(parser: argparse.ArgumentParser) -> None:
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("db", help="manage the store's schema", epilog=EXAMPLES,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=HelpFormatter)
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     upgrade = actions.add_parser("upgrade", help="apply the migrations up to head (start-up does this too)",
-                                 epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 epilog=EXAMPLES, formatter_class=HelpFormatter)
     _with_db(upgrade)
     upgrade.add_argument("--revision", default="head",
                          help="stop at this revision (default head); a store never goes back to an older one")
     upgrade.set_defaults(func=run_upgrade)
     current = actions.add_parser("current", help="the store's schema revision and the newest this proxy knows",
-                                 epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 epilog=EXAMPLES, formatter_class=HelpFormatter)
     _with_db(current)
     current.set_defaults(func=run_current)
     history = actions.add_parser("history", help="the migrations this proxy carries, oldest first",
-                                 epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 epilog=EXAMPLES, formatter_class=HelpFormatter)
     history.set_defaults(func=run_history)
     rebuild = actions.add_parser(
         "rebuild-rollups",
         help="recompute the stats' hourly rollups and error runs from the rows (after rows were changed by hand "
              "or copied in behind the proxy); SQLite proxies wait for it, Postgres replicas should be stopped",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXAMPLES, formatter_class=HelpFormatter,
     )
     _with_db(rebuild)
     rebuild.set_defaults(func=run_rebuild)
     prune = actions.add_parser(
-        "prune", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "prune", epilog=EXAMPLES, formatter_class=HelpFormatter,
         help="remove the calls, requests and throughput windows older than a date, with their hourly figures "
              "(the date is taken down to the hour, so the figures of what remains stay exact)")
     _with_db(prune)
@@ -65,7 +66,7 @@ def register(sub: Any) -> None:
                        help="ISO date or date-time, UTC unless it names a zone (2026-01-01, 2026-01-01T12:00)")
     prune.set_defaults(func=run_prune)
     export = actions.add_parser("export", help="write the tool calls or the requests as CSV or JSON Lines",
-                                epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                epilog=EXAMPLES, formatter_class=HelpFormatter)
     _with_db(export)
     export.add_argument("--table", choices=("calls", "requests"), default="calls",
                         help="what to write (default: %(default)s)")

@@ -1,4 +1,4 @@
-"""`allowlist-proxy report`: the seed post's tables in one command, from the store.
+"""`allowlist-proxy report`: every table of the statistics in one command, from the store.
 
 Rule compliance with 95 % intervals (over calls and over sessions) and a comparison sentence for each pair
 of models, reason codes, retry loops and recovery, feedback variants when an experiment ran, and throughput

@@ -12,6 +12,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
+from proxy.cli.command import HelpFormatter
 from proxy.config import LOG_LEVELS, ConfigError, Settings
 
 __all__ = ["bind", "register", "settings_from"]
@@ -30,7 +31,7 @@ _CHOICES = {"log_level": tuple(LOG_LEVELS), "log_format": ("json", "console")}
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("serve", help="run the proxy", description="Run the proxy in front of an upstream.",
-                            epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+                            epilog=EXAMPLES, formatter_class=HelpFormatter)
     for name, info in Settings.model_fields.items():
         default = info.get_default(call_default_factory=True)
         shown = "unset" if default in (None, [], {}) else _shown(default)

@@ -1,4 +1,4 @@
-"""`allowlist-proxy stats`: the seed's per-model table, the reasons table and the loops, from the store.
+"""`allowlist-proxy stats`: the per-model table, the reasons table and the loops, from the store.
 
 Read-only: it never creates or migrates a store, so pointing it at the wrong URL says so instead of
 printing an empty table from a fresh file.
