@@ -119,3 +119,18 @@ async def test_a_quiet_model_and_a_down_receiver_post_nothing_and_fail_nothing()
         assert not [p for p in sent if p["subject"] == "quiet-model"]
     finally:
         await hook.stop()
+
+
+def test_serve_runs_the_webhook_and_the_retention_when_set(upstream, start_proxy, receiver):
+    import asyncio
+
+    proxy = start_proxy(upstream.url, alert_webhook_url=receiver.url, retention_days=30)
+
+    async def names() -> set[str]:
+        return {task.get_name() for task in asyncio.all_tasks()}
+
+    running = asyncio.run_coroutine_threadsafe(names(), proxy.app.state.loop).result(10)
+    assert {"alert-webhook", "store-retention"} <= running
+    plain = start_proxy(upstream.url)
+    running = asyncio.run_coroutine_threadsafe(names(), plain.app.state.loop).result(10)
+    assert not {"alert-webhook", "store-retention"} & running
