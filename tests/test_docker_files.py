@@ -112,13 +112,13 @@ def test_healthcheck_exposed_port_and_settings_agree():
 
 
 def test_installs_the_package_with_its_migrations_inside():
-    # proxy/store/db.py finds the migrations inside the package, so a site-packages install serves.
+    # proxy/store/db.py finds migrations/ beside the package, so a site-packages install serves.
     (workdir,) = of("WORKDIR")
     copied = {os.path.normpath(shlex.split(args)[-1]): shlex.split(args)[:-1] for args in of("COPY")}
-    assert copied.get("proxy") == ["proxy"] and "migrations" not in copied
-    assert (ROOT / "proxy" / "migrations" / "env.py").is_file()
+    assert copied.get("proxy") == ["proxy"] and copied.get("migrations") == ["migrations"]
+    assert (ROOT / "migrations" / "env.py").is_file()
     assert workdir == "/app"
-    assert any(re.search(r"pip install (--no-cache-dir )?\.", run) for run in of("RUN"))
+    assert any(re.search(r"pip install (--no-cache-dir )?-c requirements\.lock \.", run) for run in of("RUN"))
     for sources in copied.values():
         for source in sources:
             assert (ROOT / source).exists(), f"COPY {source}: not in the repository"
@@ -163,7 +163,7 @@ def test_the_copied_files_serve_and_pass_the_images_own_healthcheck(tmp_path: Pa
            "ALLOWLIST_PROXY_UPSTREAM": vllm_stand_in}
     where = subprocess.run([sys.executable, "-c", "import proxy.store.db as d; print(d.MIGRATIONS_DIR)"],
                            cwd=app, env=env, capture_output=True, text=True, timeout=60)
-    assert where.stdout.strip() == str(app / "proxy" / "migrations"), where.stderr
+    assert where.stdout.strip() == str(app / "migrations"), where.stderr
     cmd = exec_form(of("CMD")[0])
     server = subprocess.Popen([sys.executable, "-m", "proxy", *cmd[1:]], cwd=app, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -27,6 +27,7 @@ from ..policy import LoadedPolicy, Policy, PolicyError, default_policy_path, for
 from ..policy.judge import tool_set
 from ..policy.suggest import suggest
 from ..policy.verdict import MALFORMED, Verdict
+from .command import HelpFormatter
 
 __all__ = ["register", "run"]
 
@@ -41,7 +42,7 @@ def register(subparsers: Any) -> None:
         "  allowlist-proxy check 'uv run scripts/search.py \"rust async\"'\n"
         "  allowlist-proxy check --tool read '{\"filePath\": \"../secrets\"}'\n"
         "  allowlist-proxy extract --calls < output.txt | allowlist-proxy check --jsonl\n",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--policy", metavar="FILE", help="policy file (default: policies/strict.yaml)")
     parser.add_argument(

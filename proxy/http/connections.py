@@ -131,7 +131,9 @@ def _count(limit: str, message: str) -> None:
     now = time.monotonic()
     if now - _last_logged.get(limit, 0.0) >= 1.0:  # at most one line a second per limit, however many trigger
         _last_logged[limit] = now
-        log.warning("connection.limit", limit=limit, message=message)
+        # An idle keep-alive closed is routine (every client that pauses): below `info`; the others are limits hit.
+        emit = log.debug if limit == "idle" else log.warning
+        emit("connection.limit", limit=limit, message=message)
 
 
 def raise_open_file_limit(wanted: int) -> None:

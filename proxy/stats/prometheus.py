@@ -98,6 +98,7 @@ POLICY_RELOAD_FAILURES = Counter("allowlist_proxy_policy_reload_failures", "Poli
 POLICY_VALID = Gauge("allowlist_proxy_policy_valid",
                      "1 when the file on disk is the policy being served, 0 when it was refused", ["file"])
 STORE_WRITE_FAILURES = Counter("allowlist_proxy_store_write_failures", "Failed batch writes to the store (retried)")
+STORE_UP = Gauge("allowlist_proxy_store_up", "1 while the store can record, 0 while it fails (health: degraded)")
 STORE_QUEUE_DEPTH = Gauge("allowlist_proxy_store_queue_depth", "Rows waiting for the store writer")
 LOOPS = Counter(
     "allowlist_proxy_loops",
@@ -128,6 +129,10 @@ STORE_REFUSALS = Counter(
 RELEASE_WAIT = Histogram(
     "allowlist_proxy_release_wait_seconds", "Time a judged call waited for its rows to be committed (enforce)",
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 5))
+UPSTREAM_ERRORS = Counter(
+    "allowlist_proxy_upstream_errors",
+    "Client requests answered with an upstream failure (502 unreachable or broken, 504 timeout, or the "
+    "upstream's own error status)", [*_MODEL, "status"])
 CONNECTION_LIMITS = Counter(
     "allowlist_proxy_connection_limits",
     "Client connections closed or refused by a limit (header_timeout | body_timeout | idle | too_many)", ["limit"])
