@@ -11,10 +11,10 @@ from typing import Any
 
 import structlog
 
-from .content import content_findings
+from .content import content_findings, path_value_problem
 from .explain import explain_command, parse_error_verdict
 from .matcher import matcher_for
-from .paths import patch_paths, path_problem
+from .paths import patch_paths
 from .profiles import Rule, ToolSet, call_rules, profile_table
 from .reasons import order_reasons
 from .schema import Policy, ShellMap
@@ -139,7 +139,7 @@ def _judge_shell(policy: Policy, tool: str, shell: ShellMap, arguments: Mapping[
         for label, value in _values(arguments, shell.workdir):
             if not isinstance(value, str) or "\x00" in value:
                 raise _BadArguments
-            problem = path_problem(value, roots)
+            problem = path_value_problem(value, roots)
             if problem is not None:
                 found.add((problem,), f"{problem}:{tool}.{label}")
     if shell.interpreter:
@@ -166,7 +166,7 @@ def _judge_rule(policy: Policy, rule: Rule, arguments: Mapping[str, Any], roots:
     for spec in tool_map.paths:
         for label, value in _values(arguments, spec):
             for path in _paths(value):
-                problem = path_problem(path, roots)
+                problem = path_value_problem(path, roots)
                 if problem is not None:
                     found.add((problem,), f"{problem}:{tool}.{label}")
     for spec in tool_map.urls:
@@ -180,7 +180,7 @@ def _judge_rule(policy: Policy, rule: Rule, arguments: Mapping[str, Any], roots:
             if not isinstance(value, str):
                 raise _BadArguments
             for path in patch_paths(value):
-                problem = path_problem(path, roots) if "\x00" not in path else "path_escape"
+                problem = path_value_problem(path, roots) if "\x00" not in path else "path_escape"
                 if problem is not None:
                     found.add((problem,), f"{problem}:{tool}.{label}")
 

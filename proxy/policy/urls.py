@@ -20,7 +20,9 @@ from .schema import UrlRules
 
 __all__ = ["host_allowed", "is_url", "url_problem"]
 
-_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+# `scheme://`, and the special schemes with any slashes or none: a WHATWG parser (every browser, Node's
+# fetch) reads `http:/127.0.0.1`, `http:127.0.0.1` and `https:\\\\h` as `http://127.0.0.1/`.
+_SCHEME = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*://|(?:https?|wss?|ftp):)", re.IGNORECASE)
 _HAS_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _SPECIAL_NAMES = ("localhost", "localdomain", "local", "internal", "home.arpa", "arpa", "intranet", "lan")
 _IPV4_LAX = re.compile(r"^[0-9a-fA-FxX.]+$")
@@ -104,8 +106,11 @@ def url_problem(value: str, rules: UrlRules) -> str | None:
     if parts.scheme in ("file",):
         return "url"
     raw = parts.hostname
-    if not raw or "%" in parts.netloc.rpartition("@")[2]:
+    authority = parts.netloc.rpartition("@")[2]
+    if not raw or "%" in authority:
         return "url"
+    if authority.startswith("[") and _address(raw) is None:
+        return "url"  # `[v1.x]`: an IPvFuture literal, or anything else in brackets, names no public host
     try:  # IDNA maps full-width digits and look-alikes to what a browser would resolve
         host = raw.encode("idna").decode("ascii").lower() if not raw.isascii() else raw.lower()
     except UnicodeError:

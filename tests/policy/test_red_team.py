@@ -1,0 +1,123 @@
+"""Adversarial cases for fail-closed tools, kept apart from the cases the issue names: schemas that hide a
+command, path or URL argument; values that are paths or URLs in disguise; script arguments in other forms;
+command arguments of tools a profile lists as harmless."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.policy import Policy, judge_call, judge_command, load_policy_text
+from proxy.policy.content import value_problem
+from proxy.policy.profiles import ToolSet
+from proxy.policy.schema import UrlRules
+
+ROOT_DIR = "/home/dev/project"
+ALLOWED = "uv run scripts/search.py x"
+S = {"type": "string"}
+
+
+def _obj(**props: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": props}
+
+
+def _tool(name: str, parameters: Any, description: str | None = None) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": name, "parameters": parameters}
+    if description:
+        function["description"] = description
+    return {"type": "function", "function": function}
+
+
+def _policy(**extra: Any) -> Policy:
+    base: dict[str, Any] = {"name": "p", "bash": {"scripts": {"search": {"flags": ["--max-results"]},
+                                                              "fetch_page": {}}},
+                            "paths": {"project_root": [ROOT_DIR]}}
+    base.update(extra)
+    return Policy.model_validate(base)
+
+
+def _call(tools: list[dict[str, Any]], name: str, arguments: dict[str, Any],
+          policy: Policy | None = None) -> tuple[str, ...]:
+    policy = policy or _policy()
+    toolset = ToolSet.for_request(policy, {"tools": tools}, {})
+    return judge_call(policy, name, arguments, offered_tools=set(toolset.offered or {}), tools=toolset).reasons
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    ("FILE:///etc/passwd", "absolute_path"), ("file:/etc", "absolute_path"), ("file:///%65tc/passwd", "absolute_path"),
+    ("\\\\server\\share", "absolute_path"), ("C:/x", "absolute_path"), ("/proc/self/environ", "absolute_path"),
+    ("~user", "path_escape"), ("$HOME/x", "path_escape"), ("${HOME}/.ssh", "path_escape"),
+    ("%USERPROFILE%\\x", "path_escape"), ("..\\..", "path_escape"), (f"{ROOT_DIR}/..", "path_escape"),
+    ("a\u2215..\u2215..\u2215etc", "path_escape"), ("\u2025/x", "path_escape"), ("\uff0e\uff0e/x", "path_escape"),
+    ("\uff0fetc/passwd", "absolute_path"), ("\u2215etc\u2215passwd", "absolute_path"), ("//host/path", "absolute_path"),
+    (" /etc/passwd", "absolute_path"), ("/etc/passwd\n", "absolute_path"), ("\t~/.ssh", "path_escape"),
+    ("key=/etc/passwd", "absolute_path"), ("src,/etc/passwd", "absolute_path"), ("@/etc/passwd", "absolute_path"),
+    ("http:/127.0.0.1/", "url"), ("http:127.0.0.1", "url"), ("https:\\\\127.0.0.1", "url"),
+    ("127.0.0.1:8080", "url"), ("localhost:3000/x", "url"), ("169.254.169.254/latest", "url"), ("[::1]/x", "url"),
+    ("10.0.0.1", "url"), ("metadata.google.internal:80", "url"), ("http://[v1.x]/", "url"),
+    ("http://[::ffff:127.0.0.1]", "url"), ("http://0x7f.1", "url"), ("http://127.1", "url"),
+    ("http://2130706433", "url"), ("http://localhost.", "url"), ("http://LOCALHOST", "url"),
+    ("http://169.254.169.254", "url"), ("http://metadata.google.internal", "url"), ("http://[fd00::1]", "url"),
+    ("http://allowed.com@127.0.0.1", "url"), ("http://127.0.0.1#@allowed.com", "url"), ("http://ex\tample.com", "url"),
+    ("http://loc\u0430lhost/", "url"),
+    # Not places: free text, values inside the project, public URLs, times, versions, numbers.
+    ("read /etc/passwd please", None), ("line one\n/etc/passwd", None), (f"{ROOT_DIR}/a.txt", None), ("src/../a", None),
+    ("https://example.com/?a=1,b=/x", None), ("https://example.com/ok\n", None), ("12:30", None), ("1.2.3.4", None),
+    ("3", None), ("Q: what now?", None), ("key=value", None), ("notes about the plan", None), ("a.b:8080", None),
+])  # fmt: skip
+def test_values_in_disguise(value: str, problem: str | None) -> None:
+    assert value_problem(value, (ROOT_DIR,), UrlRules()) == problem
+
+
+ARGS_POLICY = """
+name: p
+paths: {project_root: [/home/dev/project]}
+shell:
+  scripts:
+    search:
+      flags: [--target, --max-results]
+      args: {positional: any, flags: {--target: path, --max-results: int}}
+    plain:
+      flags: [--out, -o, --verbose]
+"""
+
+
+@pytest.mark.parametrize(("command", "reasons"), [
+    ("uv run scripts/search.py x --target=/etc/passwd", ("argument", "absolute_path")),
+    ("uv run scripts/search.py x --target src --target /etc/passwd", ("argument", "absolute_path")),
+    ("uv run scripts/search.py x --target ' /etc/passwd'", ("argument", "absolute_path")),
+    ("uv run scripts/search.py x --target '\uff0fetc'", ("argument", "absolute_path")),
+    ("uv run scripts/search.py x --target '$HOME/x'", ("argument", "path_escape")),
+    ("uv run scripts/search.py x --max-results=5 --max-results=/etc/x", ("argument",)),
+    ("uv run scripts/plain.py --out=/etc/passwd", ("argument", "absolute_path")),
+    ("uv run scripts/plain.py --verbose /etc/passwd", ("argument", "absolute_path")),
+    ("uv run scripts/plain.py -o /etc/passwd", ("argument", "absolute_path")),
+    ("uv run scripts/plain.py -- /etc/passwd", ("flag",)),
+    ("uv run scripts/plain.py '/etc/passwd '", ("argument", "absolute_path")),
+    ("uv run scripts/plain.py x=/etc/passwd", ("argument", "absolute_path")),
+    ("uv run scripts/plain.py --out=src,/etc/passwd", ("argument", "absolute_path")),
+    ("uv run scripts/plain.py @/etc/passwd", ("argument", "absolute_path")),
+    ("uv run scripts/plain.py \"FILE:/etc/passwd\"", ("argument", "absolute_path")),
+    ("uv run scripts/plain.py 'file:///%65tc/passwd'", ("argument", "absolute_path")),
+    ("uv run scripts/plain.py http:/127.0.0.1/", ("argument", "url")),
+    ("uv run scripts/plain.py 127.0.0.1:8080", ("argument", "url")),
+    ("uv run scripts/plain.py 'a\u2215..\u2215..\u2215x'", ("argument", "path_escape")),
+    ("uv run scripts/plain.py 'see /etc/passwd'", ()),
+    ("uv run scripts/search.py x --target src/a.py", ()),
+])  # fmt: skip
+def test_script_arguments_in_other_forms(command: str, reasons: tuple[str, ...]) -> None:
+    policy = load_policy_text(ARGS_POLICY).policy
+    assert judge_command(policy, command, roots=(ROOT_DIR,)).reasons == reasons
+    assert judge_call(policy, "bash", {"command": command}).reasons == reasons
+
+
+@pytest.mark.parametrize(("tool", "arguments", "reason"), [
+    ("Read", {"file_path": " /etc/passwd"}, "absolute_path"),
+    ("Read", {"file_path": "\uff0fetc/passwd"}, "absolute_path"),
+    ("Read", {"file_path": "$HOME/.aws/credentials"}, "path_escape"),
+    ("Bash", {"command": ALLOWED, "workdir": "x"}, None),
+])  # fmt: skip
+def test_known_path_arguments_in_disguise(tool: str, arguments: dict[str, Any], reason: str | None) -> None:
+    tools = [_tool("Read", _obj(file_path=S)), _tool("Bash", _obj(command=S))]
+    assert _call(tools, tool, arguments)[:1] == ((reason,) if reason else ())
