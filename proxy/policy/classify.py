@@ -21,10 +21,12 @@ from typing import Any
 from .offered import _SHELL_DESCRIPTION, _words
 from .schema import ShellMap, ToolMap
 
-__all__ = ["Classification", "classify", "classify_arguments"]
+__all__ = ["Classification", "Declared", "classify", "classify_arguments", "misfits"]
 
 _COMMAND_WORDS = frozenset({"command", "commands", "cmd", "cmds", "script", "scripts", "code", "shell", "bash",
-                            "argv", "exec", "shellcommand"})
+                            "argv", "exec", "shellcommand", "run", "execute", "executable", "program", "cmdline",
+                            "commandline", "sh", "zsh", "powershell", "pwsh", "terminal", "python", "javascript",
+                            "snippet"})
 # Words of an argument name that make it a file or directory (`filePath`, `dir_path`, `notebook_path`,
 # `cwd`, `workdir`, `filepath`, `paths`, `target_file`).
 _PATH_WORDS = frozenset({"path", "paths", "file", "files", "filename", "filenames", "filepath", "filepaths",
@@ -46,16 +48,26 @@ _PATH_DESCRIPTION = re.compile(r"\b(?:(?:absolute|relative)\s+path|path\s+(?:to|
 _URL_DESCRIPTION = re.compile(r"\b(?:url|uri|web\s*page|web\s+address|link\s+to)\b", re.I)
 _PATCH_DESCRIPTION = re.compile(r"\b(?:patch|unified\s+diff|diff\s+to\s+apply)\b", re.I)
 _MAX_DEPTH = 8
+# Keywords under which an object takes arguments its `properties` do not list.
+_OPEN_KEYWORDS = ("additionalProperties", "patternProperties", "unevaluatedProperties", "dependentSchemas",
+                  "dependencies", "propertyNames", "if", "then", "else", "not")
 _MAX_PROPERTIES = 400
+
+
+# Per top-level argument the JSON types its schema accepts (empty: any) and, for a closed set, its values.
+Declared = Mapping[str, tuple[frozenset[str], frozenset[Any] | None]]
 
 
 @dataclass(frozen=True, slots=True)
 class Classification:
     """What one tool's arguments can carry. `map` is the tool map that governs it (None: nothing found);
-    `readable` False: the schema could not be read and each call's arguments decide."""
+    `readable` False: the schema could not be read and each call's arguments decide. `declared`: what the
+    schema says each top-level argument is, so that a call sending something else (an undeclared argument,
+    a value outside an `enum`, a string where an object was declared) has that argument read by itself."""
 
     readable: bool
     maps: tuple[ToolMap, ...] = ()
+    declared: Declared | None = None
 
     @property
     def capable(self) -> bool:
@@ -139,9 +151,14 @@ class _Walk:
             kinds = _kinds(branch)
             if "string" in kinds or (not kinds and "properties" not in branch and "items" not in branch):
                 string = True
-            if "array" in kinds or "items" in branch:
+            if "array" in kinds or "items" in branch or "prefixItems" in branch:
                 items = branch.get("items")
-                for item in self.branches(self.resolve(items, depth), depth) if items is not None else [{}]:
+                prefix = branch.get("prefixItems")
+                listed: list[Any] = [items] if isinstance(items, Mapping) else list(items) if isinstance(
+                    items, list) else []
+                listed += prefix if isinstance(prefix, list) else []
+                each = [b for item in listed for b in self.branches(self.resolve(item, depth), depth)]
+                for item in each or [{}]:
                     if "properties" in item or "object" in _kinds(item):
                         self.object(item, f"{spec}[]", depth + 1)
                     elif ("string" in _kinds(item) or not _kinds(item)) and "enum" not in item:
@@ -180,8 +197,7 @@ class _Walk:
             props = {}
         if not isinstance(props, Mapping):
             raise _Unreadable
-        extra = schema.get("additionalProperties")
-        if extra not in (None, False) or schema.get("patternProperties"):
+        if any(schema.get(key) not in (None, False) for key in _OPEN_KEYWORDS):
             raise _Unreadable  # names the schema does not list can carry anything
         for name, prop in props.items():
             self.argument(str(name), f"{prefix}.{name}" if prefix else str(name), prop, depth)
@@ -198,6 +214,8 @@ def classify(schema: Mapping[str, Any] | None, description: str | None = None) -
     if any(k in schema for k in ("$ref", "anyOf", "allOf", "oneOf", "not", "if")):
         return Classification(readable=False)
     props = schema.get("properties")
+    if props == {} and schema.get("additionalProperties") is False:
+        return Classification(readable=True, declared={})  # a tool without arguments
     if not isinstance(props, Mapping) or not props:
         return Classification(readable=False)
     defs: dict[str, Any] = {}
@@ -219,7 +237,59 @@ def classify(schema: Mapping[str, Any] | None, description: str | None = None) -
     specs = [s for _, s in walk.shell] + walk.paths + walk.urls + walk.patch
     if not all(_spec_ok(s) for s in specs):
         return Classification(readable=False)  # an argument name no argument path can address
-    return Classification(readable=True, maps=_tool_maps(walk))
+    return Classification(readable=True, maps=_tool_maps(walk), declared=_declared(props, walk))
+
+
+_JSON_KINDS: dict[type, tuple[str, ...]] = {str: ("string",), bool: ("boolean",), int: ("integer", "number"),
+                                            float: ("number",), list: ("array",), dict: ("object",),
+                                            type(None): ("null",)}
+
+
+def _declared(props: Mapping[str, Any], walk: _Walk) -> dict[str, tuple[frozenset[str], frozenset[Any] | None]]:
+    out: dict[str, tuple[frozenset[str], frozenset[Any] | None]] = {}
+    for name, prop in props.items():
+        try:
+            branches = walk.branches(walk.resolve(prop, 0), 0)
+        except _Unreadable:
+            continue  # not declared: each call's value is read by itself
+        kinds: set[str] = set()
+        any_kind = False
+        values: set[Any] | None = set()
+        for branch in branches:
+            found = _kinds(branch)
+            kinds |= found
+            any_kind = any_kind or not found
+            closed = branch.get("enum") if isinstance(branch.get("enum"), list) else (
+                [branch["const"]] if "const" in branch else None)
+            if closed is None or values is None:
+                values = None
+            else:
+                values.update(v for v in closed if isinstance(v, str | int | float | bool) or v is None)
+        out[str(name)] = (frozenset() if any_kind else frozenset(kinds),
+                          frozenset(values) if values is not None else None)
+    return out
+
+
+def misfits(declared: Declared, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments of a call that its schema does not describe: undeclared, outside a closed set, or of
+    another JSON type than declared (read by their own names and shapes: `classify_arguments`)."""
+    out: dict[str, Any] = {}
+    for name, value in arguments.items():
+        spec = declared.get(name)
+        if spec is None:
+            out[name] = value
+            continue
+        kinds, values = spec
+        if values is not None:
+            try:
+                if value in values and not isinstance(value, bool | list | dict):
+                    continue
+            except TypeError:
+                pass
+            out[name] = value
+        elif kinds and not kinds.intersection(_JSON_KINDS.get(type(value), ())):
+            out[name] = value
+    return out
 
 
 def _tool_maps(walk: _Walk) -> tuple[ToolMap, ...]:

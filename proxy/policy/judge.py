@@ -15,7 +15,7 @@ from .content import content_findings, path_value_problem
 from .explain import explain_command, parse_error_verdict
 from .matcher import matcher_for
 from .paths import patch_paths
-from .profiles import Rule, ToolSet, call_rules, profile_table
+from .profiles import HEURISTIC_PROFILE, Rule, ToolSet, call_rules, misfit_rules, profile_table
 from .reasons import order_reasons
 from .schema import Policy, ShellMap
 from .script_args import argument_problem
@@ -162,7 +162,9 @@ def _judge_rule(policy: Policy, rule: Rule, arguments: Mapping[str, Any], roots:
                 found: _Findings) -> None:
     tool_map, tool = rule.map, rule.tool
     if tool_map.shell is not None:
-        _judge_shell(policy, tool, tool_map.shell, arguments, roots, found, optional=rule.content)
+        # A command argument found by classification may be absent (nothing runs); a profile's may not.
+        _judge_shell(policy, tool, tool_map.shell, arguments, roots, found,
+                     optional=rule.content or rule.profile == HEURISTIC_PROFILE)
     for spec in tool_map.paths:
         for label, value in _values(arguments, spec):
             for path in _paths(value):
@@ -218,6 +220,7 @@ def _judge_call(policy: Policy, tool: str, arguments: dict[str, Any] | None, off
     content = [rule for rule in every if rule.content]
     if any(not rule.readable for rule in content):
         every = [r for rule in every for r in (call_rules(rule, arguments) if not rule.readable else [rule])]
+    every += [r for rule in every if rule.declared is not None for r in misfit_rules(rule, arguments)]
     rules = [rule for rule in every if rule.governed]
     if not rules and policy.other_tools == "reject":
         return Verdict(REJECT, ("unknown_tool",), f"unknown_tool:{str(tool)[:40]}")

@@ -121,3 +121,63 @@ def test_script_arguments_in_other_forms(command: str, reasons: tuple[str, ...])
 def test_known_path_arguments_in_disguise(tool: str, arguments: dict[str, Any], reason: str | None) -> None:
     tools = [_tool("Read", _obj(file_path=S)), _tool("Bash", _obj(command=S))]
     assert _call(tools, tool, arguments)[:1] == ((reason,) if reason else ())
+
+
+@pytest.mark.parametrize(("schema", "arguments", "reason"), [
+    # Other names, descriptions only, formats.
+    (_obj(run={"type": "array", "items": S}), {"run": ["rm -rf /"]}, "program"),
+    (_obj(line={"type": "string", "description": "The bash command to run"}), {"line": "rm -rf x"}, "program"),
+    (_obj(where={"type": "string", "description": "The location on disk to open"}), {"where": "/etc/passwd"},
+     "absolute_path"),
+    (_obj(x={"type": "string", "format": "uri"}), {"x": "http://127.0.0.1/"}, "url"),
+    (_obj(sourceCode=S), {"sourceCode": "import os"}, "program"),
+    # Shapes: nested two levels, arrays of objects, prefixItems, tuple items, $defs, type lists.
+    (_obj(a=_obj(b=_obj(command=S))), {"a": {"b": {"command": "rm -rf x"}}}, "program"),
+    (_obj(steps={"type": "array", "items": _obj(run=S)}), {"steps": [{"run": "rm -rf x"}]}, "program"),
+    (_obj(argv={"type": "array", "prefixItems": [S, S]}), {"argv": ["rm", "-rf"]}, "program"),
+    (_obj(x={"type": "array", "items": [S, S]}), {"x": ["/etc/passwd"]}, "absolute_path"),
+    (_obj(x={"$ref": "#/$defs/C"}) | {"$defs": {"C": _obj(cmd=S)}}, {"x": {"cmd": "rm -rf x"}}, "program"),
+    (_obj(command={"type": ["string", "null"]}), {"command": "rm -rf x"}, "program"),
+    (_obj(op={"oneOf": [_obj(kind={"const": "a"}, command=S), _obj(kind={"const": "b"}, file=S)]}),
+     {"op": {"kind": "b", "file": "../../x"}}, "path_escape"),
+    (_obj(command={"allOf": [S]}), {"command": "rm -rf x"}, "program"),
+    (_obj(command=True), {"command": "rm -rf x"}, "program"),
+    # Open objects in every spelling: what the call carries decides.
+    (_obj(a=S) | {"patternProperties": {".*": S}}, {"command": "rm -rf x"}, "program"),
+    (_obj(a=S) | {"additionalProperties": S}, {"command": "rm -rf x"}, "program"),
+    (_obj(a=S) | {"unevaluatedProperties": S}, {"a": "1", "command": "rm -rf x"}, "program"),
+    (_obj(a=S) | {"dependentSchemas": {"a": _obj(command=S)}}, {"a": "1", "command": "rm -rf x"}, "program"),
+    (_obj(a={"type": "object", "additionalProperties": True}), {"a": {"command": "rm -rf x"}}, "program"),
+    ({"type": "object", "properties": [{"command": S}]}, {"command": "rm -rf x"}, "program"),
+    ({"type": "object", "properties": {f"p{i}": S for i in range(1000)}}, {"command": "rm -rf x"}, "program"),
+    # The call sends what the schema does not describe: undeclared, outside a closed set, another type.
+    (_obj(note=S), {"note": "hi", "command": "rm -rf x"}, "program"),
+    (_obj(command={"const": "ls"}), {"command": "rm -rf x"}, "program"),
+    (_obj(command={"enum": ["view", "create"]}), {"command": "rm -rf x"}, "program"),
+    (_obj(command={"type": "object", "properties": {"name": S}}), {"command": "rm -rf x"}, "program"),
+    (_obj(path={"type": "integer"}), {"path": "/etc/passwd"}, "absolute_path"),
+    # What the schema describes, sent as described: allowed.
+    (_obj(command={"enum": ["view", "create"]}), {"command": "view"}, None),
+    (_obj(todos={"type": "array", "items": _obj(content=S)}), {"todos": [{"content": "fix /etc parsing"}]}, None),
+    ({"type": "object", "properties": {}, "additionalProperties": False}, {}, None),
+    (_obj(count={"type": "integer"}, run_id=S), {"count": 3, "run_id": "r1"}, None),
+])  # fmt: skip
+def test_schemas_that_hide_an_argument(schema: Any, arguments: dict[str, Any], reason: str | None) -> None:
+    assert _call([_tool("mystery", schema)], "mystery", arguments)[:1] == ((reason,) if reason else ())
+
+
+def test_known_tools_judge_what_their_profile_does_not_claim() -> None:
+    """A tool a built-in profile knows, offered with an argument the profile does not claim that can carry a
+    command, a path or a URL, has it judged; the arguments the profile claims stay the profile's."""
+    tools = [_tool("bash", _obj(command=S, workdir=S)), _tool("webfetch", _obj(url=S)),
+             _tool("read", _obj(filePath=S, mirror={"type": "string", "format": "uri"})),
+             _tool("todowrite", _obj(todos=S, run=S)),
+             _tool("task", _obj(description=S, prompt=S, command=S, cwd=S))]
+    assert _call(tools, "read", {"filePath": "a.py", "mirror": "http://169.254.169.254/"}) == ("url",)
+    assert _call(tools, "todowrite", {"todos": "x", "run": "rm -rf x"})[:1] == ("program",)
+    assert _call(tools, "todowrite", {"todos": "x"}) == ()
+    assert _call(tools, "task", {"description": "d", "prompt": "p", "command": "/review"}) == ()
+    assert _call(tools, "task", {"description": "d", "prompt": "p", "command": "/review", "cwd": "/etc"}) == (
+        "absolute_path",)
+    # A profile that claims `command` for its tool keeps it a slash command whatever the description says.
+    assert _call(tools, "bash", {"command": ALLOWED, "workdir": "src"}) == ()
