@@ -21,7 +21,7 @@ from typing import Any
 from .offered import _SHELL_DESCRIPTION, _words
 from .schema import ShellMap, ToolMap
 
-__all__ = ["Classification", "Declared", "classify", "classify_arguments", "misfits"]
+__all__ = ["Arg", "Classification", "Declared", "classify", "classify_arguments", "misfits"]
 
 _COMMAND_WORDS = frozenset({"command", "commands", "cmd", "cmds", "script", "scripts", "code", "shell", "bash",
                             "argv", "exec", "shellcommand", "run", "execute", "executable", "program", "cmdline",
@@ -54,8 +54,8 @@ _OPEN_KEYWORDS = ("additionalProperties", "patternProperties", "unevaluatedPrope
 _MAX_PROPERTIES = 400
 
 
-# Per top-level argument the JSON types its schema accepts (empty: any) and, for a closed set, its values.
-Declared = Mapping[str, tuple[frozenset[str], frozenset[Any] | None]]
+# Per argument what its schema declares it to be (`Arg`).
+Declared = Mapping[str, "Arg"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,53 +243,89 @@ def classify(schema: Mapping[str, Any] | None, description: str | None = None) -
 _JSON_KINDS: dict[type, tuple[str, ...]] = {str: ("string",), bool: ("boolean",), int: ("integer", "number"),
                                             float: ("number",), list: ("array",), dict: ("object",),
                                             type(None): ("null",)}
+_FITS = object()
 
 
-def _declared(props: Mapping[str, Any], walk: _Walk) -> dict[str, tuple[frozenset[str], frozenset[Any] | None]]:
-    out: dict[str, tuple[frozenset[str], frozenset[Any] | None]] = {}
-    for name, prop in props.items():
-        try:
-            branches = walk.branches(walk.resolve(prop, 0), 0)
-        except _Unreadable:
-            continue  # not declared: each call's value is read by itself
-        kinds: set[str] = set()
-        any_kind = False
-        values: set[Any] | None = set()
-        for branch in branches:
-            found = _kinds(branch)
-            kinds |= found
-            any_kind = any_kind or not found
-            closed = branch.get("enum") if isinstance(branch.get("enum"), list) else (
-                [branch["const"]] if "const" in branch else None)
-            if closed is None or values is None:
-                values = None
-            else:
-                values.update(v for v in closed if isinstance(v, str | int | float | bool) or v is None)
-        out[str(name)] = (frozenset() if any_kind else frozenset(kinds),
-                          frozenset(values) if values is not None else None)
-    return out
+@dataclass(frozen=True, slots=True)
+class Arg:
+    """What a schema declares one argument to be: its JSON types (empty: any), its closed set of values,
+    the arguments of an object (`props`) and what an array holds (`items`)."""
+
+    kinds: frozenset[str] = frozenset()
+    values: frozenset[Any] | None = None
+    props: Mapping[str, Arg] | None = None
+    items: Arg | None = None
+
+
+def _declared(props: Mapping[str, Any], walk: _Walk, depth: int = 0) -> dict[str, Arg]:
+    return {str(name): _arg(prop, walk, depth) for name, prop in props.items()}
+
+
+def _arg(prop: Any, walk: _Walk, depth: int) -> Arg:
+    try:
+        branches = walk.branches(walk.resolve(prop, depth), depth)
+    except _Unreadable:
+        return Arg()
+    kinds: set[str] = set()
+    any_kind = False
+    values: set[Any] | None = set()
+    children: dict[str, Arg] | None = None
+    items: list[Any] = []
+    for branch in branches:
+        found = _kinds(branch)
+        kinds |= found
+        any_kind = any_kind or not found
+        closed = branch.get("enum") if isinstance(branch.get("enum"), list) else (
+            [branch["const"]] if "const" in branch else None)
+        if closed is None or values is None:
+            values = None
+        else:
+            values.update(v for v in closed if isinstance(v, str | int | float | bool) or v is None)
+        if depth < _MAX_DEPTH and ("object" in found or "properties" in branch):
+            inner = branch.get("properties")
+            children = {**(children or {}), **(_declared(inner, walk, depth + 1) if isinstance(inner, Mapping) else {})}
+        if depth < _MAX_DEPTH and ("array" in found or "items" in branch or "prefixItems" in branch):
+            for key in ("items", "prefixItems"):
+                listed = branch.get(key)
+                items += [listed] if isinstance(listed, Mapping) else listed if isinstance(listed, list) else []
+    item = None
+    if items:
+        merged = [_arg(i, walk, depth + 1) for i in items]
+        item = merged[0] if len(merged) == 1 else Arg()  # several item schemas: any item is read by itself
+    return Arg(frozenset() if any_kind else frozenset(kinds), frozenset(values) if values is not None else None,
+               children, item)
 
 
 def misfits(declared: Declared, arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """The arguments of a call that its schema does not describe: undeclared, outside a closed set, or of
-    another JSON type than declared (read by their own names and shapes: `classify_arguments`)."""
+    """The parts of a call its schema does not describe, nested ones too: an undeclared argument, a value
+    outside a closed set, or one of another JSON type than declared, each kept at its place (so that
+    `classify_arguments` names it by its path: `opts.command`, `items[].command`)."""
     out: dict[str, Any] = {}
     for name, value in arguments.items():
         spec = declared.get(name)
-        if spec is None:
-            out[name] = value
-            continue
-        kinds, values = spec
-        if values is not None:
-            try:
-                if value in values and not isinstance(value, bool | list | dict):
-                    continue
-            except TypeError:
-                pass
-            out[name] = value
-        elif kinds and not kinds.intersection(_JSON_KINDS.get(type(value), ())):
-            out[name] = value
+        found = value if spec is None else _misfit(spec, value)
+        if found is not _FITS:
+            out[name] = found
     return out
+
+
+def _misfit(spec: Arg, value: Any) -> Any:
+    if spec.values is not None:
+        try:
+            if value in spec.values and not isinstance(value, bool | list | dict):
+                return _FITS
+        except TypeError:
+            pass
+        return value
+    if spec.kinds and not spec.kinds.intersection(_JSON_KINDS.get(type(value), ())):
+        return value
+    if isinstance(value, Mapping) and spec.props is not None:
+        inner = misfits(spec.props, value)
+        return inner if inner else _FITS
+    if isinstance(value, list) and spec.items is not None:
+        found = [m for m in (_misfit(spec.items, v) for v in value) if m is not _FITS]
+        return found if found else _FITS
+    return _FITS
 
 
 def _tool_maps(walk: _Walk) -> tuple[ToolMap, ...]:

@@ -33,6 +33,7 @@ _PIECES = re.compile(r"[=,;]|^@")
 # the division and fraction slashes and the two-dot leader are look-alikes a careless normaliser folds).
 _LOOKALIKES = str.maketrans({"\u2215": "/", "\u2044": "/", "\u2571": "/", "\u29f8": "/", "\u29f5": "\\",
                              "\u2216": "\\", "\u2025": "..", "\u2024": "."})
+_INDEX = re.compile(r"\[[0-9]+\]")
 _MAX_VALUES = 2000
 _MAX_DEPTH = 16
 
@@ -102,12 +103,15 @@ def _strings(value: Any, label: str, depth: int) -> Iterator[tuple[str, str]]:
 def content_findings(arguments: Mapping[str, Any], roots: tuple[str, ...], urls: UrlRules,
                      skip: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
     """(reason, argument label) for each whole value of the arguments (nested too) that is a refused path or
-    URL; arguments named in `skip` (the ones a rule already judges) are left to that rule."""
+    URL; the values at the argument paths in `skip` (`files.path`, indices left out: the ones a rule
+    already judges) are left to that rule, and only those (`files[0].note` beside them is not)."""
     found: list[tuple[str, str]] = []
-    for count, (label, value) in enumerate(_strings({k: v for k, v in arguments.items() if k not in skip}, "", 0)):
+    for count, (label, value) in enumerate(_strings(arguments, "", 0)):
         if count >= _MAX_VALUES:
             found.append(("bad_arguments", label))  # more values than any tool takes: not judged, refused
             break
+        if skip and (_INDEX.sub("", label) if "[" in label else label) in skip:
+            continue
         problem = value_problem(value, roots, urls)
         if problem is not None:
             found.append((problem, label))

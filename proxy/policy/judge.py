@@ -234,7 +234,7 @@ def _judge_call(policy: Policy, tool: str, arguments: dict[str, Any] | None, off
     except _BadArguments:
         return _bad_arguments()
     if content:
-        judged = frozenset(name for rule in rules for name in rule.reads)
+        judged = frozenset(spec for rule in rules for spec in rule.judges)
         for problem, label in content_findings(arguments, roots, policy.urls, judged):
             found.add((problem,), f"{problem}:{tool}.{label}")
     return found.verdict()

@@ -77,6 +77,8 @@ class Rule:
     # What the offered schema declares each argument to be; a call's argument that is something else is
     # classified by itself (`misfit_rules`).
     declared: Declared | None = None
+    # The argument paths this map judges, indices left out (`files.path`): their values are its to judge.
+    judges: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, profile: str, tool: str, tool_map: ToolMap, *, content: bool = False,
@@ -84,7 +86,8 @@ class Rule:
         reads = tuple(tool_map.arguments())
         needs = reads[-1] if tool_map.shell is not None else None
         return cls(profile=profile, tool=tool, map=tool_map, needs=needs, reads=reads, governed=tool_map.governed,
-                   content=content, readable=readable, declared=declared)
+                   content=content, readable=readable, declared=declared,
+                   judges=frozenset(spec.replace("[]", "") for spec in tool_map.claimed()))
 
     def fits(self, names: Any) -> bool:
         """Whether the arguments this map reads exist: its command argument, or any of its path arguments."""

@@ -181,3 +181,27 @@ def test_known_tools_judge_what_their_profile_does_not_claim() -> None:
         "absolute_path",)
     # A profile that claims `command` for its tool keeps it a slash command whatever the description says.
     assert _call(tools, "bash", {"command": ALLOWED, "workdir": "src"}) == ()
+
+
+@pytest.mark.parametrize(("arguments", "reason"), [
+    # Values beside a judged one are still read (the judged argument's path, not its top-level name).
+    ({"files": [{"path": "a.txt", "note": "/etc/passwd"}]}, "absolute_path"),
+    ({"files": [{"path": "a.txt", "note": "fine"}]}, None),
+    ({"files": [{"path": "a.txt", "command": "rm -rf x"}]}, "program"),  # undeclared, nested
+    ({"opts": {"depth": "1", "run": "rm -rf x"}}, "program"),  # a free-form object's keys, by name
+    ({"tags": [{"command": "rm -rf x"}]}, "program"),  # objects where strings were declared
+    ({"tags": ["a", "b"], "opts": {"depth": "2"}}, None),
+])  # fmt: skip
+def test_nested_parts_the_schema_does_not_describe(arguments: dict[str, Any], reason: str | None) -> None:
+    schema = _obj(files={"type": "array", "items": _obj(path=S, note=S)}, opts={"type": "object"},
+                  tags={"type": "array", "items": S})
+    assert _call([_tool("mystery", schema)], "mystery", arguments)[:1] == ((reason,) if reason else ())
+
+
+@pytest.mark.parametrize(("url", "reason"), [
+    ("http://127.0.0.1.nip.io/", "url"), ("http://10-0-0-1.sslip.io/", "url"),
+    ("http://app.169.254.169.254.xip.io/", "url"), ("http://8-8-8-8.sslip.io/", None),
+    ("http://[v1.x]/", "url"), ("https://example.com/docs", None),
+])  # fmt: skip
+def test_names_that_spell_a_private_address(url: str, reason: str | None) -> None:
+    assert _call([_tool("fetcher", _obj(url=S))], "fetcher", {"url": url})[:1] == ((reason,) if reason else ())
