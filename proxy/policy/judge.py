@@ -220,7 +220,9 @@ def _judge_call(policy: Policy, tool: str, arguments: dict[str, Any] | None, off
     content = [rule for rule in every if rule.content]
     if any(not rule.readable for rule in content):
         every = [r for rule in every for r in (call_rules(rule, arguments) if not rule.readable else [rule])]
-    every += [r for rule in every if rule.declared is not None for r in misfit_rules(rule, arguments)]
+    extra = [r for rule in every if rule.declared is not None for r in misfit_rules(rule, arguments)]
+    if extra:
+        every = [*every, *extra]  # a new list: `every` may be the tool set's own
     rules = [rule for rule in every if rule.governed]
     if not rules and policy.other_tools == "reject":
         return Verdict(REJECT, ("unknown_tool",), f"unknown_tool:{str(tool)[:40]}")

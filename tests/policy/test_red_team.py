@@ -205,3 +205,13 @@ def test_nested_parts_the_schema_does_not_describe(arguments: dict[str, Any], re
 ])  # fmt: skip
 def test_names_that_spell_a_private_address(url: str, reason: str | None) -> None:
     assert _call([_tool("fetcher", _obj(url=S))], "fetcher", {"url": url})[:1] == ((reason,) if reason else ())
+
+
+def test_a_misfit_call_leaves_the_tool_set_as_it_was() -> None:
+    """The rules a misfit call adds are its own: the next call of the same tool set is judged afresh."""
+    policy = _policy()
+    tools = [_tool("editor_action", _obj(command={"enum": ["view", "create"]}))]
+    toolset = ToolSet.for_request(policy, {"tools": tools}, {})
+    judged = [judge_call(policy, "editor_action", arguments, offered_tools={"editor_action"}, tools=toolset).reasons
+              for arguments in ({"command": "rm -rf x"}, {"command": "view"})]
+    assert judged == [("program",), ()]
