@@ -33,6 +33,7 @@ _PIECES = re.compile(r"[=,;]|^@")
 # the division and fraction slashes and the two-dot leader are look-alikes a careless normaliser folds).
 _LOOKALIKES = str.maketrans({"\u2215": "/", "\u2044": "/", "\u2571": "/", "\u29f8": "/", "\u29f5": "\\",
                              "\u2216": "\\", "\u2025": "..", "\u2024": "."})
+_MARKERS = re.compile(r"[/\\~$%:.=,;@]")
 _INDEX = re.compile(r"\[[0-9]+\]")
 _MAX_VALUES = 2000
 _MAX_DEPTH = 16
@@ -42,6 +43,8 @@ def value_problem(value: str, roots: tuple[str, ...], urls: UrlRules) -> str | N
     """`absolute_path`, `path_escape`, `url` or None for one whole string value: the value as sent, with the
     surrounding whitespace a tool strips, and with Unicode look-alikes of `/`, `\\` and `.` folded; a value
     without spaces that is not a URL is also read piece by piece (`a=/x`, `a,/x`, `@/x`)."""
+    if value.isascii() and not _MARKERS.search(value):
+        return None  # no separator, dot, colon, tilde or variable: no spelling of a place (most values)
     value = value.strip()
     if not value or "\n" in value:
         return None
