@@ -5,11 +5,9 @@ profile does claim (OpenCode's `task.command`, a slash command) is delivered."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from proxy.testing.scripted_upstream import Reply
-from tests.conftest import chat
+from tests.test_fail_closed_tools import run_cases
 
 ALLOWED = 'uv run scripts/search.py "rust async"'
 S = {"type": "string"}
@@ -40,21 +38,7 @@ CASES = [
 
 
 def test_red_team_cases_refused_recorded_and_told(upstream, proxy):
-    expected = []
-    for index, (tool, bad, reason, good) in enumerate(CASES):
-        upstream.script(*([Reply(tool_calls=[(tool, bad)])] + ([Reply(tool_calls=[(tool, good)])] if good else [])))
-        body = chat([{"role": "user", "content": f"task {index}"}], tools=TOOLS)
-        with proxy.client() as client:
-            response = client.post("/v1/chat/completions", json=body, headers={"x-session-id": f"ses_r{index}"})
-        assert response.status_code == 200, response.text
-        delivered = [json.loads(c["function"]["arguments"])
-                     for c in response.json()["choices"][0]["message"]["tool_calls"]]
-        assert delivered == [good if reason else bad], (tool, bad)
-        if reason is None:
-            expected.append((tool, "allow", None))
-            continue
-        assert reason in upstream.requests[-1]["messages"][-1]["content"]
-        expected += [(tool, "reject", reason), (tool, "allow", None)]
+    expected = run_cases(upstream, proxy, TOOLS, CASES)
     rows = proxy.rows("SELECT tool_name, decision, primary_reason FROM tool_calls")
     key = lambda r: tuple(str(v) for v in r)  # noqa: E731
     assert sorted((tuple(r) for r in rows), key=key) == sorted(expected, key=key)

@@ -8,40 +8,21 @@ from typing import Any
 
 import pytest
 
-from proxy.policy import Policy, judge_call, judge_command, load_policy_text
+from proxy.policy import judge_call, judge_command, load_policy_text
 from proxy.policy.content import value_problem
 from proxy.policy.profiles import ToolSet
 from proxy.policy.schema import UrlRules
 
-ROOT_DIR = "/home/dev/project"
+from .test_classify import ARGS_POLICY as CLASSIFY_ARGS_POLICY
+from .test_classify import ROOT_DIR, _obj, _policy, _tool
+from .test_classify import _call as _judged
+
 ALLOWED = "uv run scripts/search.py x"
 S = {"type": "string"}
 
 
-def _obj(**props: Any) -> dict[str, Any]:
-    return {"type": "object", "properties": props}
-
-
-def _tool(name: str, parameters: Any, description: str | None = None) -> dict[str, Any]:
-    function: dict[str, Any] = {"name": name, "parameters": parameters}
-    if description:
-        function["description"] = description
-    return {"type": "function", "function": function}
-
-
-def _policy(**extra: Any) -> Policy:
-    base: dict[str, Any] = {"name": "p", "bash": {"scripts": {"search": {"flags": ["--max-results"]},
-                                                              "fetch_page": {}}},
-                            "paths": {"project_root": [ROOT_DIR]}}
-    base.update(extra)
-    return Policy.model_validate(base)
-
-
-def _call(tools: list[dict[str, Any]], name: str, arguments: dict[str, Any],
-          policy: Policy | None = None) -> tuple[str, ...]:
-    policy = policy or _policy()
-    toolset = ToolSet.for_request(policy, {"tools": tools}, {})
-    return judge_call(policy, name, arguments, offered_tools=set(toolset.offered or {}), tools=toolset).reasons
+def _call(tools: list[dict[str, Any]], name: str, arguments: dict[str, Any]) -> tuple[str, ...]:
+    return _judged(_policy(), tools, name, arguments)
 
 
 @pytest.mark.parametrize(("value", "problem"), [
@@ -70,17 +51,8 @@ def test_values_in_disguise(value: str, problem: str | None) -> None:
     assert value_problem(value, (ROOT_DIR,), UrlRules()) == problem
 
 
-ARGS_POLICY = """
-name: p
-paths: {project_root: [/home/dev/project]}
-shell:
-  scripts:
-    search:
-      flags: [--target, --max-results]
-      args: {positional: any, flags: {--target: path, --max-results: int}}
-    plain:
-      flags: [--out, -o, --verbose]
-"""
+# The unit tests' script rules, and a script whose flags have no rules.
+ARGS_POLICY = CLASSIFY_ARGS_POLICY + "    flagged:\n      flags: [--out, -o, --verbose]\n"
 
 
 @pytest.mark.parametrize(("command", "reasons"), [
@@ -90,20 +62,20 @@ shell:
     ("uv run scripts/search.py x --target '\uff0fetc'", ("argument", "absolute_path")),
     ("uv run scripts/search.py x --target '$HOME/x'", ("argument", "path_escape")),
     ("uv run scripts/search.py x --max-results=5 --max-results=/etc/x", ("argument",)),
-    ("uv run scripts/plain.py --out=/etc/passwd", ("argument", "absolute_path")),
-    ("uv run scripts/plain.py --verbose /etc/passwd", ("argument", "absolute_path")),
-    ("uv run scripts/plain.py -o /etc/passwd", ("argument", "absolute_path")),
-    ("uv run scripts/plain.py -- /etc/passwd", ("flag",)),
-    ("uv run scripts/plain.py '/etc/passwd '", ("argument", "absolute_path")),
-    ("uv run scripts/plain.py x=/etc/passwd", ("argument", "absolute_path")),
-    ("uv run scripts/plain.py --out=src,/etc/passwd", ("argument", "absolute_path")),
-    ("uv run scripts/plain.py @/etc/passwd", ("argument", "absolute_path")),
-    ("uv run scripts/plain.py \"FILE:/etc/passwd\"", ("argument", "absolute_path")),
-    ("uv run scripts/plain.py 'file:///%65tc/passwd'", ("argument", "absolute_path")),
-    ("uv run scripts/plain.py http:/127.0.0.1/", ("argument", "url")),
-    ("uv run scripts/plain.py 127.0.0.1:8080", ("argument", "url")),
-    ("uv run scripts/plain.py 'a\u2215..\u2215..\u2215x'", ("argument", "path_escape")),
-    ("uv run scripts/plain.py 'see /etc/passwd'", ()),
+    ("uv run scripts/flagged.py --out=/etc/passwd", ("argument", "absolute_path")),
+    ("uv run scripts/flagged.py --verbose /etc/passwd", ("argument", "absolute_path")),
+    ("uv run scripts/flagged.py -o /etc/passwd", ("argument", "absolute_path")),
+    ("uv run scripts/flagged.py -- /etc/passwd", ("flag",)),
+    ("uv run scripts/flagged.py '/etc/passwd '", ("argument", "absolute_path")),
+    ("uv run scripts/flagged.py x=/etc/passwd", ("argument", "absolute_path")),
+    ("uv run scripts/flagged.py --out=src,/etc/passwd", ("argument", "absolute_path")),
+    ("uv run scripts/flagged.py @/etc/passwd", ("argument", "absolute_path")),
+    ("uv run scripts/flagged.py \"FILE:/etc/passwd\"", ("argument", "absolute_path")),
+    ("uv run scripts/flagged.py 'file:///%65tc/passwd'", ("argument", "absolute_path")),
+    ("uv run scripts/flagged.py http:/127.0.0.1/", ("argument", "url")),
+    ("uv run scripts/flagged.py 127.0.0.1:8080", ("argument", "url")),
+    ("uv run scripts/flagged.py 'a\u2215..\u2215..\u2215x'", ("argument", "path_escape")),
+    ("uv run scripts/flagged.py 'see /etc/passwd'", ()),
     ("uv run scripts/search.py x --target src/a.py", ()),
 ])  # fmt: skip
 def test_script_arguments_in_other_forms(command: str, reasons: tuple[str, ...]) -> None:
