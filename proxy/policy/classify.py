@@ -99,6 +99,7 @@ class _Walk:
     urls: list[str]
     patch: list[str]
     texts: list[tuple[str, str]]  # (spec, kind) of every string argument, for the description heuristic
+    described: bool = True  # whether descriptions count (not for a known tool's prose: names, formats)
     count: int = 0
 
     def resolve(self, prop: Any, depth: int) -> Mapping[str, Any]:
@@ -142,7 +143,8 @@ class _Walk:
         prop = self.resolve(prop, depth)
         branches = self.branches(prop, depth)
         words = _name_words(name)
-        description = " ".join(str(b.get("description", "")) for b in [prop, *branches] if b.get("description"))
+        description = " ".join(str(b.get("description", "")) for b in [prop, *branches]
+                               if b.get("description")) if self.described else ""
         formats = {str(b.get("format", "")).lower() for b in branches}
         string = list_of_strings = False
         for branch in branches:
@@ -207,8 +209,11 @@ def _spec_ok(spec: str) -> bool:
     return re.fullmatch(r"[A-Za-z0-9_$@-]+(\[\]|\.[A-Za-z0-9_$@-]+)*(\[\])?", spec) is not None
 
 
-def classify(schema: Mapping[str, Any] | None, description: str | None = None) -> Classification:
-    """The classification of a tool no profile knows, from its offered schema and description."""
+def classify(schema: Mapping[str, Any] | None, description: str | None = None, *,
+             described: bool = True) -> Classification:
+    """The classification of a tool no profile knows, from its offered schema and description.
+    `described` False reads names, formats and shapes only (a known tool's prose mentions URLs and paths
+    its arguments do not hold: Claude Code's `Bash.description`)."""
     if not isinstance(schema, Mapping):
         return Classification(readable=False)
     if any(k in schema for k in ("$ref", "anyOf", "allOf", "oneOf", "not", "if")):
@@ -222,12 +227,12 @@ def classify(schema: Mapping[str, Any] | None, description: str | None = None) -
     for key in ("$defs", "definitions"):
         if isinstance(schema.get(key), Mapping):
             defs.update(schema[key])
-    walk = _Walk(defs=defs, shell=[], paths=[], workdirs=[], urls=[], patch=[], texts=[])
+    walk = _Walk(defs=defs, shell=[], paths=[], workdirs=[], urls=[], patch=[], texts=[], described=described)
     try:
         walk.object(schema, "", 0)
     except _Unreadable:
         return Classification(readable=False)
-    if not walk.shell and description and _SHELL_DESCRIPTION.search(description) and walk.texts:
+    if not walk.shell and described and description and _SHELL_DESCRIPTION.search(description) and walk.texts:
         # "Executes a shell command": the first required string argument carries it.
         required = schema.get("required")
         order = [s for s, _ in walk.texts if isinstance(required, list) and s in required]

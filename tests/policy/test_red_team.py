@@ -187,3 +187,14 @@ def test_a_misfit_call_leaves_the_tool_set_as_it_was() -> None:
     judged = [judge_call(policy, "editor_action", arguments, offered_tools={"editor_action"}, tools=toolset).reasons
               for arguments in ({"command": "rm -rf x"}, {"command": "view"})]
     assert judged == [("program",), ()]
+
+
+def test_known_tools_prose_is_not_an_argument() -> None:
+    """Claude Code's `Bash.description` is described in prose that mentions links and files: a known tool's
+    extra arguments are found by name, format and shape, not by their descriptions."""
+    prose = {"type": "string", "description": "Clear description of what this command does; a link to the "
+                                              "file path or web page it touches, a patch to apply"}
+    tools = [_tool("Bash", _obj(command=S, description=prose)), _tool("Read", _obj(file_path=S)),
+             _tool("WebFetch", _obj(url=S, prompt=S))]
+    assert _call(tools, "Bash", {"command": ALLOWED, "description": "search"}) == ()
+    assert _call(tools, "Bash", {"command": ALLOWED, "description": "/etc/passwd"}) == ()
