@@ -286,8 +286,9 @@ def unknown_tool_rules(tool: str, schema: Mapping[str, Any] | None, description:
 def _known_name_rules(tool: str, spec: Offered, known: list[Rule]) -> list[Rule]:
     """A tool a profile knows whose offered schema has command, file, URL or patch arguments the profile
     does not claim (another client's tool of the same name, a new version's argument): those are judged
-    too, as the schema's classification reads them by names, formats and shapes (not prose). What a profile claims (the arguments it judges, and
-    its `known` ones: OpenCode's `task.command` names a slash command, not a shell line) is left to it."""
+    too, as the schema's classification reads them by names, formats and shapes (not prose). What a
+    profile claims (the arguments it judges, and its `known` ones: OpenCode's `task.command` names a slash
+    command, not a shell line) is left to it."""
     found = classify(spec.schema, spec.description, described=False)
     claimed = [_bare(c) for rule in known for c in rule.map.claimed()]
 
