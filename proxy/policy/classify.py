@@ -48,6 +48,7 @@ _PATH_DESCRIPTION = re.compile(r"\b(?:(?:absolute|relative)\s+path|path\s+(?:to|
 _URL_DESCRIPTION = re.compile(r"\b(?:url|uri|web\s*page|web\s+address|link\s+to)\b", re.I)
 _PATCH_DESCRIPTION = re.compile(r"\b(?:patch|unified\s+diff|diff\s+to\s+apply)\b", re.I)
 _MAX_DEPTH = 8
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_$@-]+")
 # Keywords under which an object takes arguments its `properties` do not list.
 _OPEN_KEYWORDS = ("additionalProperties", "patternProperties", "unevaluatedProperties", "dependentSchemas",
                   "dependencies", "propertyNames", "if", "then", "else", "not")
@@ -68,6 +69,7 @@ class Classification:
     readable: bool
     maps: tuple[ToolMap, ...] = ()
     declared: Declared | None = None
+    unaddressable: bool = False
 
     @property
     def capable(self) -> bool:
@@ -202,7 +204,9 @@ class _Walk:
         if any(schema.get(key) not in (None, False) for key in _OPEN_KEYWORDS):
             raise _Unreadable  # names the schema does not list can carry anything
         for name, prop in props.items():
-            self.argument(str(name), f"{prefix}.{name}" if prefix else str(name), prop, depth)
+            # A name an argument path cannot spell (`file.path`, `a b`) makes no spec a rule could read.
+            part = str(name) if _PLAIN_NAME.fullmatch(str(name)) else "\x00"
+            self.argument(str(name), f"{prefix}.{part}" if prefix else part, prop, depth)
 
 
 def _spec_ok(spec: str) -> bool:
@@ -241,7 +245,9 @@ def classify(schema: Mapping[str, Any] | None, description: str | None = None, *
         walk.shell.append((kind, order[0]))
     specs = [s for _, s in walk.shell] + walk.paths + walk.urls + walk.patch
     if not all(_spec_ok(s) for s in specs):
-        return Classification(readable=False)  # an argument name no argument path can address
+        # An argument that can carry a command, path or URL under a name no argument path can address
+        # (`shell command`, `a.b`): not judged by rules, so a call that uses one is refused.
+        return Classification(readable=False, unaddressable=True)
     return Classification(readable=True, maps=_tool_maps(walk), declared=_declared(props, walk))
 
 

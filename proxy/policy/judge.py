@@ -223,6 +223,8 @@ def _judge_call(policy: Policy, tool: str, arguments: dict[str, Any] | None, off
     extra = [r for rule in every if rule.declared is not None for r in misfit_rules(rule, arguments)]
     if extra:
         every = [*every, *extra]  # a new list: `every` may be the tool set's own
+    if any(rule.unaddressable for rule in every):
+        return _bad_arguments()  # a command, path or URL under a name no rule can read: not judged, refused
     rules = [rule for rule in every if rule.governed]
     if not rules and policy.other_tools == "reject":
         return Verdict(REJECT, ("unknown_tool",), f"unknown_tool:{str(tool)[:40]}")

@@ -11,6 +11,7 @@ and otherwise follows `other_tools`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections import OrderedDict
@@ -78,6 +79,8 @@ class Rule:
     declared: Declared | None = None
     # The argument paths this map judges, indices left out (`files.path`): their values are its to judge.
     judges: frozenset[str] = frozenset()
+    # A call's argument that can carry a command, path or URL under a name no rule can address.
+    unaddressable: bool = False
 
     @classmethod
     def of(cls, profile: str, tool: str, tool_map: ToolMap, *, content: bool = False,
@@ -317,8 +320,14 @@ def _bare(spec: str) -> str:
 
 def call_rules(rule: Rule, arguments: Mapping[str, Any]) -> list[Rule]:
     """An unreadable schema's rule made concrete for one call: its arguments classified (names, shapes)."""
-    maps = classify_arguments(arguments).maps or (ToolMap(),)
-    return [Rule.of(rule.profile, rule.tool, m, content=True) for m in maps]
+    return _argument_rules(rule, arguments) or [Rule.of(rule.profile, rule.tool, ToolMap(), content=True)]
+
+
+def _argument_rules(rule: Rule, arguments: Mapping[str, Any]) -> list[Rule]:
+    found = classify_arguments(arguments)
+    if found.unaddressable:
+        return [dataclasses.replace(Rule.of(rule.profile, rule.tool, ToolMap(), content=True), unaddressable=True)]
+    return [Rule.of(rule.profile, rule.tool, m, content=True) for m in found.maps]
 
 
 def misfit_rules(rule: Rule, arguments: Mapping[str, Any]) -> list[Rule]:
@@ -327,9 +336,7 @@ def misfit_rules(rule: Rule, arguments: Mapping[str, Any]) -> list[Rule]:
     if rule.declared is None:
         return []
     extra = misfits(rule.declared, arguments)
-    if not extra:
-        return []
-    return [Rule.of(rule.profile, rule.tool, m, content=True) for m in classify_arguments(extra).maps]
+    return _argument_rules(rule, extra) if extra else []
 
 
 def _unique(rules: list[Rule]) -> list[Rule]:
