@@ -356,8 +356,21 @@ def _tool_maps(walk: _Walk) -> tuple[ToolMap, ...]:
 
 def classify_arguments(arguments: Mapping[str, Any]) -> Classification:
     """A call of a tool whose schema could not be read, classified by its own arguments' names and shapes."""
+    if _deeper(arguments, _MAX_DEPTH - 2):
+        return Classification(readable=False, unaddressable=True)  # nested past what the reading follows
     props = {str(name): _shape(value, 0) for name, value in arguments.items()}
     return classify({"type": "object", "properties": props}) if props else Classification(readable=False)
+
+
+def _deeper(value: Any, levels: int) -> bool:
+    """Whether objects and arrays nest more than `levels` deep."""
+    if isinstance(value, Mapping):
+        inner: Any = value.values()
+    elif isinstance(value, list):
+        inner = value
+    else:
+        return False
+    return levels <= 0 or any(_deeper(v, levels - 1) for v in inner)
 
 
 def _shape(value: Any, depth: int) -> dict[str, Any]:

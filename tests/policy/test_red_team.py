@@ -204,6 +204,7 @@ def test_known_tools_prose_is_not_an_argument() -> None:
     (_obj(**{"shell command": S}), {"shell command": "rm -rf x"}),  # a name no argument path can address
     ({}, {"file.path": "/etc/passwd"}),
     (_obj(note=S), {"note": "x", "run[0]": "rm -rf x"}),  # undeclared, unaddressable
+    ({}, {"a": {"a": {"a": {"a": {"a": {"a": {"a": {"command": "rm -rf x"}}}}}}}}),  # deeper than read
 ])  # fmt: skip
 def test_unaddressable_capability_arguments_are_refused(schema: Any, arguments: dict[str, Any]) -> None:
     assert _call([_tool("mystery", schema)], "mystery", arguments) == ("bad_arguments",)
