@@ -11,11 +11,11 @@ from typing import Any
 
 import structlog
 
-from .content import content_findings
+from .content import content_findings, path_value_problem
 from .explain import explain_command, parse_error_verdict
 from .matcher import matcher_for
-from .paths import patch_paths, path_problem
-from .profiles import Rule, ToolSet, call_rules, profile_table
+from .paths import patch_paths
+from .profiles import HEURISTIC_PROFILE, Rule, ToolSet, call_rules, misfit_rules, profile_table
 from .reasons import order_reasons
 from .schema import Policy, ShellMap
 from .script_args import argument_problem
@@ -139,7 +139,7 @@ def _judge_shell(policy: Policy, tool: str, shell: ShellMap, arguments: Mapping[
         for label, value in _values(arguments, shell.workdir):
             if not isinstance(value, str) or "\x00" in value:
                 raise _BadArguments
-            problem = path_problem(value, roots)
+            problem = path_value_problem(value, roots)
             if problem is not None:
                 found.add((problem,), f"{problem}:{tool}.{label}")
     if shell.interpreter:
@@ -162,11 +162,13 @@ def _judge_rule(policy: Policy, rule: Rule, arguments: Mapping[str, Any], roots:
                 found: _Findings) -> None:
     tool_map, tool = rule.map, rule.tool
     if tool_map.shell is not None:
-        _judge_shell(policy, tool, tool_map.shell, arguments, roots, found, optional=rule.content)
+        # A command argument found by classification may be absent (nothing runs); a profile's may not.
+        _judge_shell(policy, tool, tool_map.shell, arguments, roots, found,
+                     optional=rule.content or rule.profile == HEURISTIC_PROFILE)
     for spec in tool_map.paths:
         for label, value in _values(arguments, spec):
             for path in _paths(value):
-                problem = path_problem(path, roots)
+                problem = path_value_problem(path, roots)
                 if problem is not None:
                     found.add((problem,), f"{problem}:{tool}.{label}")
     for spec in tool_map.urls:
@@ -180,7 +182,7 @@ def _judge_rule(policy: Policy, rule: Rule, arguments: Mapping[str, Any], roots:
             if not isinstance(value, str):
                 raise _BadArguments
             for path in patch_paths(value):
-                problem = path_problem(path, roots) if "\x00" not in path else "path_escape"
+                problem = path_value_problem(path, roots) if "\x00" not in path else "path_escape"
                 if problem is not None:
                     found.add((problem,), f"{problem}:{tool}.{label}")
 
@@ -218,6 +220,11 @@ def _judge_call(policy: Policy, tool: str, arguments: dict[str, Any] | None, off
     content = [rule for rule in every if rule.content]
     if any(not rule.readable for rule in content):
         every = [r for rule in every for r in (call_rules(rule, arguments) if not rule.readable else [rule])]
+    extra = [r for rule in every if rule.declared is not None for r in misfit_rules(rule, arguments)]
+    if extra:
+        every = [*every, *extra]  # a new list: `every` may be the tool set's own
+    if any(rule.unaddressable for rule in every):
+        return _bad_arguments()  # a command, path or URL under a name no rule can read: not judged, refused
     rules = [rule for rule in every if rule.governed]
     if not rules and policy.other_tools == "reject":
         return Verdict(REJECT, ("unknown_tool",), f"unknown_tool:{str(tool)[:40]}")
@@ -231,7 +238,7 @@ def _judge_call(policy: Policy, tool: str, arguments: dict[str, Any] | None, off
     except _BadArguments:
         return _bad_arguments()
     if content:
-        judged = frozenset(name for rule in rules for name in rule.reads)
+        judged = frozenset(spec for rule in rules for spec in rule.judges)
         for problem, label in content_findings(arguments, roots, policy.urls, judged):
             found.add((problem,), f"{problem}:{tool}.{label}")
     return found.verdict()
