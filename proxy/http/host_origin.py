@@ -86,7 +86,9 @@ def host_allowed(host_header: str | None, server: tuple[str, int] | None, allowe
     if server is None:
         return False
     address, local_port = server
-    if port is None and local_port != 80 or port is not None and port != local_port:
+    # A browser writes the port whenever it is not 80, so a Host without one never comes from a page that
+    # reached this port under another name.
+    if port is not None and port != local_port:
         return False
     names = {_literal(address)}
     if _is_loopback(address):
