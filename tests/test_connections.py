@@ -59,7 +59,8 @@ def test_eleven_hundred_idle_connections_do_not_stop_a_real_request(sqlite_only,
         resource.setrlimit(resource.RLIMIT_NOFILE, (3000, hard))
     elif soft < 3000:
         pytest.skip(f"the open-file limit ({soft}) is too low for 1,100 connections at both ends")
-    proxy = start_proxy(upstream.url, max_connections=1000, max_connections_per_client=1000)  # one peer: the global limit
+    # One peer here: the global limit is what this test measures, not the per-client one.
+    proxy = start_proxy(upstream.url, max_connections=1000, max_connections_per_client=1000)
     idle = []
     try:
         for _ in range(1100):

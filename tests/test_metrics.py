@@ -190,7 +190,8 @@ def test_unknown_model_names_never_take_the_label_room_of_served_models(model_up
     proxy = start_proxy(upstream.url)
     with proxy.client() as client:
         for i in range(210):
-            client.post("/v1/chat/completions", json={"model": f"nope-{i}", "messages": [{"role": "user", "content": "x"}]})
+            client.post("/v1/chat/completions",
+                        json={"model": f"nope-{i}", "messages": [{"role": "user", "content": "x"}]})
         assert client.post("/v1/chat/completions",
                            json={"model": model, "messages": [{"role": "user", "content": "x"}]}).status_code == 200
     metrics = scrape(proxy)

@@ -203,3 +203,21 @@ def test_serve_refuses_a_non_loopback_address_without_an_admin_token(tmp_path, h
     assert done.returncode == 2
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "admin_token" in lines[0] and host in lines[0], done.stderr
+
+
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/responses", "/v1/messages"])
+def test_a_request_over_the_tool_and_message_limits_is_refused_before_the_upstream(sqlite_only, upstream,
+                                                                                  start_proxy, route):
+    proxy = start_proxy(upstream.url, max_tools=5, max_messages=3)
+    tool = {"type": "function", "function": {"name": "t", "parameters": {"type": "object"}}}
+    many_tools = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "input": "hi", "max_tokens": 5,
+                  "tools": [tool] * 6}
+    many_messages = {"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}] * 4,
+                     "input": [{"role": "user", "content": "hi"}] * 4}
+    before = len(upstream.requests)
+    with proxy.client() as client:
+        for body in (many_tools, many_messages):
+            response = client.post(route, json=body)
+            assert response.status_code == 400, response.text
+            assert "max_tools" in response.text or "max_messages" in response.text
+    assert len(upstream.requests) == before

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from starlette.requests import Request
@@ -10,7 +14,33 @@ from starlette.requests import Request
 from proxy.errors import BadRequest, PayloadTooLarge
 from proxy.upstream.strict import Unparseable, lone_surrogate, unique_object
 
-__all__ = ["read_body", "read_json_object"]
+__all__ = ["gc_paused", "read_body", "read_json_object"]
+
+_gc_lock = threading.Lock()
+_gc_pausers = 0
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic collector off while the block runs (in any number of threads at once), then as it was."""
+    global _gc_pausers
+    with _gc_lock:
+        if _gc_pausers == 0:
+            was_enabled = gc.isenabled()
+            gc.disable()
+            _gc_pausers = -1 if not was_enabled else 1
+        elif _gc_pausers > 0:
+            _gc_pausers += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            if _gc_pausers > 0:
+                _gc_pausers -= 1
+                if _gc_pausers == 0:
+                    gc.enable()
+            elif _gc_pausers == -1:
+                _gc_pausers = 0
 
 
 async def read_body(request: Request, limit: int) -> bytes:

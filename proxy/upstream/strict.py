@@ -17,8 +17,8 @@ import math
 import re
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "MAX_EXACT_INT", "MAX_NUMBER_CHARS", "Unparseable", "dumps", "encode_event", "loads", "lone_surrogate",
-           "unique_object"]
+__all__ = ["MAX_DEPTH", "MAX_EXACT_INT", "MAX_NUMBER_CHARS", "Unparseable", "dumps", "encode_event", "loads",
+           "lone_surrogate", "unique_object"]
 
 MAX_NUMBER_CHARS = 40  # digits of a token id or a timestamp fit many times over
 MAX_EXACT_INT = 2**53  # JavaScript reads a larger integer (a tool call's index, say) as another number
