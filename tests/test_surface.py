@@ -221,3 +221,18 @@ def test_a_request_over_the_tool_and_message_limits_is_refused_before_the_upstre
             assert response.status_code == 400, response.text
             assert "max_tools" in response.text or "max_messages" in response.text
     assert len(upstream.requests) == before
+
+
+@pytest.mark.parametrize("header", ["Authorization: Bearer a", "X-Session-Id: s2", "Content-Type: text/plain",
+                                    "X-Allowlist-Policy: observe", "User-Agent: QwenCode/1"])
+def test_a_deciding_header_sent_twice_is_refused(sqlite_only, upstream, start_proxy, header):
+    proxy = start_proxy(upstream.url)
+    port = proxy.server.port
+    body = json.dumps(chat()).encode()
+    name = header.split(":")[0]
+    first = f"{name}: {'application/json' if name == 'Content-Type' else 'first'}"
+    before = len(upstream.requests)
+    status, answer = raw(port, _head("POST", "/v1/chat/completions", f"127.0.0.1:{port}", first, header,
+                                     length=len(body)), body)
+    assert status == 400 and b"duplicate_header" in answer
+    assert len(upstream.requests) == before

@@ -10,7 +10,11 @@
   A request without `Origin` is not from a cross-origin page (browsers send it on every cross-origin
   request and on every POST), so it is served: CLI agents and SDKs send none. A browser's
   `Sec-Fetch-Site: cross-site|same-site` without an allowed Origin is refused too.
-Both answer in the one error shape (400 `invalid_host`, 403 `origin_not_allowed`), before the upstream.
+- **One value per deciding header.** A header the proxy reads one value of (credentials, content type, the
+  policy and session headers, the user agent that picks a tool profile) sent twice could be read as the
+  first by the proxy and the last by another reader: 400 `duplicate_header`.
+Each answers in the one error shape (400 `invalid_host` / `duplicate_header`, 403 `origin_not_allowed`),
+before the upstream.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ Message = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
 
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+_SINGLE_HEADERS = ("authorization", "x-api-key", "api-key", "content-type", "x-allowlist-policy", "user-agent")
 
 
 def _split_host(value: str) -> tuple[str, int | None] | None:
@@ -112,6 +117,9 @@ class HostOriginGuard:
         self.app = app
         self.allowed_hosts = [h.strip().lower() for h in settings.allowed_hosts]
         self.allowed_origins = [o.strip().lower().rstrip("/") for o in settings.allowed_origins]
+        # Headers the proxy reads one value of while the upstream (or the proxy's forwarding) may take another.
+        self.single = {h.encode() for h in (*_SINGLE_HEADERS, *settings.session_header,
+                                            *([settings.project_root_header] if settings.project_root_header else []))}
 
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
                        send: Callable[[Message], Awaitable[None]]) -> None:
@@ -134,7 +142,12 @@ class HostOriginGuard:
         hosts: list[str] = []
         origins: list[str] = []
         fetch_site = ""
+        seen: set[bytes] = set()
         for key, value in scope["headers"]:
+            if key in self.single:
+                if key in seen:
+                    return 400, f"more than one {key.decode()} header: send it once", "duplicate_header"
+                seen.add(key)
             if key == b"host":
                 hosts.append(value.decode("latin-1"))
             elif key == b"origin":
