@@ -150,7 +150,8 @@ class Settings(BaseSettings):
         "comma-separated; a request with another Origin gets 403, one without Origin is served."
     )
     max_connections_per_client: int = Field(
-        64, description="Most connections one peer address holds at once; more are closed at once."
+        500, description="Most connections one peer address holds at once (half of max_connections by default, so one "
+        "peer cannot take every slot); past it the peer's oldest idle one is closed, else the new one."
     )
     max_tools: int = Field(1000, description="Most tools one request may offer (400 above).")
     max_messages: int = Field(10_000, description="Most messages (or input items) one request may carry (400 above).")
