@@ -153,6 +153,20 @@ class Settings(BaseSettings):
         True, description="Return tool calls found in content (Qwen3-Coder XML, Hermes) as proper tool_calls."
     )
     admin_token: str | None = Field(None, description="If set, /stats, /policies and /metrics need this bearer.")
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Host names served besides the listen address (and localhost on a loopback "
+        "bind), comma-separated: `name` (any port) or `name:port`; `*` serves any Host. Others get 400."
+    )
+    allowed_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Browser origins (scheme://host[:port]) whose requests are served, "
+        "comma-separated; a request with another Origin gets 403, one without Origin is served."
+    )
+    max_connections_per_client: int = Field(
+        500, description="Most connections one peer address holds at once (half of max_connections by default, so one "
+        "peer cannot take every slot); past it the peer's oldest idle one is closed, else the new one."
+    )
+    max_tools: int = Field(1000, description="Most tools one request may offer (400 above).")
+    max_messages: int = Field(10_000, description="Most messages (or input items) one request may carry (400 above).")
     log_level: str = Field("info", description="Log level: debug, info, warning, error.")
     log_format: str = Field("json", description="Log format: json (one object a line) or console (for people).")
     throughput_window_seconds: float = Field(
@@ -233,7 +247,7 @@ class Settings(BaseSettings):
             raise ValueError(f"vllm_version must be auto or a version such as 0.23 (got {value!r})")
         return value
 
-    @field_validator("session_header", mode="before")
+    @field_validator("session_header", "allowed_hosts", "allowed_origins", mode="before")
     @classmethod
     def _header_list(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -243,7 +257,7 @@ class Settings(BaseSettings):
             return [part.strip() for part in text.split(",") if part.strip()]
         return value
 
-    @field_validator("session_header")
+    @field_validator("session_header", "allowed_hosts", "allowed_origins")
     @classmethod
     def _lower_headers(cls, value: list[str]) -> list[str]:
         return [header.lower() for header in value]

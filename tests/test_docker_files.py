@@ -188,9 +188,11 @@ def test_the_copied_files_serve_and_pass_the_images_own_healthcheck(tmp_path: Pa
 
 
 def interpolate(value: Any) -> Any:
-    """Compose's `${VAR:-default}` with every variable unset: what `docker compose up` uses by default."""
+    """Compose's `${VAR:-default}` with every variable unset: what `docker compose up` uses by default.
+    A required variable (`${VAR:?message}`, the admin token) reads `<required>`."""
     if isinstance(value, str):
-        assert not re.search(r"\$\{(?![A-Z0-9_]+:-[^}]*\})", value), f"a variable without a default: {value}"
+        assert not re.search(r"\$\{(?![A-Z0-9_]+:[-?][^}]*\})", value), f"a variable without a default: {value}"
+        value = re.sub(r"\$\{[A-Z0-9_]+:\?[^}]*\}", "<required>", value)
         return re.sub(r"\$\{[A-Z0-9_]+:-([^}]*)\}", r"\1", value)
     if isinstance(value, list):
         return [interpolate(v) for v in value]
@@ -319,3 +321,14 @@ def test_the_grafana_dashboard_reads_only_metrics_the_proxy_or_vllm_export():
     labels = {label for panel in board["panels"] for target in panel["targets"]
               for label in re.findall(r"by \(([^)]*)\)", target["expr"])}
     assert all("model" not in part.split(", ") for part in labels)  # model_name, as vLLM labels it
+
+
+def test_the_admin_token_comes_from_the_environment_and_is_required(compose: dict[str, Any]):
+    # The image and the compose file listen on 0.0.0.0, where the proxy refuses to start without a token:
+    # compose demands one from the operator's environment; neither file commits a value.
+    assert "ALLOWLIST_PROXY_ADMIN_TOKEN" not in dockerfile_env()
+    env = compose["services"]["proxy"]["environment"]
+    assert env["ALLOWLIST_PROXY_ADMIN_TOKEN"] == "<required>"
+    assert re.search(r"ALLOWLIST_PROXY_ADMIN_TOKEN: \$\{ALLOWLIST_PROXY_ADMIN_TOKEN:\?", COMPOSE.read_text())
+    hosts = env["ALLOWLIST_PROXY_ALLOWED_HOSTS"].split(",")
+    assert "localhost" in hosts and "127.0.0.1" in hosts

@@ -63,7 +63,28 @@ def _shown(value: Any) -> str:
 
 def settings_from(args: argparse.Namespace) -> Settings:
     overrides = {name: getattr(args, name) for name in Settings.model_fields if getattr(args, name, None) is not None}
-    return Settings(**overrides)
+    settings = Settings(**overrides)
+    check_exposure(settings)
+    return settings
+
+
+def check_exposure(settings: Settings) -> None:
+    """Off loopback, anyone who reaches the port could read every session's commands: an admin token is required."""
+    if settings.admin_token or _loopback(settings.host):
+        return
+    raise ConfigError("admin_token", f"listening on {settings.host} (not a loopback address) needs an admin token: "
+                                     "set ALLOWLIST_PROXY_ADMIN_TOKEN (or --admin-token), or listen on 127.0.0.1.")
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name that may resolve anywhere
 
 
 def bind(host: str, port: int) -> socket.socket:
