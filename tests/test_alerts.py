@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.stats.prometheus import BLOCKED_TURNS, LOOPS, POLICY_VALID, REGISTRY, REQUESTS
+from proxy.stats.prometheus import BLOCKED_TURNS, LOOPS, POLICY_VALID, REGISTRY, REQUESTS, note_served_models
 from proxy.stats.webhook import Webhook
 from proxy.testing.server import ServerThread
 from tests.conftest import ROOT
@@ -86,6 +86,7 @@ def receiver():
 
 
 async def test_the_webhook_posts_each_event_once_per_interval(receiver):
+    note_served_models(["webhook-model"])  # a label names only a model an upstream serves
     hook = Webhook(receiver.url, interval_seconds=3600)
     try:
         POLICY_VALID.labels(file="webhook-test.yaml").set(0)
