@@ -9,7 +9,7 @@ path (`read /etc/passwd`) is not a path: it is not one whole value.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .paths import path_problem
@@ -52,15 +52,19 @@ def _strings(value: Any, label: str, depth: int) -> Iterator[tuple[str, str]]:
 
 
 def content_findings(arguments: Mapping[str, Any], roots: tuple[str, ...], urls: UrlRules,
-                     skip: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
+                     skip: frozenset[str] = frozenset(),
+                     protected: Callable[[str], str | None] | None = None) -> list[tuple[str, str]]:
     """(reason, argument label) for each whole value of the arguments (nested too) that is a refused path or
-    URL; arguments named in `skip` (the ones a rule already judges) are left to that rule."""
+    URL; arguments named in `skip` (the ones a rule already judges) are left to that rule. `protected`
+    judges a whole value that could be a path (one word) against the protected paths."""
     found: list[tuple[str, str]] = []
     for count, (label, value) in enumerate(_strings({k: v for k, v in arguments.items() if k not in skip}, "", 0)):
         if count >= _MAX_VALUES:
             found.append(("bad_arguments", label))  # more values than any tool takes: not judged, refused
             break
         problem = value_problem(value, roots, urls)
+        if problem is None and protected is not None and value and not any(c.isspace() for c in value):
+            problem = protected(value)
         if problem is not None:
             found.append((problem, label))
     return found

@@ -22,6 +22,7 @@ from ..stats.prometheus import POLICY_RELOAD_FAILURES, POLICY_VALID
 from .errors import PolicyError
 from .loader import LoadedPolicy, load_policy_file
 from .profiles import profile_table
+from .protected import register_own_files
 from .reload_guard import reload_problem
 
 __all__ = ["PolicyManager"]
@@ -62,6 +63,8 @@ class PolicyManager:
     def __init__(self, path: Path | str, *, debounce_ms: int = 200) -> None:
         self.path = Path(path)  # as given, so messages read like the operator's own path
         self.directory = self.path.absolute().parent
+        # The served policy is not the agent's to change: its file and the policies dir are protected paths.
+        register_own_files((str(self.path), str(self.directory)))
         self._reload_lock = threading.Lock()
         self._debounce_ms = debounce_ms
         self._errors: dict[str, dict[str, Any]] = {}  # file -> its current error

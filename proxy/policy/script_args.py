@@ -12,6 +12,7 @@ import re
 
 from .content import value_problem
 from .paths import path_problem
+from .protected import protected_problem
 from .schema import ArgEnum, ArgRegex, ArgRule, ArgUrl, Policy, ScriptRule
 from .urls import url_problem
 
@@ -20,9 +21,6 @@ __all__ = ["argument_problem"]
 _INT = re.compile(r"[+-]?[0-9]+")
 
 
-def _protected(value: str) -> str | None:
-    """Where branch i24-protect's protected-path check plugs in: a `path` argument naming a protected file."""
-    return None
 
 
 def _rule_problem(rule: ArgRule, value: str, policy: Policy, roots: tuple[str, ...]) -> str | None:
@@ -34,7 +32,8 @@ def _rule_problem(rule: ArgRule, value: str, policy: Policy, roots: tuple[str, .
         if "\x00" in value or "://" in value or value.lower().startswith("file:"):
             return "argument"
         problem = path_problem(value, roots)
-        return problem or _protected(value)
+        # A script may write what its path argument names: a protected file is refused like a write tool's.
+        return problem or protected_problem(policy, value, roots)
     if rule == "url":
         return url_problem(value, policy.urls)
     if isinstance(rule, ArgUrl):

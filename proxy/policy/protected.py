@@ -1,0 +1,155 @@
+"""Protected paths (`protected:`): files no tool may write, and secrets no tool may read.
+
+The class is every file something other than the model runs or loads on its own (uv, Python, git, the
+shell, the editor, the agent client, the proxy itself): writing one changes what an allowed command does.
+A pattern is gitignore-like: without a leading `/` it matches at any depth (`*.pth`, `.git/`), with one
+only from a project root (`/scripts/`); a match covers everything beneath. Paths are compared after
+normalisation (NFKC, case, backslashes, `.`/`..`, repeated slashes, trailing dots and spaces per segment),
+absolute ones under a project root as relative ones, and through the symlinks a root on this machine has.
+The proxy's own policy and config files are protected wherever they are (`register_own_files`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import posixpath
+import re
+import unicodedata
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .schema import Policy
+
+__all__ = ["READ", "WRITE", "own_files", "protected_for", "protected_problem", "register_own_files"]
+
+WRITE = "write"
+READ = "read"
+
+_OWN: set[str] = set()
+
+
+def register_own_files(paths: Iterable[str]) -> None:
+    """Add the proxy's own files or directories (loaded policy files, the policies dir, the config file):
+    protected from writing wherever they are."""
+    for path in paths:
+        if path:
+            absolute = os.path.abspath(path)
+            _OWN.update({_fold(absolute), _fold(os.path.realpath(absolute))})
+
+
+def own_files() -> frozenset[str]:
+    return frozenset(_OWN)
+
+
+def _fold(text: str) -> str:
+    """The form every compared path takes: NFKC, casefolded, `/` separators, segments without trailing
+    dots and spaces (Windows drops them), `.` and repeated slashes gone."""
+    text = unicodedata.normalize("NFKC", text).replace("\\", "/").casefold()
+    lead = "/" if text.startswith("/") else ""
+    parts: list[str] = []
+    for part in text.split("/"):
+        part = part.rstrip(". \t") if part not in (".", "..") else part
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if parts and parts[-1] != "..":
+                parts.pop()
+            elif not lead:
+                parts.append("..")
+            continue
+        parts.append(part)
+    return lead + "/".join(parts)
+
+
+@dataclass(frozen=True)
+class _Pattern:
+    segments: tuple[re.Pattern[str], ...]
+    anchored: bool
+
+    def matches(self, parts: list[str]) -> bool:
+        n = len(self.segments)
+        starts = (0,) if self.anchored else range(len(parts) - n + 1)
+        return any(all(seg.fullmatch(parts[i + j]) for j, seg in enumerate(self.segments)) for i in starts
+                   if i + n <= len(parts))
+
+
+def _compile(pattern: str) -> _Pattern | None:
+    folded = _fold(pattern)
+    anchored = folded.startswith("/")
+    segments = [s for s in folded.split("/") if s]
+    if not segments:
+        return None
+    return _Pattern(tuple(re.compile(fnmatch.translate(s)) for s in segments), anchored)
+
+
+class Protected:
+    """One policy's protected lists, compiled once per policy load."""
+
+    def __init__(self, policy: Policy) -> None:
+        rules = policy.protected
+        self.source = rules
+        write = list(rules.write)
+        if rules.scripts_dir:
+            write.append("/" + policy.bash.scripts_dir.strip("/") + "/")
+        self.write = tuple(p for p in map(_compile, write) if p is not None)
+        self.read = tuple(p for p in map(_compile, rules.read) if p is not None)
+
+    def _candidates(self, path: str, roots: tuple[str, ...]) -> tuple[list[list[str]], list[str]]:
+        """(segment lists relative to a root, absolute forms) under which `path` is compared."""
+        folded = _fold(path)
+        relative: list[list[str]] = []
+        absolute: list[str] = []
+        if folded.startswith("/"):
+            absolute.append(folded)
+            for root in roots:
+                froot = _fold(root)
+                if folded == froot or folded.startswith(froot + "/"):
+                    relative.append(folded[len(froot):].split("/")[1:] if folded != froot else [])
+            if not relative:
+                relative.append(folded.split("/")[1:])
+        else:
+            relative.append([p for p in folded.split("/") if p])
+            absolute += [_fold(posixpath.join(root, folded)) for root in roots]
+        # Symlinks a root on this machine has: the file the tool would really touch.
+        raw = unicodedata.normalize("NFKC", path).replace("\\", "/")
+        for root in roots:
+            if not os.path.isdir(root):
+                continue
+            try:
+                real = os.path.realpath(raw if raw.startswith("/") else os.path.join(root, raw))
+                real_root = os.path.realpath(root)
+            except (OSError, ValueError):
+                continue
+            freal, froot = _fold(real), _fold(real_root)
+            absolute.append(freal)
+            if freal.startswith(froot + "/"):
+                relative.append(freal[len(froot) + 1:].split("/"))
+        return relative, absolute
+
+    def problem(self, path: str, *, write: bool, roots: tuple[str, ...] = ()) -> bool:
+        """Whether `path` is protected for this access (a write checks both lists: a writing tool reads)."""
+        patterns = self.write + self.read if write else self.read
+        if not patterns and not (write and _OWN):
+            return False
+        relative, absolute = self._candidates(path, roots)
+        if any(p.matches(parts) for parts in relative for p in patterns):
+            return True
+        if write and self.source.own_files:
+            return any(a == own or a.startswith(own + "/") for a in absolute for own in _OWN)
+        return False
+
+
+def protected_for(policy: Policy) -> Protected:
+    private = policy.__pydantic_private__
+    compiled = private.get("_protected") if private is not None else None
+    if compiled is None or compiled.source is not policy.protected:
+        compiled = Protected(policy)
+        policy._protected = compiled
+    return compiled
+
+
+def protected_problem(policy: Policy, path: str, roots: tuple[str, ...] = (), *, write: bool = True) -> str | None:
+    """`protected_path` when a tool may not touch `path` this way, else None: the one check every judged
+    write (and secret read) goes through."""
+    return "protected_path" if protected_for(policy).problem(path, write=write, roots=roots) else None
