@@ -16,8 +16,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .lexer import lex
-
 __all__ = ["argv_command", "commands_of", "shell_script"]
 
 # The shells whose `-c STRING` runs STRING: the judged language means the same in each of them.
