@@ -20,12 +20,14 @@ _DRIVE = re.compile(r"[A-Za-z]:|[A-Za-z][A-Za-z0-9+.-]*://")
 # so a header is read after any leading or trailing space, and a line that looks like one but does not
 # read cleanly (other spacing, case, invisible characters) is ambiguous: refused, not guessed.
 _PATCH_FILE = re.compile(r"\*\*\* (Add File|Update File|Delete File|Move to|Move File): (.*)")
-_PATCH_LIKE = re.compile(r"\*+\s*(?:add|update|delete|move)\b", re.IGNORECASE)
+_PATCH_LIKE = re.compile(r"\*\*\*\s*(?:add|update|delete|move)\b", re.IGNORECASE)
 _INVISIBLE = re.compile(r"[\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
 # Marks a patch line that could be a header but is not one cleanly: judged as a path that escapes.
 AMBIGUOUS_HEADER = "\x00"
 # A unified diff's file headers, read only from a patch that is not in the apply_patch format.
 _DIFF_FILE = re.compile(r"^(?:---|\+\+\+)[ \t]+(\S.*?)(?:\t.*)?[ \t]*$", re.MULTILINE)
+# git's extended headers name files too: `git apply` renames and copies by them.
+_GIT_FILE = re.compile(r"^(?:rename|copy) (?:from|to) (.+?)[ \t]*$|^diff --git (\S+) (\S+)[ \t]*$", re.MULTILINE)
 
 
 def normal_root(root: str) -> str | None:
@@ -92,8 +94,11 @@ def patch_paths(text: str) -> list[str]:
     found = _patch_headers(text)
     if found or "*** Begin Patch" in text:
         return found
+    names = _DIFF_FILE.findall(text)
+    for renamed, left, right in _GIT_FILE.findall(text):
+        names += [n for n in (renamed, left, right) if n]
     paths = []
-    for name in _DIFF_FILE.findall(text):
+    for name in names:
         if name == "/dev/null":
             continue
         # `a/x` and `b/x` are git's prefixes for the two sides, not directories.
