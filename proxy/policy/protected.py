@@ -11,13 +11,11 @@ The proxy's own policy and config files are protected wherever they are (`regist
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import posixpath
 import re
 import unicodedata
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from .schema import Policy
 
@@ -62,25 +60,23 @@ def _fold(text: str) -> str:
     return lead + "/".join(parts)
 
 
-@dataclass(frozen=True)
-class _Pattern:
-    segments: tuple[re.Pattern[str], ...]
-    anchored: bool
-
-    def matches(self, parts: list[str]) -> bool:
-        n = len(self.segments)
-        starts = (0,) if self.anchored else range(len(parts) - n + 1)
-        return any(all(seg.fullmatch(parts[i + j]) for j, seg in enumerate(self.segments)) for i in starts
-                   if i + n <= len(parts))
+def _segment(text: str) -> str:
+    """One pattern segment as a regex: `*` and `?` stay within the segment."""
+    return "".join("[^/]*" if c == "*" else "[^/]" if c == "?" else re.escape(c) for c in text)
 
 
-def _compile(pattern: str) -> _Pattern | None:
-    folded = _fold(pattern)
-    anchored = folded.startswith("/")
-    segments = [s for s in folded.split("/") if s]
-    if not segments:
-        return None
-    return _Pattern(tuple(re.compile(fnmatch.translate(s)) for s in segments), anchored)
+def _compile(patterns: Iterable[str]) -> re.Pattern[str] | None:
+    """All patterns as one regex searched over a folded relative path: one search per path, not one per
+    pattern and segment."""
+    parts = []
+    for pattern in patterns:
+        folded = _fold(pattern)
+        segments = [s for s in folded.split("/") if s]
+        if not segments:
+            continue
+        body = "/".join(map(_segment, segments))
+        parts.append(("^" if folded.startswith("/") else "(?:^|/)") + body + "(?:/|$)")
+    return re.compile("|".join(parts)) if parts else None
 
 
 class Protected:
@@ -92,24 +88,24 @@ class Protected:
         write = list(rules.write)
         if rules.scripts_dir:
             write.append("/" + policy.bash.scripts_dir.strip("/") + "/")
-        self.write = tuple(p for p in map(_compile, write) if p is not None)
-        self.read = tuple(p for p in map(_compile, rules.read) if p is not None)
+        self.write = _compile([*write, *rules.read])  # a writing tool reads the file too
+        self.read = _compile(rules.read)
 
-    def _candidates(self, path: str, roots: tuple[str, ...]) -> tuple[list[list[str]], list[str]]:
-        """(segment lists relative to a root, absolute forms) under which `path` is compared."""
+    def _candidates(self, path: str, roots: tuple[str, ...]) -> tuple[list[str], list[str]]:
+        """(forms relative to a root, absolute forms) under which `path` is compared."""
         folded = _fold(path)
-        relative: list[list[str]] = []
+        relative: list[str] = []
         absolute: list[str] = []
         if folded.startswith("/"):
             absolute.append(folded)
             for root in roots:
                 froot = _fold(root)
                 if folded == froot or folded.startswith(froot + "/"):
-                    relative.append(folded[len(froot):].split("/")[1:] if folded != froot else [])
+                    relative.append(folded[len(froot) + 1:])
             if not relative:
-                relative.append(folded.split("/")[1:])
+                relative.append(folded[1:])
         else:
-            relative.append([p for p in folded.split("/") if p])
+            relative.append(folded)
             absolute += [_fold(posixpath.join(root, folded)) for root in roots]
         # Symlinks a root on this machine has: the file the tool would really touch.
         raw = unicodedata.normalize("NFKC", path).replace("\\", "/")
@@ -124,18 +120,19 @@ class Protected:
             freal, froot = _fold(real), _fold(real_root)
             absolute.append(freal)
             if freal.startswith(froot + "/"):
-                relative.append(freal[len(froot) + 1:].split("/"))
+                relative.append(freal[len(froot) + 1:])
         return relative, absolute
 
     def problem(self, path: str, *, write: bool, roots: tuple[str, ...] = ()) -> bool:
         """Whether `path` is protected for this access (a write checks both lists: a writing tool reads)."""
-        patterns = self.write + self.read if write else self.read
-        if not patterns and not (write and _OWN):
+        patterns = self.write if write else self.read
+        own = write and self.source.own_files and bool(_OWN)
+        if patterns is None and not own:
             return False
         relative, absolute = self._candidates(path, roots)
-        if any(p.matches(parts) for parts in relative for p in patterns):
+        if patterns is not None and any(patterns.search(form) for form in relative):
             return True
-        if write and self.source.own_files:
+        if own:
             return any(a == own or a.startswith(own + "/") for a in absolute for own in _OWN)
         return False
 
