@@ -125,3 +125,20 @@ def test_the_served_policy_is_protected(upstream, start_proxy, tmp_path: Path):
              {"filePath": "ops/new-policy.yaml", "content": "x"}]
     for index, bad in enumerate(cases):
         _run(proxy, upstream, 100 + index, "opencode", "write", bad, {"filePath": "src/x.py", "content": "x"})
+
+
+def test_a_symlink_out_of_the_project_is_refused(upstream, start_proxy, tmp_path: Path):
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    outside = tmp_path / "home"
+    outside.mkdir()
+    (project / "src" / "cfg").symlink_to(outside)
+    (project / "hooks").symlink_to(project / ".git" / "hooks")
+    text = (ROOT / "policies" / "strict.yaml").read_text()
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(text.replace("  project_root: []", f"  project_root: [{project}]", 1))
+    proxy = start_proxy(upstream.url, policy=policy)
+    for index, bad in enumerate([{"filePath": "src/cfg/.bashrc", "content": "x"},
+                                 {"filePath": f"{project}/src/cfg/.profile", "content": "x"},
+                                 {"filePath": "hooks/pre-commit", "content": "x"}]):
+        _run(proxy, upstream, 200 + index, "opencode", "write", bad, {"filePath": "src/x.py", "content": "x"})

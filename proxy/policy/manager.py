@@ -73,7 +73,7 @@ class PolicyManager:
         self.path = Path(path)  # as given, so messages read like the operator's own path
         self.directory = self.path.absolute().parent
         # The served policy is not the agent's to change: its file and the policies dir are protected paths.
-        register_own_files((str(self.path), str(self.directory)))
+        register_own_files((str(self.path),), policy_dirs=(str(self.directory),))
         self._reload_lock = threading.Lock()
         self._debounce_ms = debounce_ms
         self._errors: dict[str, dict[str, Any]] = {}  # file -> its current error

@@ -25,19 +25,37 @@ WRITE = "write"
 READ = "read"
 
 _OWN: set[str] = set()
+_OWN_DIRS: set[str] = set()
+# The files of a watched policies dir that are policies (proxy/policy/manager.py reads these suffixes).
+_POLICY_SUFFIXES = (".yaml", ".yml")
 
 
-def register_own_files(paths: Iterable[str]) -> None:
-    """Add the proxy's own files or directories (loaded policy files, the policies dir, the config file):
-    protected from writing wherever they are."""
+def _forms(path: str) -> set[str]:
+    absolute = os.path.abspath(path)
+    return {_fold(absolute), _fold(os.path.realpath(absolute))}
+
+
+def register_own_files(paths: Iterable[str], *, policy_dirs: Iterable[str] = ()) -> None:
+    """Add the proxy's own files (loaded policy files, the config file) and watched policies dirs (the dir
+    itself and every policy file directly in it, not the rest of it): protected from writing wherever
+    they are."""
     for path in paths:
         if path:
-            absolute = os.path.abspath(path)
-            _OWN.update({_fold(absolute), _fold(os.path.realpath(absolute))})
+            _OWN.update(_forms(path))
+    for path in policy_dirs:
+        if path:
+            _OWN_DIRS.update(_forms(path))
 
 
 def own_files() -> frozenset[str]:
-    return frozenset(_OWN)
+    return frozenset(_OWN | _OWN_DIRS)
+
+
+def _is_own(path: str) -> bool:
+    if any(path == mine or path.startswith(mine + "/") for mine in _OWN):
+        return True
+    parent, _, name = path.rpartition("/")
+    return path in _OWN_DIRS or (parent in _OWN_DIRS and name.endswith(_POLICY_SUFFIXES))
 
 
 def _fold(text: str) -> str:
@@ -91,8 +109,9 @@ class Protected:
         self.write = _compile([*write, *rules.read])  # a writing tool reads the file too
         self.read = _compile(rules.read)
 
-    def _candidates(self, path: str, roots: tuple[str, ...]) -> tuple[list[str], list[str]]:
-        """(forms relative to a root, absolute forms) under which `path` is compared."""
+    def _candidates(self, path: str, roots: tuple[str, ...]) -> tuple[list[str], list[str], bool]:
+        """(forms relative to a root, absolute forms) under which `path` is compared, and whether a symlink
+        under a root leads it out of that root."""
         folded = _fold(path)
         relative: list[str] = []
         absolute: list[str] = []
@@ -109,8 +128,10 @@ class Protected:
             absolute += [_fold(posixpath.join(root, folded)) for root in roots]
         # Symlinks a root on this machine has: the file the tool would really touch.
         raw = unicodedata.normalize("NFKC", path).replace("\\", "/")
+        escapes = False
         for root in roots:
-            if not os.path.isdir(root):
+            inside = not raw.startswith("/") or _fold(raw).startswith(_fold(root) + "/")
+            if not inside or not os.path.isdir(root):
                 continue
             try:
                 real = os.path.realpath(raw if raw.startswith("/") else os.path.join(root, raw))
@@ -121,19 +142,21 @@ class Protected:
             absolute.append(freal)
             if freal.startswith(froot + "/"):
                 relative.append(freal[len(froot) + 1:])
-        return relative, absolute
+            elif freal != froot and ".." not in _fold(raw).split("/"):
+                escapes = True  # `link/x` with `link -> /etc`: the write lands outside the project
+        return relative, absolute, escapes
 
     def problem(self, path: str, *, write: bool, roots: tuple[str, ...] = ()) -> bool:
         """Whether `path` is protected for this access (a write checks both lists: a writing tool reads)."""
         patterns = self.write if write else self.read
-        own = write and self.source.own_files and bool(_OWN)
+        own = write and self.source.own_files and bool(_OWN or _OWN_DIRS)
         if patterns is None and not own:
             return False
-        relative, absolute = self._candidates(path, roots)
-        if patterns is not None and any(patterns.search(form) for form in relative):
+        relative, absolute, escapes = self._candidates(path, roots)
+        if escapes or (patterns is not None and any(patterns.search(form) for form in relative)):
             return True
         if own:
-            return any(a == own or a.startswith(own + "/") for a in absolute for own in _OWN)
+            return any(_is_own(a) for a in absolute)
         return False
 
 
