@@ -31,7 +31,11 @@ def _reasons(tool: str, arguments: dict) -> tuple[str, ...]:
 ])
 def test_protected_writes(path: str) -> None:
     for tool, arguments in (("write", {"filePath": path, "content": "x"}),
-                            ("Edit", {"file_path": path, "old_string": "a", "new_string": "b"})):
+                            ("Edit", {"file_path": path, "old_string": "a", "new_string": "b"}),
+                            ("MultiEdit", {"file_path": path, "edits": []}),
+                            ("multiedit", {"filePath": path, "edits": []}),
+                            ("write_to_file", {"path": path, "content": "x"}),
+                            ("replace_in_file", {"path": path, "diff": "x"})):
         reasons = judge_call(POLICY, tool, arguments, tools=None).reasons
         assert "protected_path" in reasons or "absolute_path" in reasons, (tool, path, reasons)
     from proxy.policy.protected import protected_problem
