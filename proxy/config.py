@@ -7,6 +7,7 @@ same names as keys, plus `upstreams:` for several upstreams routed by model.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -69,14 +70,24 @@ class _ConfigFileSource(PydanticBaseSettingsSource):
         except OSError as exc:
             raise ConfigError("config", f"cannot read {self.path}: {exc.strerror or exc}") from exc
         except yaml.YAMLError as exc:
-            raise ConfigError("config", f"{self.path} is not valid YAML: {exc}") from exc
+            raise ConfigError("config", _yaml_error(self.path, exc)) from exc
         if not isinstance(data, dict):
             raise ConfigError("config", f"{self.path} must be a mapping of setting names to values")
-        unknown = sorted(set(data) - set(self.settings_cls.model_fields) - {"config"})
+        unknown = sorted(set(data) - set(self.settings_cls.model_fields) - {"config"}, key=str)
         if unknown:
-            raise ConfigError(unknown[0], f"unknown setting in {self.path}; known: "
-                                          f"{', '.join(self.settings_cls.model_fields)}")
+            close = difflib.get_close_matches(str(unknown[0]), list(self.settings_cls.model_fields), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ConfigError(str(unknown[0]), f"unknown setting in {self.path}; {hint}known: "
+                                               f"{', '.join(self.settings_cls.model_fields)}")
         return {k: v for k, v in data.items() if k != "config"}
+
+
+def _yaml_error(path: Path, exc: yaml.YAMLError) -> str:
+    """One line: `file:line:column: what is wrong`, as editors and compilers write it."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    return f"{where}: not valid YAML: {problem}"
 
 
 def config_file_path(init_kwargs: dict[str, Any]) -> Path | None:
@@ -118,7 +129,8 @@ class Settings(BaseSettings):
     # `x-claude-code-session-id`, Codex `session-id` (an older Codex `session_id`).
     session_header: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["x-session-id", "x-claude-code-session-id", "session-id", "session_id"],
-        description="Headers naming the session, first present wins (comma-separated); else lineage.",
+        description="Headers naming the session, first present wins (comma-separated); "
+                    "else the conversation's own history.",
     )
     project_root_header: str | None = Field(
         None, description="Header a request names its project root in (absolute paths under it pass)."
@@ -141,6 +153,20 @@ class Settings(BaseSettings):
         True, description="Return tool calls found in content (Qwen3-Coder XML, Hermes) as proper tool_calls."
     )
     admin_token: str | None = Field(None, description="If set, /stats, /policies and /metrics need this bearer.")
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Host names served besides the listen address (and localhost on a loopback "
+        "bind), comma-separated: `name` (any port) or `name:port`; `*` serves any Host. Others get 400."
+    )
+    allowed_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Browser origins (scheme://host[:port]) whose requests are served, "
+        "comma-separated; a request with another Origin gets 403, one without Origin is served."
+    )
+    max_connections_per_client: int = Field(
+        500, description="Most connections one peer address holds at once (half of max_connections by default, so one "
+        "peer cannot take every slot); past it the peer's oldest idle one is closed, else the new one."
+    )
+    max_tools: int = Field(1000, description="Most tools one request may offer (400 above).")
+    max_messages: int = Field(10_000, description="Most messages (or input items) one request may carry (400 above).")
     log_level: str = Field("info", description="Log level: debug, info, warning, error.")
     log_format: str = Field("json", description="Log format: json (one object a line) or console (for people).")
     throughput_window_seconds: float = Field(
@@ -159,6 +185,17 @@ class Settings(BaseSettings):
     )
     store_release_timeout_seconds: float = Field(
         30.0, description="Longest a judged call waits for its rows to be committed before on_store_failure applies."
+    )
+    retention_days: float | None = Field(
+        None, gt=0, description="Keep this many days of rows; older ones (and their hourly figures) are pruned "
+        "hourly in the background. Unset: keep everything (`allowlist-proxy db prune --before DATE` by hand)."
+    )
+    alert_webhook_url: str | None = Field(
+        None, description="POST a JSON object here for each alert event (loop rate or blocked turns high, upstream "
+        "down, policy reload refused, store degraded, release wait high); unset: no webhook."
+    )
+    alert_webhook_interval_seconds: float = Field(
+        300.0, gt=0, description="At most one webhook post per event and subject (model, upstream, file) this often."
     )
     header_timeout_seconds: float = Field(
         10.0, description="A client connection that sends no complete request head within this is closed."
@@ -214,7 +251,7 @@ class Settings(BaseSettings):
             raise ValueError(f"vllm_version must be auto or a version such as 0.23 (got {value!r})")
         return value
 
-    @field_validator("session_header", mode="before")
+    @field_validator("session_header", "allowed_hosts", "allowed_origins", mode="before")
     @classmethod
     def _header_list(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -224,7 +261,7 @@ class Settings(BaseSettings):
             return [part.strip() for part in text.split(",") if part.strip()]
         return value
 
-    @field_validator("session_header")
+    @field_validator("session_header", "allowed_hosts", "allowed_origins")
     @classmethod
     def _lower_headers(cls, value: list[str]) -> list[str]:
         return [header.lower() for header in value]

@@ -15,10 +15,12 @@ from proxy.enforce.record import RequestRecord
 from proxy.logs import get_logger
 from proxy.policy import PolicyManager, default_policy_path
 from proxy.sessions.resolve import SessionResolver
-from proxy.stats.prometheus import IN_FLIGHT, REQUESTS
+from proxy.stats.prometheus import IN_FLIGHT, REQUESTS, UPSTREAM_ERRORS
 from proxy.stats.prometheus_feed import observe_request
+from proxy.stats.webhook import Webhook
 from proxy.store.db import create_engine, migrate
 from proxy.store.journal import OwnerLock, recover
+from proxy.store.retention import Retention
 from proxy.store.writer import StoreWriter
 from proxy.throughput.live import LiveWindows
 from proxy.upstream.client import Upstreams
@@ -96,6 +98,14 @@ class Services:
         closers.push_async_callback(policies.stop)
         await live.start()
         closers.push_async_callback(live.stop)
+        if settings.retention_days is not None:
+            retention = Retention(engine, settings.retention_days)
+            await retention.start()
+            closers.push_async_callback(retention.stop)
+        if settings.alert_webhook_url:
+            webhook = Webhook(settings.alert_webhook_url, interval_seconds=settings.alert_webhook_interval_seconds)
+            await webhook.start()
+            closers.push_async_callback(webhook.stop)
         return services
 
     async def close(self) -> None:
@@ -125,13 +135,20 @@ class Services:
         self._leave(record.model)
         record.save(self.writer)
         REQUESTS.labels(record.model, record.route, str(record.status)).inc()
+        if record.outcome == "upstream_error":
+            UPSTREAM_ERRORS.labels(record.model, str(record.status)).inc()
         for listener in self.listeners:
             listener(record)
-        log.info("request", request_id=record.id, session=record.session.id, model=record.model,
+        # A blocked turn or an upstream failure is what an operator filtering on `warning` wants to see.
+        emit = log.warning if record.outcome in _WARN_OUTCOMES else log.info
+        emit("request", request_id=record.id, session=record.session.id, model=record.model,
                  route=record.route, stream=record.stream, status=record.status, outcome=record.outcome,
                  error=record.error, blocked=record.blocked, attempts=record.attempts,
                  ttfb_ms=_round(record.ttfb_ms), ttft_ms=_round(record.ttft_ms),
                  duration_ms=_round(record.duration_ms), concurrency=record.concurrency)
+
+
+_WARN_OUTCOMES = frozenset({"blocked", "upstream_error"})
 
 
 async def _stopped(writer: StoreWriter) -> None:

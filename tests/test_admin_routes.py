@@ -17,6 +17,7 @@ from proxy.http.auth import require_admin
 PUBLIC = {
     "/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages", "/v1/models", "/v1/{path:path}",
     "/health", "/dashboard", "/dashboard/static/{name}", "/dashboard/columns.json",  # the page and its layout: no data
+    "/dashboard/sessions/{session_id}",  # the session page: its data comes from the guarded /stats/sessions/{id}
 }
 
 

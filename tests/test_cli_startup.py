@@ -116,7 +116,7 @@ def test_extract_feeds_check(tmp_path):
     assert json.loads(line) == {"input": call, "decision": "reject", "reasons": ["pipe"], "shape": "pipe"}
 
 
-@pytest.mark.parametrize("command", ["serve", "check", "extract", "stats", "recheck", "db", "import-vllm-log",
+@pytest.mark.parametrize("command", ["serve", "check", "extract", "stats", "report", "recheck", "db", "import-vllm-log",
                                      "demo"])
 def test_every_command_help_has_examples(capsys, command):
     with pytest.raises(SystemExit):
@@ -154,3 +154,80 @@ def test_the_banner_warns_about_what_will_fail():
     assert "admin_token" in open_port
     assert config_warnings(Settings(host="0.0.0.0", admin_token="t")) == []
     assert config_warnings(Settings(host="::1")) == []
+
+
+@pytest.mark.parametrize("command", [["report"], ["completion"], ["db", "upgrade"], ["db", "current"],
+                                     ["db", "history"], ["db", "rebuild-rollups"], ["db", "prune"],
+                                     ["db", "export"]])
+def test_every_subcommand_help_has_examples_too(capsys, command):
+    with pytest.raises(SystemExit):
+        main([*command, "--help"])
+    assert "examples:\n  " in capsys.readouterr().out
+
+
+def test_switches_and_choices_show_in_the_usage(capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = capsys.readouterr().out
+    assert "--policy-header | --no-policy-header" in text
+    assert "--on-store-failure {refuse,continue}" in text and "--log-level {debug,info,warning,error}" in text
+    with pytest.raises(SystemExit):
+        main(["serve", "--policy-header", "yes"])  # a switch takes no value
+
+
+def test_a_switch_sets_the_setting(monkeypatch):
+    from proxy.cli.serve import settings_from
+
+    parser = __import__("proxy.cli", fromlist=["build_parser"]).build_parser()
+    assert settings_from(parser.parse_args(["serve", "--no-policy-header"])).policy_header is False
+    assert settings_from(parser.parse_args(["serve", "--policy-header"])).policy_header is True
+
+
+def test_a_mistyped_setting_in_the_config_file_gets_a_suggestion(capsys, tmp_path):
+    (tmp_path / "allowlist-proxy.yaml").write_text("retention_dayz: 30\n")
+    err = serve_error(capsys)
+    assert "did you mean 'retention_days'?" in err
+
+
+def test_a_yaml_error_in_the_config_file_is_one_line_with_file_and_line(capsys, tmp_path):
+    (tmp_path / "allowlist-proxy.yaml").write_text("port: 9000\nupstream: [http://a\nlog_level: info\n")
+    err = serve_error(capsys)
+    assert len(err.strip().splitlines()) == 1 and "allowlist-proxy.yaml:3:" in err, err
+
+
+def test_stats_for_an_unknown_model_says_so(capsys, tmp_path):
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    assert main(["db", "upgrade", "--db", url]) == 0
+    capsys.readouterr()
+    assert main(["stats", "--db", url, "--model", "qwen3.5-72b"]) == 2
+    assert "no model 'qwen3.5-72b' in the store" in capsys.readouterr().err
+
+
+def test_completion_knows_the_subcommands_and_their_options(tmp_path):
+    import shutil
+    import subprocess
+
+    from proxy.cli.completion import script
+
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("bash not installed")
+    (tmp_path / "complete.sh").write_text(script("bash"))
+    probe = ('source complete.sh; COMP_WORDS=(allowlist-proxy db pr); COMP_CWORD=2; _allowlist_proxy; '
+             'echo "${COMPREPLY[@]}"; COMP_WORDS=(allowlist-proxy db export --fo); COMP_CWORD=3; '
+             '_allowlist_proxy; echo "${COMPREPLY[@]}"; COMP_WORDS=(allowlist-proxy serve --no-pol); '
+             'COMP_CWORD=2; _allowlist_proxy; echo "${COMPREPLY[@]}"')
+    out = subprocess.run([bash, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=30).stdout
+    assert out.splitlines() == ["prune", "--format", "--no-policy-header"]
+
+
+@pytest.mark.parametrize("command", [["serve"], ["check"], ["extract"], ["stats"], ["report"], ["recheck"],
+                                     ["db", "prune"], ["import-vllm-log"], ["demo"], ["completion"]])
+def test_help_is_wrapped_to_the_terminal(capsys, monkeypatch, command):
+    monkeypatch.setenv("COLUMNS", "100")
+    with pytest.raises(SystemExit):
+        main([*command, "--help"])
+    text = capsys.readouterr().out
+    assert max(len(line) for line in text.splitlines()) <= 100, text
+    for internal in ("seed", "lineage", "rollups)", "_pool", "journal"):
+        assert internal not in text, internal

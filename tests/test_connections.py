@@ -41,9 +41,9 @@ def test_a_head_that_never_completes_and_a_stalled_body_are_closed(sqlite_only, 
     host, port = "127.0.0.1", proxy.server.port
     silent = socket.create_connection((host, port))
     partial = socket.create_connection((host, port))
-    partial.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+    partial.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n")
     stalled = socket.create_connection((host, port))
-    stalled.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    stalled.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                     b"Content-Length: 100\r\n\r\n{\"model\":")
     try:
         assert _closed_within(silent, 3) and _closed_within(partial, 3) and _closed_within(stalled, 3)
@@ -59,7 +59,8 @@ def test_eleven_hundred_idle_connections_do_not_stop_a_real_request(sqlite_only,
         resource.setrlimit(resource.RLIMIT_NOFILE, (3000, hard))
     elif soft < 3000:
         pytest.skip(f"the open-file limit ({soft}) is too low for 1,100 connections at both ends")
-    proxy = start_proxy(upstream.url, max_connections=1000)
+    # One peer here: the global limit is what this test measures, not the per-client one.
+    proxy = start_proxy(upstream.url, max_connections=1000, max_connections_per_client=1000)
     idle = []
     try:
         for _ in range(1100):
@@ -74,3 +75,23 @@ def test_eleven_hundred_idle_connections_do_not_stop_a_real_request(sqlite_only,
         for sock in idle:
             sock.close()
     assert _metric(proxy, "too_many") >= 100
+
+
+def test_one_peer_trickling_bodies_cannot_take_every_slot(sqlite_only, upstream, start_proxy):
+    # The trickling peer connects from 127.0.0.2, the real client from 127.0.0.1: the budget is per address.
+    proxy = start_proxy(upstream.url, max_connections=50, max_connections_per_client=10, body_timeout_seconds=30)
+    trickling = []
+    try:
+        for _ in range(60):
+            sock = socket.create_connection(("127.0.0.1", proxy.server.port), source_address=("127.0.0.2", 0))
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 1000\r\n\r\n{\"model\":")
+            trickling.append(sock)
+        with proxy.client(timeout=10) as client:
+            assert client.post("/v1/chat/completions", json=chat()).status_code == 200
+        open_ones = sum(not _closed_within(sock, 0.05) for sock in trickling)
+        assert open_ones <= 10
+    finally:
+        for sock in trickling:
+            sock.close()
+    assert _metric(proxy, "per_client") >= 50

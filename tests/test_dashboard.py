@@ -251,21 +251,25 @@ def test_dashboard_draws_the_stats_live_and_stays_on_host(
     headline = browser.evaluate("window.dashboard.headline")
     assert headline == [{"model": m, "tool_calls": stats[m]["tool_calls"], "error_rate": stats[m]["error_rate"],
                          "blocked": blocked.get(m, 0), "loops": stats[m]["loops"]["count"],
-                         "recovery_rate": stats[m]["recovery_rate"]} for m in (MODEL, OTHER)]
+                         "recovery_rate": stats[m]["recovery_rate"], "upstream_errors": 0} for m in (MODEL, OTHER)]
     cards = browser.evaluate("""[...document.querySelectorAll("#cards .card")].map((card) => [card.dataset.model,
         ...[...card.querySelectorAll("dd")].map((dd) => dd.firstChild.textContent)])""")
-    assert cards == [[MODEL, "5", "80.0%", "1", "1", cards[0][5]], [OTHER, "2", "50.0%", "0", "0", cards[1][5]]]
+    assert cards == [[MODEL, "5", "80.0%", "1", "1", cards[0][5], "0"],
+                     [OTHER, "2", "50.0%", "0", "0", cards[1][5], "0"]]
     first = browser.evaluate("document.querySelector('main > section').id")
     assert first == "headline"
 
-    # Error rate over time: both models in the default range (24 h), then the picker shows the last hour.
+    # Error rate over time: all traffic is minutes old, so the default range is the last hour (24 h would show
+    # it as dots at the right edge); the picker still gives 24 h.
     timeline = charts["chart-timeline"]
     assert sorted(d["label"] for d in timeline["datasets"]) == sorted([MODEL, OTHER])
     assert 80 in timeline["datasets"][[d["label"] for d in timeline["datasets"]].index(MODEL)]["data"]
-    assert "the last 24 hours" in browser.evaluate("document.getElementById('timeline-window').textContent")
+    assert "the last hour" in browser.evaluate("document.getElementById('timeline-window').textContent")
+    assert browser.evaluate("document.querySelector('.picker [aria-pressed=\"true\"]').dataset.range") == "1h"
+    browser.evaluate("document.querySelector('.picker button[data-range=\"24h\"]').click()")
+    browser.wait_for("document.getElementById('timeline-window').textContent.includes('the last 24 hours')")
     browser.evaluate("document.querySelector('.picker button[data-range=\"1h\"]').click()")
     browser.wait_for("document.getElementById('timeline-window').textContent.includes('the last hour')")
-    assert browser.evaluate("document.querySelector('.picker [aria-pressed=\"true\"]').dataset.range") == "1h"
 
     # Loops: one group (model x shape) with its count and lengths; its sessions only when opened, as links.
     groups = browser.evaluate("""[...document.querySelectorAll("#loop-groups details")].map((d) =>
@@ -274,7 +278,7 @@ def test_dashboard_draws_the_stats_live_and_stays_on_host(
     browser.evaluate("document.querySelector('#loop-groups summary').click()")
     links = browser.evaluate("""[...document.querySelectorAll("#loop-groups details[open] a")]
         .map((a) => a.getAttribute("href"))""")
-    assert links == ["stats/sessions/ses_loop"]
+    assert links == ["dashboard/sessions/ses_loop"]  # the session view
     assert browser.evaluate("document.querySelectorAll('#loops code').length") == 1  # the shape, no command wall
 
     # Throughput by concurrency: the charts carry the API's live cells.

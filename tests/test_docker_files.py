@@ -112,13 +112,13 @@ def test_healthcheck_exposed_port_and_settings_agree():
 
 
 def test_installs_the_package_with_its_migrations_inside():
-    # proxy/store/db.py finds the migrations inside the package, so a site-packages install serves.
+    # proxy/store/db.py finds migrations/ beside the package, so a site-packages install serves.
     (workdir,) = of("WORKDIR")
     copied = {os.path.normpath(shlex.split(args)[-1]): shlex.split(args)[:-1] for args in of("COPY")}
-    assert copied.get("proxy") == ["proxy"] and "migrations" not in copied
-    assert (ROOT / "proxy" / "migrations" / "env.py").is_file()
+    assert copied.get("proxy") == ["proxy"] and copied.get("migrations") == ["migrations"]
+    assert (ROOT / "migrations" / "env.py").is_file()
     assert workdir == "/app"
-    assert any(re.search(r"pip install (--no-cache-dir )?\.", run) for run in of("RUN"))
+    assert any(re.search(r"pip install (--no-cache-dir )?-c requirements\.lock \.", run) for run in of("RUN"))
     for sources in copied.values():
         for source in sources:
             assert (ROOT / source).exists(), f"COPY {source}: not in the repository"
@@ -163,7 +163,7 @@ def test_the_copied_files_serve_and_pass_the_images_own_healthcheck(tmp_path: Pa
            "ALLOWLIST_PROXY_UPSTREAM": vllm_stand_in}
     where = subprocess.run([sys.executable, "-c", "import proxy.store.db as d; print(d.MIGRATIONS_DIR)"],
                            cwd=app, env=env, capture_output=True, text=True, timeout=60)
-    assert where.stdout.strip() == str(app / "proxy" / "migrations"), where.stderr
+    assert where.stdout.strip() == str(app / "migrations"), where.stderr
     cmd = exec_form(of("CMD")[0])
     server = subprocess.Popen([sys.executable, "-m", "proxy", *cmd[1:]], cwd=app, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -188,9 +188,11 @@ def test_the_copied_files_serve_and_pass_the_images_own_healthcheck(tmp_path: Pa
 
 
 def interpolate(value: Any) -> Any:
-    """Compose's `${VAR:-default}` with every variable unset: what `docker compose up` uses by default."""
+    """Compose's `${VAR:-default}` with every variable unset: what `docker compose up` uses by default.
+    A required variable (`${VAR:?message}`, the admin token) reads `<required>`."""
     if isinstance(value, str):
-        assert not re.search(r"\$\{(?![A-Z0-9_]+:-[^}]*\})", value), f"a variable without a default: {value}"
+        assert not re.search(r"\$\{(?![A-Z0-9_]+:[-?][^}]*\})", value), f"a variable without a default: {value}"
+        value = re.sub(r"\$\{[A-Z0-9_]+:\?[^}]*\}", "<required>", value)
         return re.sub(r"\$\{[A-Z0-9_]+:-([^}]*)\}", r"\1", value)
     if isinstance(value, list):
         return [interpolate(v) for v in value]
@@ -319,3 +321,14 @@ def test_the_grafana_dashboard_reads_only_metrics_the_proxy_or_vllm_export():
     labels = {label for panel in board["panels"] for target in panel["targets"]
               for label in re.findall(r"by \(([^)]*)\)", target["expr"])}
     assert all("model" not in part.split(", ") for part in labels)  # model_name, as vLLM labels it
+
+
+def test_the_admin_token_comes_from_the_environment_and_is_required(compose: dict[str, Any]):
+    # The image and the compose file listen on 0.0.0.0, where the proxy refuses to start without a token:
+    # compose demands one from the operator's environment; neither file commits a value.
+    assert "ALLOWLIST_PROXY_ADMIN_TOKEN" not in dockerfile_env()
+    env = compose["services"]["proxy"]["environment"]
+    assert env["ALLOWLIST_PROXY_ADMIN_TOKEN"] == "<required>"
+    assert re.search(r"ALLOWLIST_PROXY_ADMIN_TOKEN: \$\{ALLOWLIST_PROXY_ADMIN_TOKEN:\?", COMPOSE.read_text())
+    hosts = env["ALLOWLIST_PROXY_ALLOWED_HOSTS"].split(",")
+    assert "localhost" in hosts and "127.0.0.1" in hosts

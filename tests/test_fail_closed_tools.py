@@ -48,12 +48,15 @@ CASES = [
 ]
 
 
-def test_each_class_is_refused_recorded_and_counted(upstream, proxy):
-    expected_rows = []
-    for index, (tool, bad, reason, good) in enumerate(CASES):
+def run_cases(upstream, proxy, tools: list[dict[str, Any]], cases: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Each case (tool, bad call, reason, good call) as one request: the bad call refused with its reason and
+    the model told, the good one delivered (a case without a reason is delivered as it is). Returns the
+    rows the store should then hold."""
+    expected_rows: list[tuple[Any, ...]] = []
+    for index, (tool, bad, reason, good) in enumerate(cases):
         replies = [Reply(tool_calls=[(tool, bad)])] + ([Reply(tool_calls=[(tool, good)])] if good else [])
         upstream.script(*replies)
-        body = chat([{"role": "user", "content": f"task {index}"}], tools=TOOLS)
+        body = chat([{"role": "user", "content": f"task {index}"}], tools=tools)
         with proxy.client() as client:
             response = client.post("/v1/chat/completions", json=body, headers={"x-session-id": f"ses_t{index}"})
         assert response.status_code == 200, response.text
@@ -67,6 +70,11 @@ def test_each_class_is_refused_recorded_and_counted(upstream, proxy):
         feedback = upstream.requests[-1]["messages"][-1]["content"]
         assert reason in feedback, feedback
         expected_rows += [(tool, "reject", reason), (tool, "allow", None)]
+    return expected_rows
+
+
+def test_each_class_is_refused_recorded_and_counted(upstream, proxy):
+    expected_rows = run_cases(upstream, proxy, TOOLS, CASES)
     # The request records what governed its tools: OpenCode's `bash`, Continue's `Read {filepath}`, and the
     # classification for the rest.
     assert {r[0] for r in proxy.rows("SELECT profiles FROM requests")} == {"opencode,continue,heuristic"}

@@ -7,6 +7,7 @@ environment takes from the test environment through a `.pth` line, so the test n
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -16,6 +17,7 @@ import sys
 import sysconfig
 import time
 import venv
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -35,7 +37,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
-    shutil.copytree(ROOT / "proxy", source / "proxy", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("proxy", "migrations"):
+        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                             "-w", str(tmp / "dist"), str(source)], capture_output=True, text=True, timeout=300)
     if build.returncode != 0 and "No module named" in build.stderr:
@@ -75,13 +78,18 @@ def test_db_upgrade_reports_the_real_revision(installed: Path, tmp_path: Path):
                             cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert re.search(r"schema at 0\d{3}", result.stdout), result.stdout
+    # The wheel carries migrations/ (top level in the source) beside the installed package.
+    where = subprocess.run([installed / "python", "-c", "import proxy.store.db as d; print(d.MIGRATIONS_DIR)"],
+                           cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60).stdout.strip()
+    assert where.startswith(str(installed.parent)) and Path(where, "versions").is_dir(), where
     assert (tmp_path / "store.db").is_file()
 
 
-def test_serve_starts_with_a_banner_on_a_free_port(installed: Path, tmp_path: Path):
-    server = subprocess.Popen([installed / "allowlist-proxy", "serve", "--port", "0",
-                               "--upstream", "http://127.0.0.1:9/v1"],
-                              cwd=tmp_path, env=_env(), stderr=subprocess.PIPE, text=True)
+@contextlib.contextmanager
+def _served(installed: Path, cwd: Path, *args: str) -> Iterator[tuple[str, str]]:
+    """`allowlist-proxy serve --port 0 ARGS` from `cwd`: (its base URL, the banner); stopped with Ctrl-C."""
+    server = subprocess.Popen([installed / "allowlist-proxy", "serve", "--port", "0", *args],
+                              cwd=cwd, env=_env(), stderr=subprocess.PIPE, text=True)
     try:
         lines: list[str] = []
         deadline = time.monotonic() + 60
@@ -90,17 +98,22 @@ def test_serve_starts_with_a_banner_on_a_free_port(installed: Path, tmp_path: Pa
             assert time.monotonic() < deadline and server.poll() is None, "".join(lines)
             lines.append(server.stderr.readline())
         text = "".join(lines)
-        url = re.search(r"listening\s+(http://127\.0\.0\.1:(\d+)/v1)", text)
+        url = re.search(r"listening\s+(http://127\.0\.0\.1:(\d+))/v1", text)
         assert url and url.group(2) != "0", text
-        health = httpx.get(url.group(1).removesuffix("/v1") + "/health", timeout=10)
-        # The proxy answers; with its upstream down it may call itself degraded (503).
-        assert health.status_code in (200, 503) and health.json()["upstream_reachable"] is False
-        assert f"allowlist-proxy {__version__}" in text and "UNREACHABLE" in text
-        assert "default_policies/strict.yaml" in text  # no policies/ here: the packaged policy
+        yield url.group(1), text
     finally:
         server.send_signal(signal.SIGINT)
         server.communicate(timeout=60)
     assert server.returncode == 0
+
+
+def test_serve_starts_with_a_banner_on_a_free_port(installed: Path, tmp_path: Path):
+    with _served(installed, tmp_path, "--upstream", "http://127.0.0.1:9/v1") as (url, text):
+        health = httpx.get(url + "/health", timeout=10)
+        # The proxy answers; with its upstream down it may call itself degraded (503).
+        assert health.status_code in (200, 503) and health.json()["upstream_reachable"] is False
+        assert f"allowlist-proxy {__version__}" in text and "UNREACHABLE" in text
+        assert "default_policies/strict.yaml" in text  # no policies/ here: the packaged policy
 
 
 def test_demo_runs_from_the_wheel(installed: Path, tmp_path: Path):
@@ -109,3 +122,13 @@ def test_demo_runs_from_the_wheel(installed: Path, tmp_path: Path):
                             timeout=180)
     assert result.returncode == 0, result.stderr
     assert "Err/tool" in result.stdout and "/dashboard" in result.stdout
+
+
+def test_a_fresh_install_served_from_elsewhere_is_healthy(installed: Path, tmp_path: Path, upstream):
+    """Only policy files are policies: the packaged tool-profiles.yaml beside the packaged policy is data."""
+    with _served(installed, tmp_path, "--upstream", upstream.url, "--db", "sqlite:///store.db") as (url, text):
+        health = httpx.get(url + "/health", timeout=10)
+        assert health.status_code == 200 and health.json()["status"] == "ok", health.text
+        policies = httpx.get(url + "/policies", timeout=10).json()
+        assert "tool-profiles" not in str(policies.get("errors")), policies
+        assert "tool-profiles" not in text and "error" not in text.lower(), text

@@ -181,4 +181,20 @@ def test_a_model_no_upstream_serves_is_counted(model_upstream, start_proxy):
         response = client.post("/v1/chat/completions",
                                json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]})
     assert response.status_code == 404 and model in response.json()["error"]["message"]
-    assert value(scrape(proxy), "allowlist_proxy_model_not_found_total", model_name="gpt-4o") >= 1
+    # Counted under "other": a name no upstream serves never becomes a label value of its own (issue 26).
+    assert value(scrape(proxy), "allowlist_proxy_model_not_found_total", model_name="other") >= 1
+
+
+def test_unknown_model_names_never_take_the_label_room_of_served_models(model_upstream, start_proxy):
+    model, upstream = model_upstream
+    proxy = start_proxy(upstream.url)
+    with proxy.client() as client:
+        for i in range(210):
+            client.post("/v1/chat/completions",
+                        json={"model": f"nope-{i}", "messages": [{"role": "user", "content": "x"}]})
+        assert client.post("/v1/chat/completions",
+                           json={"model": model, "messages": [{"role": "user", "content": "x"}]}).status_code == 200
+    metrics = scrape(proxy)
+    assert not any(("model_name", f"nope-{i}") in labels for (_name, labels) in metrics for i in range(210))
+    assert value(metrics, "allowlist_proxy_requests_total", model_name=model, route="chat",
+                 status="200") >= 1

@@ -1,8 +1,11 @@
 """The `allowlist-proxy` command: one module per subcommand, each exposing `register(subparsers)`.
 
 A subcommand module adds its parser with `set_defaults(func=...)`; `func(args)` returns the exit code.
-Errors an operator can fix (a setting, the policy file, the store, the port) end the command with one or two
-lines and exit code 2; `--log-level debug` shows their traceback too.
+Exit codes, one convention for every subcommand: 0 done; 1 done, and the answer is no (`check`: the call
+is refused; `db current`: the store is behind; `stats`/`report`: there is no store to read); 2 the command
+line or a setting is wrong, or something the operator can fix stops it (a setting, the policy file, the
+store, the port, an unknown model), said in one or two lines (`--log-level debug` shows the traceback);
+130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ import os
 import sys
 
 from proxy import __version__
+from proxy.cli.command import HelpFormatter
 
 # Order is the order of `--help`.
-SUBCOMMANDS = ("serve", "check", "extract", "stats", "report", "recheck", "db", "import-vllm-log", "demo")
+SUBCOMMANDS = ("serve", "check", "extract", "stats", "report", "recheck", "db", "import-vllm-log", "demo",
+               "completion")
 
 EXAMPLES = """examples:
   allowlist-proxy demo                                  a first look, no GPU needed
@@ -29,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="allowlist-proxy",
         description="OpenAI-compatible proxy that enforces an allowlist on coding agents' tool calls.",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXAMPLES, formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"allowlist-proxy {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

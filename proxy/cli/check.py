@@ -28,6 +28,7 @@ from ..policy.judge import tool_set
 from ..policy.reload_guard import reload_verdict
 from ..policy.suggest import suggest
 from ..policy.verdict import MALFORMED, Verdict
+from .command import HelpFormatter
 
 __all__ = ["register", "run"]
 
@@ -44,7 +45,7 @@ def register(subparsers: Any) -> None:
         "  allowlist-proxy check --tool write '{\"filePath\": \".git/config\"}'\n"
         "  allowlist-proxy check --reload-against policies/strict.yaml --policy edited.yaml\n"
         "  allowlist-proxy extract --calls < output.txt | allowlist-proxy check --jsonl\n",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--policy", metavar="FILE", help="policy file (default: policies/strict.yaml)")
     parser.add_argument(

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from proxy.cli.command import HelpFormatter
+
 __all__ = ["register"]
 
 
@@ -22,7 +24,7 @@ def register(sub: Any) -> None:
                                         "sessions through it, and print the statistics.",
                             epilog="examples:\n  allowlist-proxy demo                 then open the dashboard URL it "
                                    "prints\n  allowlist-proxy demo --exit --duration 0 --port 0\n",
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=HelpFormatter)
     parser.add_argument("--port", type=int, default=8080,
                         help="proxy port (default 8080, or a free one when 8080 is taken; 0 picks a free one)")
     parser.add_argument("--sessions", type=int, default=3, help="parallel sessions per model (default 3)")

@@ -1,4 +1,4 @@
-"""`allowlist-proxy report`: the seed post's tables in one command, from the store.
+"""`allowlist-proxy report`: every table of the statistics in one command, from the store.
 
 Rule compliance with 95 % intervals (over calls and over sessions) and a comparison sentence for each pair
 of models, reason codes, retry loops and recovery, feedback variants when an experiment ran, and throughput
@@ -23,6 +23,9 @@ def register(subparsers: Any) -> None:
     parser = add_command(
         subparsers, "report", help="the compliance, reasons, loops and throughput tables in one report",
         description=__doc__,
+        examples=["allowlist-proxy report                                  the whole store, as text",
+                  "allowlist-proxy report --since 24h --markdown > report.md",
+                  "allowlist-proxy report --vllm-log vllm.log --json       throughput from a vLLM server log"],
     )
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--markdown", action="store_true", help="print Markdown")

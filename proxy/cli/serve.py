@@ -7,10 +7,13 @@ import argparse
 import asyncio
 import errno
 import socket
+import types
+import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from proxy.config import ConfigError, Settings
+from proxy.cli.command import HelpFormatter
+from proxy.config import LOG_LEVELS, ConfigError, Settings
 
 __all__ = ["bind", "register", "settings_from"]
 
@@ -22,15 +25,36 @@ EXAMPLES = """examples:
 """
 
 
+# Settings kept as plain strings (their validators accept any case) whose values are still a fixed list.
+_CHOICES = {"log_level": tuple(LOG_LEVELS), "log_format": ("json", "console")}
+
+
 def register(sub: Any) -> None:
     parser = sub.add_parser("serve", help="run the proxy", description="Run the proxy in front of an upstream.",
-                            epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+                            epilog=EXAMPLES, formatter_class=HelpFormatter)
     for name, info in Settings.model_fields.items():
         default = info.get_default(call_default_factory=True)
         shown = "unset" if default in (None, [], {}) else _shown(default)
-        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, metavar=name.upper(),
-                            help=f"{info.description} [env ALLOWLIST_PROXY_{name.upper()}; default {shown}]")
+        flag = f"--{name.replace('_', '-')}"
+        text = f"{info.description} [env ALLOWLIST_PROXY_{name.upper()}; default {shown}]"
+        kind = _plain(info.annotation)
+        choices = _CHOICES.get(name) or (typing.get_args(kind) if typing.get_origin(kind) is Literal else None)
+        if choices:  # listed in the usage; the settings check the value, so a wrong one is the usual one line
+            parser.add_argument(flag, dest=name, default=None, metavar="{" + ",".join(map(str, choices)) + "}",
+                                help=text)
+        elif kind is bool:  # a switch: --flag / --no-flag
+            parser.add_argument(flag, dest=name, default=None, action=argparse.BooleanOptionalAction, help=text)
+        else:
+            parser.add_argument(flag, dest=name, default=None, metavar=name.upper(), help=text)
     parser.set_defaults(func=run)
+
+
+def _plain(annotation: Any) -> Any:
+    """`X | None` as X; anything else as it is."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        return args[0]
+    return annotation
 
 
 def _shown(value: Any) -> str:
@@ -39,7 +63,28 @@ def _shown(value: Any) -> str:
 
 def settings_from(args: argparse.Namespace) -> Settings:
     overrides = {name: getattr(args, name) for name in Settings.model_fields if getattr(args, name, None) is not None}
-    return Settings(**overrides)
+    settings = Settings(**overrides)
+    check_exposure(settings)
+    return settings
+
+
+def check_exposure(settings: Settings) -> None:
+    """Off loopback, anyone who reaches the port could read every session's commands: an admin token is required."""
+    if settings.admin_token or _loopback(settings.host):
+        return
+    raise ConfigError("admin_token", f"listening on {settings.host} (not a loopback address) needs an admin token: "
+                                     "set ALLOWLIST_PROXY_ADMIN_TOKEN (or --admin-token), or listen on 127.0.0.1.")
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name that may resolve anywhere
 
 
 def bind(host: str, port: int) -> socket.socket:

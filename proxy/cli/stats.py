@@ -1,4 +1,4 @@
-"""`allowlist-proxy stats`: the seed's per-model table, the reasons table and the loops, from the store.
+"""`allowlist-proxy stats`: the per-model table, the reasons table and the loops, from the store.
 
 Read-only: it never creates or migrates a store, so pointing it at the wrong URL says so instead of
 printing an empty table from a fresh file.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import json
 import sys
 from collections.abc import Awaitable, Callable
@@ -118,6 +119,15 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(stats, indent=2))
         return 0
     md = bool(args.markdown)
+    if not stats["models"] and args.model is not None:
+        known, _ = read_store(url, lambda engine: model_stats(engine))
+        names = [m["model"] for m in (known or {}).get("models", [])]
+        if args.model not in names:
+            close = difflib.get_close_matches(args.model, names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            print(f"error: no model {args.model!r} in the store{hint} (models: {', '.join(names) or 'none yet'})",
+                  file=sys.stderr)
+            return 2
     if not stats["models"]:
         print("no tool calls or requests in the store for this window")
         return 0

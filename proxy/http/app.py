@@ -19,6 +19,7 @@ from proxy.enforce.exchange import pick_policy
 from proxy.http.auth import ADMIN
 from proxy.http.dashboard import router as dashboard_router
 from proxy.http.error_handlers import install_error_handlers
+from proxy.http.host_origin import HostOriginGuard
 from proxy.http.stats_routes import router as stats_router
 from proxy.logs import configure_logging, get_logger
 from proxy.services import Services
@@ -52,6 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="allowlist-proxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     install_error_handlers(app)
+    app.add_middleware(HostOriginGuard, settings=settings)
     for path, handle in JUDGED.items():
         app.add_api_route(path, _judged(handle), methods=["POST"])
     app.include_router(router)

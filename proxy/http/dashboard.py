@@ -52,6 +52,14 @@ async def dashboard() -> Response:
                         headers={**_HEADERS, "cache-control": "no-store"})
 
 
+@router.get("/dashboard/sessions/{session_id}", include_in_schema=False)
+async def session_page(session_id: str) -> Response:
+    """One session's page: like the dashboard it holds no data; it reads the admin-guarded
+    `/stats/sessions/{id}` with the token the dashboard was opened with."""
+    return FileResponse(_FILES["session.html"], media_type=_TYPES[".html"],
+                        headers={**_HEADERS, "cache-control": "no-store"})
+
+
 @router.get("/dashboard/columns.json", include_in_schema=False)
 async def columns() -> Response:
     """The per-model table's columns: {"models": [{"header", "path", "format"}, ...]}, left to right. No data,

@@ -20,6 +20,7 @@ from proxy.http.auth import ADMIN
 from proxy.http.error_handlers import ShapedErrorRoute
 from proxy.stats.compare import compare_models
 from proxy.stats.models import model_stats, parse_time, session_detail, top_loops
+from proxy.stats.session_feedback import add_feedback
 from proxy.stats.variants import variant_stats
 
 __all__ = ["router"]
@@ -124,7 +125,7 @@ async def stats_session(request: Request, session_id: str, loop_min_attempts: st
                                       loop_min_attempts=_loop_min(request, loop_min_attempts))
         if detail is None:
             raise _NotFound(f"no session {session_id!r} in the store", param="session_id")
-        return detail
+        return add_feedback(detail, request.app.state.proxy.policies)
 
     return await _answer(request, compute)
 

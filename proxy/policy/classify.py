@@ -21,10 +21,12 @@ from typing import Any
 from .offered import _SHELL_DESCRIPTION, _words
 from .schema import ShellMap, ToolMap
 
-__all__ = ["Classification", "classify", "classify_arguments"]
+__all__ = ["Arg", "Classification", "Declared", "classify", "classify_arguments", "misfits"]
 
 _COMMAND_WORDS = frozenset({"command", "commands", "cmd", "cmds", "script", "scripts", "code", "shell", "bash",
-                            "argv", "exec", "shellcommand"})
+                            "argv", "exec", "shellcommand", "run", "execute", "executable", "program", "cmdline",
+                            "commandline", "sh", "zsh", "powershell", "pwsh", "terminal", "python", "javascript",
+                            "snippet"})
 # Words of an argument name that make it a file or directory (`filePath`, `dir_path`, `notebook_path`,
 # `cwd`, `workdir`, `filepath`, `paths`, `target_file`).
 _PATH_WORDS = frozenset({"path", "paths", "file", "files", "filename", "filenames", "filepath", "filepaths",
@@ -46,16 +48,28 @@ _PATH_DESCRIPTION = re.compile(r"\b(?:(?:absolute|relative)\s+path|path\s+(?:to|
 _URL_DESCRIPTION = re.compile(r"\b(?:url|uri|web\s*page|web\s+address|link\s+to)\b", re.I)
 _PATCH_DESCRIPTION = re.compile(r"\b(?:patch|unified\s+diff|diff\s+to\s+apply)\b", re.I)
 _MAX_DEPTH = 8
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_$@-]+")
+# Keywords under which an object takes arguments its `properties` do not list.
+_OPEN_KEYWORDS = ("additionalProperties", "patternProperties", "unevaluatedProperties", "dependentSchemas",
+                  "dependencies", "propertyNames", "if", "then", "else", "not")
 _MAX_PROPERTIES = 400
+
+
+# Per argument what its schema declares it to be (`Arg`).
+Declared = Mapping[str, "Arg"]
 
 
 @dataclass(frozen=True, slots=True)
 class Classification:
     """What one tool's arguments can carry. `map` is the tool map that governs it (None: nothing found);
-    `readable` False: the schema could not be read and each call's arguments decide."""
+    `readable` False: the schema could not be read and each call's arguments decide. `declared`: what the
+    schema says each top-level argument is, so that a call sending something else (an undeclared argument,
+    a value outside an `enum`, a string where an object was declared) has that argument read by itself."""
 
     readable: bool
     maps: tuple[ToolMap, ...] = ()
+    declared: Declared | None = None
+    unaddressable: bool = False
 
     @property
     def capable(self) -> bool:
@@ -87,6 +101,7 @@ class _Walk:
     urls: list[str]
     patch: list[str]
     texts: list[tuple[str, str]]  # (spec, kind) of every string argument, for the description heuristic
+    described: bool = True  # whether descriptions count (not for a known tool's prose: names, formats)
     count: int = 0
 
     def resolve(self, prop: Any, depth: int) -> Mapping[str, Any]:
@@ -130,7 +145,8 @@ class _Walk:
         prop = self.resolve(prop, depth)
         branches = self.branches(prop, depth)
         words = _name_words(name)
-        description = " ".join(str(b.get("description", "")) for b in [prop, *branches] if b.get("description"))
+        description = " ".join(str(b.get("description", "")) for b in [prop, *branches]
+                               if b.get("description")) if self.described else ""
         formats = {str(b.get("format", "")).lower() for b in branches}
         string = list_of_strings = False
         for branch in branches:
@@ -139,9 +155,14 @@ class _Walk:
             kinds = _kinds(branch)
             if "string" in kinds or (not kinds and "properties" not in branch and "items" not in branch):
                 string = True
-            if "array" in kinds or "items" in branch:
+            if "array" in kinds or "items" in branch or "prefixItems" in branch:
                 items = branch.get("items")
-                for item in self.branches(self.resolve(items, depth), depth) if items is not None else [{}]:
+                prefix = branch.get("prefixItems")
+                listed: list[Any] = [items] if isinstance(items, Mapping) else list(items) if isinstance(
+                    items, list) else []
+                listed += prefix if isinstance(prefix, list) else []
+                each = [b for item in listed for b in self.branches(self.resolve(item, depth), depth)]
+                for item in each or [{}]:
                     if "properties" in item or "object" in _kinds(item):
                         self.object(item, f"{spec}[]", depth + 1)
                     elif ("string" in _kinds(item) or not _kinds(item)) and "enum" not in item:
@@ -180,36 +201,42 @@ class _Walk:
             props = {}
         if not isinstance(props, Mapping):
             raise _Unreadable
-        extra = schema.get("additionalProperties")
-        if extra not in (None, False) or schema.get("patternProperties"):
+        if any(schema.get(key) not in (None, False) for key in _OPEN_KEYWORDS):
             raise _Unreadable  # names the schema does not list can carry anything
         for name, prop in props.items():
-            self.argument(str(name), f"{prefix}.{name}" if prefix else str(name), prop, depth)
+            # A name an argument path cannot spell (`file.path`, `a b`) makes no spec a rule could read.
+            part = str(name) if _PLAIN_NAME.fullmatch(str(name)) else "\x00"
+            self.argument(str(name), f"{prefix}.{part}" if prefix else part, prop, depth)
 
 
 def _spec_ok(spec: str) -> bool:
     return re.fullmatch(r"[A-Za-z0-9_$@-]+(\[\]|\.[A-Za-z0-9_$@-]+)*(\[\])?", spec) is not None
 
 
-def classify(schema: Mapping[str, Any] | None, description: str | None = None) -> Classification:
-    """The classification of a tool no profile knows, from its offered schema and description."""
+def classify(schema: Mapping[str, Any] | None, description: str | None = None, *,
+             described: bool = True) -> Classification:
+    """The classification of a tool no profile knows, from its offered schema and description.
+    `described` False reads names, formats and shapes only (a known tool's prose mentions URLs and paths
+    its arguments do not hold: Claude Code's `Bash.description`)."""
     if not isinstance(schema, Mapping):
         return Classification(readable=False)
     if any(k in schema for k in ("$ref", "anyOf", "allOf", "oneOf", "not", "if")):
         return Classification(readable=False)
     props = schema.get("properties")
+    if props == {} and schema.get("additionalProperties") is False:
+        return Classification(readable=True, declared={})  # a tool without arguments
     if not isinstance(props, Mapping) or not props:
         return Classification(readable=False)
     defs: dict[str, Any] = {}
     for key in ("$defs", "definitions"):
         if isinstance(schema.get(key), Mapping):
             defs.update(schema[key])
-    walk = _Walk(defs=defs, shell=[], paths=[], workdirs=[], urls=[], patch=[], texts=[])
+    walk = _Walk(defs=defs, shell=[], paths=[], workdirs=[], urls=[], patch=[], texts=[], described=described)
     try:
         walk.object(schema, "", 0)
     except _Unreadable:
         return Classification(readable=False)
-    if not walk.shell and description and _SHELL_DESCRIPTION.search(description) and walk.texts:
+    if not walk.shell and described and description and _SHELL_DESCRIPTION.search(description) and walk.texts:
         # "Executes a shell command": the first required string argument carries it.
         required = schema.get("required")
         order = [s for s, _ in walk.texts if isinstance(required, list) and s in required]
@@ -218,8 +245,98 @@ def classify(schema: Mapping[str, Any] | None, description: str | None = None) -
         walk.shell.append((kind, order[0]))
     specs = [s for _, s in walk.shell] + walk.paths + walk.urls + walk.patch
     if not all(_spec_ok(s) for s in specs):
-        return Classification(readable=False)  # an argument name no argument path can address
-    return Classification(readable=True, maps=_tool_maps(walk))
+        # An argument that can carry a command, path or URL under a name no argument path can address
+        # (`shell command`, `a.b`): not judged by rules, so a call that uses one is refused.
+        return Classification(readable=False, unaddressable=True)
+    return Classification(readable=True, maps=_tool_maps(walk), declared=_declared(props, walk))
+
+
+_JSON_KINDS: dict[type, tuple[str, ...]] = {str: ("string",), bool: ("boolean",), int: ("integer", "number"),
+                                            float: ("number",), list: ("array",), dict: ("object",),
+                                            type(None): ("null",)}
+_FITS = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Arg:
+    """What a schema declares one argument to be: its JSON types (empty: any), its closed set of values,
+    the arguments of an object (`props`) and what an array holds (`items`)."""
+
+    kinds: frozenset[str] = frozenset()
+    values: frozenset[Any] | None = None
+    props: Mapping[str, Arg] | None = None
+    items: Arg | None = None
+
+
+def _declared(props: Mapping[str, Any], walk: _Walk, depth: int = 0) -> dict[str, Arg]:
+    return {str(name): _arg(prop, walk, depth) for name, prop in props.items()}
+
+
+def _arg(prop: Any, walk: _Walk, depth: int) -> Arg:
+    try:
+        branches = walk.branches(walk.resolve(prop, depth), depth)
+    except _Unreadable:
+        return Arg()
+    kinds: set[str] = set()
+    any_kind = False
+    values: set[Any] | None = set()
+    children: dict[str, Arg] | None = None
+    items: list[Any] = []
+    for branch in branches:
+        found = _kinds(branch)
+        kinds |= found
+        any_kind = any_kind or not found
+        closed = branch.get("enum") if isinstance(branch.get("enum"), list) else (
+            [branch["const"]] if "const" in branch else None)
+        if closed is None or values is None:
+            values = None
+        else:
+            values.update(v for v in closed if isinstance(v, str | int | float | bool) or v is None)
+        if depth < _MAX_DEPTH and ("object" in found or "properties" in branch):
+            inner = branch.get("properties")
+            children = {**(children or {}), **(_declared(inner, walk, depth + 1) if isinstance(inner, Mapping) else {})}
+        if depth < _MAX_DEPTH and ("array" in found or "items" in branch or "prefixItems" in branch):
+            for key in ("items", "prefixItems"):
+                listed = branch.get(key)
+                items += [listed] if isinstance(listed, Mapping) else listed if isinstance(listed, list) else []
+    item = None
+    if items:
+        merged = [_arg(i, walk, depth + 1) for i in items]
+        item = merged[0] if len(merged) == 1 else Arg()  # several item schemas: any item is read by itself
+    return Arg(frozenset() if any_kind else frozenset(kinds), frozenset(values) if values is not None else None,
+               children, item)
+
+
+def misfits(declared: Declared, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a call its schema does not describe, nested ones too: an undeclared argument, a value
+    outside a closed set, or one of another JSON type than declared, each kept at its place (so that
+    `classify_arguments` names it by its path: `opts.command`, `items[].command`)."""
+    out: dict[str, Any] = {}
+    for name, value in arguments.items():
+        spec = declared.get(name)
+        found = value if spec is None else _misfit(spec, value)
+        if found is not _FITS:
+            out[name] = found
+    return out
+
+
+def _misfit(spec: Arg, value: Any) -> Any:
+    if spec.values is not None:
+        try:
+            if value in spec.values and not isinstance(value, bool | list | dict):
+                return _FITS
+        except TypeError:
+            pass
+        return value
+    if spec.kinds and not spec.kinds.intersection(_JSON_KINDS.get(type(value), ())):
+        return value
+    if isinstance(value, Mapping) and spec.props is not None:
+        inner = misfits(spec.props, value)
+        return inner if inner else _FITS
+    if isinstance(value, list) and spec.items is not None:
+        found = [m for m in (_misfit(spec.items, v) for v in value) if m is not _FITS]
+        return found if found else _FITS
+    return _FITS
 
 
 def _tool_maps(walk: _Walk) -> tuple[ToolMap, ...]:
@@ -239,8 +356,21 @@ def _tool_maps(walk: _Walk) -> tuple[ToolMap, ...]:
 
 def classify_arguments(arguments: Mapping[str, Any]) -> Classification:
     """A call of a tool whose schema could not be read, classified by its own arguments' names and shapes."""
+    if _deeper(arguments, _MAX_DEPTH - 2):
+        return Classification(readable=False, unaddressable=True)  # nested past what the reading follows
     props = {str(name): _shape(value, 0) for name, value in arguments.items()}
     return classify({"type": "object", "properties": props}) if props else Classification(readable=False)
+
+
+def _deeper(value: Any, levels: int) -> bool:
+    """Whether objects and arrays nest more than `levels` deep."""
+    if isinstance(value, Mapping):
+        inner: Any = value.values()
+    elif isinstance(value, list):
+        inner = value
+    else:
+        return False
+    return levels <= 0 or any(_deeper(v, levels - 1) for v in inner)
 
 
 def _shape(value: Any, depth: int) -> dict[str, Any]:

@@ -11,11 +11,11 @@ from typing import Any
 
 import structlog
 
-from .content import content_findings
+from .content import content_findings, path_value_problem
 from .explain import explain_command, parse_error_verdict
 from .matcher import matcher_for
-from .paths import patch_paths, path_problem
-from .profiles import Rule, ToolSet, call_rules, profile_table
+from .paths import patch_paths
+from .profiles import HEURISTIC_PROFILE, Rule, ToolSet, call_rules, misfit_rules, profile_table
 from .protected import protected_problem
 from .reasons import order_reasons
 from .schema import Policy, ShellMap
@@ -141,7 +141,7 @@ def _judge_shell(policy: Policy, tool: str, shell: ShellMap, arguments: Mapping[
             if not isinstance(value, str) or "\x00" in value:
                 raise _BadArguments
             # A command run inside `.git/hooks` or the scripts dir writes there as surely as a write tool.
-            problem = path_problem(value, roots) or protected_problem(policy, value, roots)
+            problem = path_value_problem(value, roots) or protected_problem(policy, value, roots)
             if problem is not None:
                 found.add((problem,), f"{problem}:{tool}.{label}")
     if shell.interpreter:
@@ -164,14 +164,16 @@ def _judge_rule(policy: Policy, rule: Rule, arguments: Mapping[str, Any], roots:
                 found: _Findings) -> None:
     tool_map, tool = rule.map, rule.tool
     if tool_map.shell is not None:
-        _judge_shell(policy, tool, tool_map.shell, arguments, roots, found, optional=rule.content)
+        # A command argument found by classification may be absent (nothing runs); a profile's may not.
+        _judge_shell(policy, tool, tool_map.shell, arguments, roots, found,
+                     optional=rule.content or rule.profile == HEURISTIC_PROFILE)
     # `paths` may be written (a map that does not say counts as writing: fail closed), `read_paths` only read;
     # a writing tool reads too, so it is judged against both protected lists.
     for specs, write in ((tool_map.paths, True), (tool_map.read_paths, False)):
         for spec in specs:
             for label, value in _values(arguments, spec):
                 for path in _paths(value):
-                    problem = path_problem(path, roots) or protected_problem(policy, path, roots, write=write)
+                    problem = path_value_problem(path, roots) or protected_problem(policy, path, roots, write=write)
                     if problem is not None:
                         found.add((problem,), f"{problem}:{tool}.{label}")
     for spec in tool_map.urls:
@@ -185,7 +187,7 @@ def _judge_rule(policy: Policy, rule: Rule, arguments: Mapping[str, Any], roots:
             if not isinstance(value, str):
                 raise _BadArguments
             for path in patch_paths(value):
-                problem = ((path_problem(path, roots) or protected_problem(policy, path, roots))
+                problem = ((path_value_problem(path, roots) or protected_problem(policy, path, roots))
                            if "\x00" not in path else "path_escape")
                 if problem is not None:
                     found.add((problem,), f"{problem}:{tool}.{label}")
@@ -224,6 +226,11 @@ def _judge_call(policy: Policy, tool: str, arguments: dict[str, Any] | None, off
     content = [rule for rule in every if rule.content]
     if any(not rule.readable for rule in content):
         every = [r for rule in every for r in (call_rules(rule, arguments) if not rule.readable else [rule])]
+    extra = [r for rule in every if rule.declared is not None for r in misfit_rules(rule, arguments)]
+    if extra:
+        every = [*every, *extra]  # a new list: `every` may be the tool set's own
+    if any(rule.unaddressable for rule in every):
+        return _bad_arguments()  # a command, path or URL under a name no rule can read: not judged, refused
     rules = [rule for rule in every if rule.governed]
     if not rules and policy.other_tools == "reject":
         return Verdict(REJECT, ("unknown_tool",), f"unknown_tool:{str(tool)[:40]}")
@@ -237,7 +244,8 @@ def _judge_call(policy: Policy, tool: str, arguments: dict[str, Any] | None, off
     except _BadArguments:
         return _bad_arguments()
     if content:
-        judged = frozenset(name for rule in rules for name in rule.reads)
+        judged = frozenset(spec for rule in rules for spec in rule.judges)
+
         def protected(value: str) -> str | None:
             return protected_problem(policy, value, roots)
 

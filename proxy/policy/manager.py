@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+import yaml
 
 from ..stats.prometheus import POLICY_RELOAD_FAILURES, POLICY_VALID
 from .errors import PolicyError
@@ -25,6 +26,7 @@ from .loader import LoadedPolicy, load_policy_file
 from .profiles import profile_table
 from .protected import register_own_files
 from .reload_guard import reload_verdict
+from .schema import Policy
 
 __all__ = ["PolicyManager"]
 
@@ -50,6 +52,36 @@ def _wait_until_stable(path: Path) -> None:
             last = now
     except OSError:
         return  # the load itself reports the missing file
+
+
+def _policy_keys() -> frozenset[str]:
+    keys = set(Policy.model_fields)
+    for field in Policy.model_fields.values():
+        alias = field.validation_alias
+        if alias is not None and not isinstance(alias, str):
+            keys.update(str(choice) for choice in getattr(alias, "choices", ()))
+    return frozenset(keys)
+
+
+_POLICY_KEYS = _policy_keys()
+
+
+def is_policy_file(path: Path) -> bool:
+    """False for a YAML mapping none of whose top-level keys a policy has (the packaged
+    `tool-profiles.yaml`, an editor's or another tool's config): data beside the policies, not a broken policy.
+
+    Anything else is read as a policy, so a policy the operator broke (bad YAML, a missing `name`) is still
+    reported. Composing the node tree is linear in the file (aliases are not expanded).
+    """
+    try:
+        if path.stat().st_size > (1 << 20):
+            return True  # the loader refuses it by size, naming the file
+        node = yaml.compose(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, yaml.YAMLError):
+        return True
+    if not isinstance(node, yaml.MappingNode):
+        return True
+    return any(str(key.value) in _POLICY_KEYS for key, _ in node.value)
 
 
 class _Held(Exception):
@@ -170,7 +202,7 @@ class PolicyManager:
             if file not in present and file != self._file_key(self.path):
                 self._errors.pop(file)  # a deleted file has no error any more
         for path in paths:
-            if path.resolve() == self.path.resolve():
+            if path.resolve() == self.path.resolve() or not is_policy_file(path):
                 continue
             previous = next((p for p in self._siblings.values() if p.path == path), None)
             try:

@@ -11,8 +11,8 @@ and otherwise follows `other_tools`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import json
 import re
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from .classify import classify, classify_arguments
+from .classify import Declared, classify, classify_arguments, misfits
 from .offered import Offered, offered_tools, properties, shell_like
 from .paths import normal_root
 from .schema import Policy, Profile, ShellMap, ToolMap
@@ -35,6 +35,7 @@ __all__ = [
     "ToolSet",
     "builtin_profiles",
     "call_rules",
+    "misfit_rules",
     "offered_tools",
     "profile_table",
     "shell_like",
@@ -75,14 +76,22 @@ class Rule:
     # (`content`); with an unreadable schema (`readable` False) each call's arguments are classified.
     content: bool = False
     readable: bool = True
+    # What the offered schema declares each argument to be; a call's argument that is something else is
+    # classified by itself (`misfit_rules`).
+    declared: Declared | None = None
+    # The argument paths this map judges, indices left out (`files.path`): their values are its to judge.
+    judges: frozenset[str] = frozenset()
+    # A call's argument that can carry a command, path or URL under a name no rule can address.
+    unaddressable: bool = False
 
     @classmethod
     def of(cls, profile: str, tool: str, tool_map: ToolMap, *, content: bool = False,
-           readable: bool = True) -> Rule:
+           readable: bool = True, declared: Declared | None = None) -> Rule:
         reads = tuple(tool_map.arguments())
         needs = reads[-1] if tool_map.shell is not None else None
         return cls(profile=profile, tool=tool, map=tool_map, needs=needs, reads=reads, governed=tool_map.governed,
-                   content=content, readable=readable)
+                   content=content, readable=readable, declared=declared,
+                   judges=frozenset(spec.replace("[]", "") for spec in tool_map.claimed()))
 
     def fits(self, names: Any) -> bool:
         """Whether the arguments this map reads exist: its command argument, or any of its path arguments."""
@@ -204,15 +213,14 @@ class ToolSet:
         self.profiles, self._rules = found
 
     def _selection_key(self) -> Any:
-        """What the selection depends on: each tool's name and argument names, and for a tool no profile
-        knows (whose schema the heuristic reads) its whole schema and description."""
+        """What the selection depends on: each tool's name, whole schema and description (classification
+        reads names, descriptions, formats and shapes)."""
         assert self.offered is not None
         parts: list[tuple[Any, ...]] = []
         for tool, spec in self.offered.items():
-            if tool in self.table.by_tool or tool in self.table.legacy:
-                parts.append((tool, tuple(properties(spec.schema)) if spec.schema is not None else None))
-            else:
-                parts.append((tool, json.dumps(spec.schema, sort_keys=True, default=str), spec.description))
+            # A known tool's schema is classified too (arguments its profile does not claim): all of it counts.
+            # `repr` is a third of `json.dumps`'s time; a client that reorders keys only misses the cache.
+            parts.append((tool, repr(spec.schema), spec.description))
         return (self.user_agent, tuple(parts))
 
     def _select(self) -> tuple[list[str], dict[str, list[Rule]]]:
@@ -249,8 +257,8 @@ class ToolSet:
             rules = _unique(rules)
             if not rules:
                 rules = unknown_tool_rules(tool, spec.schema, spec.description)
-            elif not any(r.governed for r in rules):
-                rules += _known_name_rules(tool, spec)
+            else:
+                rules += _known_name_rules(tool, spec, rules)
             by_tool[tool] = [r for r in rules if r.governed or r.content] or rules
         # Tools governed by their schema's classification are recorded as such, beside the profiles.
         if any(r.profile == HEURISTIC_PROFILE and (r.governed or not r.readable)
@@ -283,27 +291,61 @@ def unknown_tool_rules(tool: str, schema: Mapping[str, Any] | None, description:
     if not found.readable:
         return [Rule.of(HEURISTIC_PROFILE, tool, ToolMap(), content=True, readable=False)]
     maps = found.maps or (ToolMap(),)
-    return [Rule.of(HEURISTIC_PROFILE, tool, m, content=True) for m in maps]
+    return [Rule.of(HEURISTIC_PROFILE, tool, m, content=True, declared=found.declared if i == 0 else None)
+            for i, m in enumerate(maps)]
 
 
-def _known_name_rules(tool: str, spec: Offered) -> list[Rule]:
-    """A tool a profile lists as known (`{}`) whose offered schema still has file, URL or patch arguments
-    (another client's tool of the same name, or a new version's): those arguments are judged too. Command
-    arguments are not taken from such a schema: a known tool's `command` (OpenCode's `task`) names a
-    slash command, not a shell line."""
-    found = classify(spec.schema, spec.description)
+def _known_name_rules(tool: str, spec: Offered, known: list[Rule]) -> list[Rule]:
+    """A tool a profile knows whose offered schema has command, file, URL or patch arguments the profile
+    does not claim (another client's tool of the same name, a new version's argument): those are judged
+    too, as the schema's classification reads them by names, formats and shapes (not prose). What a
+    profile claims (the arguments it judges, and its `known` ones: OpenCode's `task.command` names a slash
+    command, not a shell line) is left to it."""
+    found = classify(spec.schema, spec.description, described=False)
+    claimed = [_bare(c) for rule in known for c in rule.map.claimed()]
+
+    def free(spec_: str) -> bool:
+        bare = _bare(spec_)
+        return not any(bare == c or bare.startswith(c + ".") for c in claimed)
+
     out = []
     for tool_map in found.maps:
-        kept = tool_map.model_copy(update={"shell": None})
+        shell, paths = tool_map.shell, list(tool_map.paths)
+        if shell is not None and shell.workdir:  # a directory is judged as a path unless the shell keeps it
+            paths.append(shell.workdir)
+            shell = shell.model_copy(update={"workdir": None})
+        if shell is not None and not free(shell.source):
+            shell = None
+        kept = ToolMap(shell=shell, paths=[p for p in paths if free(p)],
+                       urls=[u for u in tool_map.urls if free(u)], patch=[p for p in tool_map.patch if free(p)])
         if kept.governed:
             out.append(Rule.of(HEURISTIC_PROFILE, tool, kept))
     return out
 
 
+def _bare(spec: str) -> str:
+    return spec.replace("[]", "")
+
+
 def call_rules(rule: Rule, arguments: Mapping[str, Any]) -> list[Rule]:
     """An unreadable schema's rule made concrete for one call: its arguments classified (names, shapes)."""
-    maps = classify_arguments(arguments).maps or (ToolMap(),)
-    return [Rule.of(rule.profile, rule.tool, m, content=True) for m in maps]
+    return _argument_rules(rule, arguments) or [Rule.of(rule.profile, rule.tool, ToolMap(), content=True)]
+
+
+def _argument_rules(rule: Rule, arguments: Mapping[str, Any]) -> list[Rule]:
+    found = classify_arguments(arguments)
+    if found.unaddressable:
+        return [dataclasses.replace(Rule.of(rule.profile, rule.tool, ToolMap(), content=True), unaddressable=True)]
+    return [Rule.of(rule.profile, rule.tool, m, content=True) for m in found.maps]
+
+
+def misfit_rules(rule: Rule, arguments: Mapping[str, Any]) -> list[Rule]:
+    """The rules of the call's arguments its schema does not describe (`classify.misfits`), read by their
+    names and shapes: an undeclared `command`, a `command` outside its `enum`, a string for an object."""
+    if rule.declared is None:
+        return []
+    extra = misfits(rule.declared, arguments)
+    return _argument_rules(rule, extra) if extra else []
 
 
 def _unique(rules: list[Rule]) -> list[Rule]:

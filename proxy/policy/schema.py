@@ -213,8 +213,11 @@ class ToolMap(_Strict):
         default_factory=list, description="arguments holding file paths the tool only reads")
     patch: list[ArgPath] = Field(default_factory=list, description="arguments holding patch text naming files")
     urls: list[ArgPath] = Field(default_factory=list, description="arguments holding URLs (judged by `urls:`)")
+    known: list[ArgPath] = Field(default_factory=list, description=(
+        "arguments named like a command, file or URL that carry none (OpenCode's `task.command` names a slash "
+        "command); any other such argument the offered schema has is judged by its classification"))
 
-    @field_validator("paths", "read_paths", "patch", "urls", mode="before")
+    @field_validator("paths", "read_paths", "patch", "urls", "known", mode="before")
     @classmethod
     def _one_or_list(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
@@ -225,6 +228,14 @@ class ToolMap(_Strict):
         if self.shell is not None:
             specs.append(self.shell.source)
         return [re.split(r"[.\[]", spec, maxsplit=1)[0] for spec in specs]
+
+    def claimed(self) -> list[str]:
+        """Every argument this map says what it is: the ones it judges, the shell's workdir, environment
+        and interpreter, and `known`."""
+        specs = [*self.paths, *self.read_paths, *self.patch, *self.urls, *self.known]
+        if self.shell is not None:
+            specs += [s for s in (self.shell.source, self.shell.workdir, self.shell.env, self.shell.interpreter) if s]
+        return specs
 
     @property
     def governed(self) -> bool:

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import re
 
-from .content import value_problem
-from .paths import path_problem
+from .content import path_value_problem, value_problem
 from .protected import protected_problem
 from .schema import ArgEnum, ArgRegex, ArgRule, ArgUrl, Policy, ScriptRule
 from .urls import url_problem
@@ -31,8 +30,9 @@ def _rule_problem(rule: ArgRule, value: str, policy: Policy, roots: tuple[str, .
     if rule == "path":
         if "\x00" in value or "://" in value or value.lower().startswith("file:"):
             return "argument"
-        problem = path_problem(value, roots)
-        # A script may write what its path argument names: a protected file is refused like a write tool's.
+        # Padded, look-alike or variable-led spellings (` /etc/x`, `／etc`, `$HOME/x`) too; a script may
+        # write what its path argument names: a protected file is refused like a write tool's.
+        problem = path_value_problem(value, roots)
         return problem or protected_problem(policy, value, roots)
     if rule == "url":
         return url_problem(value, policy.urls)

@@ -4,8 +4,10 @@ By default only `http`/`https` to a public host pass. Loopback, private, link-lo
 multicast and unspecified addresses are refused in every spelling a client's resolver accepts: IPv6,
 IPv4-mapped/6to4/Teredo forms, `inet_aton`'s integer, octal, hex and short forms (`2130706433`, `0177.1`,
 `0x7f.1`, `0`), IDNA look-alikes (`ⓛocalhost`), and the names `localhost`, `*.localhost`, `*.local`,
-`*.internal`. A URL this reading and a browser's could read differently (backslashes, whitespace,
-percent-encoded or empty hosts) is refused rather than guessed.
+`*.internal`, and names that spell such an address for a wildcard DNS service (`127.0.0.1.nip.io`,
+`10-0-0-1.sslip.io`; other names that resolve to one are the resolver's to refuse). A URL this reading
+and a browser's could read differently (backslashes, whitespace, percent-encoded or empty hosts) is
+refused rather than guessed.
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ from .schema import UrlRules
 
 __all__ = ["host_allowed", "is_url", "url_problem"]
 
-_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+# `scheme://`, and the special schemes with any slashes or none: a WHATWG parser (every browser, Node's
+# fetch) reads `http:/127.0.0.1`, `http:127.0.0.1` and `https:\\\\h` as `http://127.0.0.1/`.
+_SCHEME = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*://|(?:https?|wss?|ftp):)", re.IGNORECASE)
 _HAS_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _SPECIAL_NAMES = ("localhost", "localdomain", "local", "internal", "home.arpa", "arpa", "intranet", "lan")
 _IPV4_LAX = re.compile(r"^[0-9a-fA-FxX.]+$")
+_EMBEDDED_V4 = re.compile(r"(?:^|[.-])((?:[0-9]{1,3}[.-]){3}[0-9]{1,3})(?=[.-]|$)")
 _IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
@@ -82,6 +87,11 @@ def host_allowed(host: str, rules: UrlRules) -> bool:
         return not _special(ip)
     if host.endswith("]") or host.startswith("["):
         return False
+    for embedded in _EMBEDDED_V4.finditer(host):
+        # `127.0.0.1.nip.io`, `10-0-0-1.sslip.io`: wildcard DNS answers with the address the name spells.
+        inner = _address(re.sub(r"-", ".", embedded.group(1)))
+        if inner is not None and _special(inner):
+            return False
     labels = host.split(".")
     if any(host == name or host.endswith("." + name) for name in _SPECIAL_NAMES) or len(labels) < 2:
         return False  # a bare single-label name resolves inside the network (`metadata`, `intranet`)
@@ -104,8 +114,11 @@ def url_problem(value: str, rules: UrlRules) -> str | None:
     if parts.scheme in ("file",):
         return "url"
     raw = parts.hostname
-    if not raw or "%" in parts.netloc.rpartition("@")[2]:
+    authority = parts.netloc.rpartition("@")[2]
+    if not raw or "%" in authority:
         return "url"
+    if authority.startswith("[") and _address(raw) is None:
+        return "url"  # `[v1.x]`: an IPvFuture literal, or anything else in brackets, names no public host
     try:  # IDNA maps full-width digits and look-alikes to what a browser would resolve
         host = raw.encode("idna").decode("ascii").lower() if not raw.isascii() else raw.lower()
     except UnicodeError:

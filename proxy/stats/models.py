@@ -181,6 +181,8 @@ async def session_detail(
         n_requests = await queries.session_request_count(conn, session_id)
         profiles = await queries.session_profiles(conn, session_id)
         roots = await queries.session_project_roots(conn, session_id)
+        request_rows = await queries.session_requests(conn, session_id)
+        own = await queries.session_row(conn, session_id)
     loop_numbers: dict[int, int] = {}  # run number -> loop number, in order of the loops' first calls
     loops: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
@@ -201,7 +203,8 @@ async def session_detail(
             "call_index": row["call_index"], "tool_name": row["tool_name"], "command": row["command"],
             "arguments": row["arguments_raw"], "decision": row["decision"],
             "reasons": [r for r in (row["reasons"] or "").split(",") if r],
-            "shape": row["shape"], "policy_name": row["policy_name"], "mode": row["mode"],
+            "shape": row["shape"], "policy_name": row["policy_name"], "policy_hash": row["policy_hash"],
+            "mode": row["mode"],
             "delivered": bool(row["delivered"]), "repaired_command": row["repaired_command"],
             "feedback_variant": row["feedback_variant"], "loop": loop,
         })
@@ -212,8 +215,12 @@ async def session_detail(
         "models": sorted({c["model"] for c in calls}),
         "requests": n_requests,
         "profiles": profiles,
-        "project_root": roots[-1] if roots else None,
+        # Learned from the client-written part of the requests (issue 25), or pinned by the operator.
+        "project_root": own.get("project_root") or (roots[-1] if roots else None),
         "project_roots": roots,
+        "source": own.get("source"),
+        "request_list": [{**r, "stream": bool(r["stream"]), "budget_exhausted": bool(r["budget_exhausted"])}
+                         for r in request_rows],
         "tool_calls": len(calls),
         "errors": sum(is_error(c["decision"]) for c in calls),
         "loops": loops,

@@ -94,6 +94,15 @@ async def blocked_turns(engine: AsyncEngine) -> dict[str, int]:
     return {model: int(count) for model, count in rows}
 
 
+async def upstream_errors(engine: AsyncEngine) -> dict[str, int]:
+    """Requests answered with an upstream failure (502 unreachable or broken, 504, the upstream's own error)."""
+    r = requests.c
+    async with engine.connect() as conn:
+        rows = (await conn.execute(select(r.model, func.count()).where(r.outcome == "upstream_error")
+                                   .group_by(r.model))).all()
+    return {model: int(count) for model, count in rows}
+
+
 async def proxy_status(request: Request) -> dict[str, Any]:
     """The troubles an operator should see first: upstreams that do not answer, a refused policy, the store."""
     state = request.app.state.proxy
@@ -121,6 +130,7 @@ async def stats_overview(request: Request, range_name: str = Query("24h", alias=
             "timeline": await error_timeline(engine, range_name),
             "loop_groups": await loop_groups(engine, min_attempts=_loop_min(request, loop_min_attempts)),
             "blocked": await blocked_turns(engine),
+            "upstream_errors": await upstream_errors(engine),
             "status": await proxy_status(request),
         }
 

@@ -14,7 +14,7 @@ from prometheus_client import Histogram as _Histogram
 
 from proxy import __version__
 
-__all__ = ["OTHER_LABEL", "REGISTRY", "bound_label"]
+__all__ = ["OTHER_LABEL", "REGISTRY", "bound_label", "note_served_models"]
 
 # The `_created` series double every counter's output and no dashboard reads them.
 disable_created_metrics()
@@ -26,12 +26,25 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 _MAX_LABEL_VALUES = 200
 OTHER_LABEL = "other"
 _seen: dict[str, set[str]] = {}
+# A `model_name` label carries only a model an upstream serves (listed in its config or its /v1/models): any
+# client may name any model, and unknown names must not take the label's room. Every other name reads "other".
+_served_models: set[str] = set()
+_MODEL_LABEL = "model_name"
+
+
+def note_served_models(names: Any) -> None:
+    """Names an upstream serves: each may be a `model_name` label value of its own."""
+    for name in names:
+        if isinstance(name, str) and len(_served_models) < 10 * _MAX_LABEL_VALUES:
+            _served_models.add(name)
 
 
 def bound_label(name: str, value: Any) -> str:
     """The value a metric label `name` may carry for `value`: itself while the label has room, else "other".
     Paths naming a model (`/models/<id>`) share one value, whatever the id."""
     text = str(value)
+    if name == _MODEL_LABEL and text and text not in _served_models:
+        return OTHER_LABEL
     if name == "route" and "/models/" in text:
         text = text[: text.index("/models/")] + "/models/{id}"
     seen = _seen.setdefault(name, set())
@@ -98,6 +111,7 @@ POLICY_RELOAD_FAILURES = Counter("allowlist_proxy_policy_reload_failures", "Poli
 POLICY_VALID = Gauge("allowlist_proxy_policy_valid",
                      "1 when the file on disk is the policy being served, 0 when it was refused", ["file"])
 STORE_WRITE_FAILURES = Counter("allowlist_proxy_store_write_failures", "Failed batch writes to the store (retried)")
+STORE_UP = Gauge("allowlist_proxy_store_up", "1 while the store can record, 0 while it fails (health: degraded)")
 STORE_QUEUE_DEPTH = Gauge("allowlist_proxy_store_queue_depth", "Rows waiting for the store writer")
 LOOPS = Counter(
     "allowlist_proxy_loops",
@@ -128,6 +142,10 @@ STORE_REFUSALS = Counter(
 RELEASE_WAIT = Histogram(
     "allowlist_proxy_release_wait_seconds", "Time a judged call waited for its rows to be committed (enforce)",
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 5))
+UPSTREAM_ERRORS = Counter(
+    "allowlist_proxy_upstream_errors",
+    "Client requests answered with an upstream failure (502 unreachable or broken, 504 timeout, or the "
+    "upstream's own error status)", [*_MODEL, "status"])
 CONNECTION_LIMITS = Counter(
     "allowlist_proxy_connection_limits",
     "Client connections closed or refused by a limit (header_timeout | body_timeout | idle | too_many)", ["limit"])

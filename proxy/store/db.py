@@ -16,8 +16,9 @@ from proxy.store.dialect import backend_for_url, normalize_db_url
 
 __all__ = ["StoreError", "alembic_config", "create_engine", "migrate", "schema_revisions", "translate_db_error"]
 
-# Inside the package, so that an installed wheel finds them as well as a source checkout does.
-MIGRATIONS_DIR = Path(__file__).resolve().parents[1] / "migrations"
+# `migrations/` beside the `proxy` package: at the top of a source checkout, and in site-packages, where the
+# wheel installs it next to `proxy/` (pyproject.toml's package data).
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
 
 class StoreError(ProxyError):

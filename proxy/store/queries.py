@@ -314,7 +314,7 @@ async def session_calls(conn: AsyncConnection, session_id: str) -> list[dict[str
     stmt = (
         select(t.id, t.request_id, t.model, t.route, t.attempt, t.call_index, t.created_at, t.tool_name,
                t.source, t.arguments_raw, t.command, t.decision, t.primary_reason, t.reasons, t.shape,
-               t.policy_name, t.mode, t.delivered, t.repaired_command, t.feedback_variant,
+               t.policy_name, t.policy_hash, t.mode, t.delivered, t.repaired_command, t.feedback_variant,
                p.run_no, p.run_length, p.run_position)
         .select_from(tool_calls.outerjoin(positioned, and_(p.created_at == t.created_at,
                                                            p.call_index == t.call_index)))
@@ -322,6 +322,21 @@ async def session_calls(conn: AsyncConnection, session_id: str) -> list[dict[str
         .order_by(*_session_order(t))
     )
     return [dict(row._mapping) for row in await conn.execute(stmt)]
+
+
+async def session_requests(conn: AsyncConnection, session_id: str) -> list[dict[str, Any]]:
+    """The session's requests in the order they started."""
+    r = requests.c
+    stmt = (select(r.id, r.started_at, r.model, r.route, r.stream, r.attempts, r.outcome, r.status, r.error,
+                   r.profiles, r.duration_ms, r.budget_exhausted)
+            .where(r.session_id == session_id).order_by(r.started_at, r.id))
+    return [dict(row._mapping) for row in await conn.execute(stmt)]
+
+
+async def session_row(conn: AsyncConnection, session_id: str) -> dict[str, Any]:
+    """The session's own row, every column the store has (a later migration may add the project root)."""
+    row = (await conn.execute(select(sessions).where(sessions.c.id == session_id))).first()
+    return dict(row._mapping) if row is not None else {}
 
 
 async def session_request_count(conn: AsyncConnection, session_id: str) -> int:

@@ -130,10 +130,26 @@ def call_rows(record: RequestRecord, policy: LoadedPolicy, attempt: int, judged:
             "delivered": delivered and item.allowed if enforce else delivered,
         }
         rows.append((tables.tool_calls, row))
+        if verdict.decision != "allow":
+            _log_rejected(record, attempt, row)
         rows.extend((tables.tool_call_reasons, {"tool_call_id": call_id, "position": index, "reason": reason,
                                                 "model": record.model, "created_at": row["created_at"]})
                     for index, reason in enumerate(verdict.reasons))
     return rows
+
+
+# What a log line shows of a rejected command: enough to recognise it, never a whole heredoc.
+LOGGED_COMMAND_CHARS = 200
+
+
+def _log_rejected(record: RequestRecord, attempt: int, row: dict[str, Any]) -> None:
+    """One `call.rejected` line per refused call, at `warning`: the level an operator filters on to see
+    what was blocked (tool, command cut short, reasons, attempt, session), whether the model recovered or not."""
+    command = row["command"] if row["command"] is not None else row["arguments_raw"]
+    log.warning("call.rejected", tool=row["tool_name"], command=cut(command, LOGGED_COMMAND_CHARS),
+                reasons=row["reasons"].split(",") if row["reasons"] else [], decision=row["decision"],
+                attempt=attempt, session=record.session.id, model=record.model, request_id=record.id,
+                delivered=row["delivered"], mode=row["mode"])
 
 
 def _with_journal(writer: StoreWriter, record: RequestRecord, rows: Rows) -> Rows:

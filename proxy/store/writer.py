@@ -36,6 +36,7 @@ from proxy.stats.prometheus import (
     STORE_QUEUE_DEPTH,
     STORE_ROWS_LOST,
     STORE_ROWS_REPAIRED,
+    STORE_UP,
     STORE_WRITE_FAILURES,
 )
 from proxy.store import rollups, tables
@@ -157,6 +158,7 @@ class StoreWriter:
                 st = self._sqlite_file.stat()
                 self._sqlite_identity = (st.st_dev, st.st_ino)
             await self.probe()
+            STORE_UP.set(0 if self.failing is not None else 1)
             self._task = asyncio.create_task(self._run(), name="store-writer")
 
     async def flush(self, timeout: float | None = None) -> None:
@@ -303,11 +305,13 @@ class StoreWriter:
         if self.failing != reason:
             log.error("store.failing", reason=reason)
         self.failing = reason
+        STORE_UP.set(0)
 
     def _mark_ok(self) -> None:
         if self.failing is not None:
             log.info("store.recovered", was=self.failing)
         self.failing = None
+        STORE_UP.set(1)
 
     def _lose(self, table: Table, why: str) -> None:
         self.rows_lost += 1

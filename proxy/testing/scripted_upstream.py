@@ -90,6 +90,7 @@ class ScriptedUpstream:
         self.requests: list[dict[str, Any]] = []
         self.responses: list[bytes] = []  # every body sent, streams joined, for byte-exact comparisons
         self.headers: list[dict[str, str]] = []
+        self.models_headers: list[dict[str, str]] = []  # the headers of every GET /v1/models
         self.disconnects = 0
         self.disconnected_at: list[float] = []
         self.completed_streams = 0
@@ -132,7 +133,8 @@ class ScriptedUpstream:
     async def _version(self, _request: Request) -> Response:
         return Response(_dump({"version": self.version}), media_type="application/json")
 
-    async def _models(self, _request: Request) -> Response:
+    async def _models(self, request: Request) -> Response:
+        self.models_headers.append(dict(request.headers))
         data: list[dict[str, Any]] = [{"id": m, "object": "model", "created": 1764633600, "owned_by": "vllm", "root": m,
                  "parent": None, "max_model_len": 65536, "permission": []} for m in self.models]
         return Response(_dump({"object": "list", "data": data}), media_type="application/json")

@@ -14,6 +14,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from proxy.upstream.strict import MAX_EXACT_INT, lone_surrogate, unique_object
+
 __all__ = [
     "STRUCTURED_SOURCE",
     "CompletedCall",
@@ -117,7 +119,15 @@ def _finite_float(text: str) -> float:
 
 # One decoder and one encoder, built once: `json.loads` / `json.dumps` with options build a new
 # one on every call, which costs more than the work itself for small arguments.
-_STRICT_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+def _exact_int(text: str) -> int:
+    number = int(text)
+    if abs(number) > MAX_EXACT_INT:
+        raise ValueError(f"{text[:40]} is beyond 2**53: JavaScript clients read another number")
+    return number
+
+
+_STRICT_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float,
+                                   parse_int=_exact_int, object_pairs_hook=unique_object)
 _ENCODER = json.JSONEncoder(ensure_ascii=False)
 
 
@@ -130,9 +140,14 @@ def loads_strict(text: str) -> Any:
     """`json.loads` that refuses NaN and Infinity (also `1e999`, which Python reads as inf).
 
     Python accepts them, but they are not JSON: a client such as OpenCode (JSON.parse) fails on
-    the arguments we would hand it, so they count as invalid here.
+    the arguments we would hand it, so they count as invalid here. So do arguments a client could read
+    as another object than the judged one: a key written twice (first-key-wins readers take the other
+    value), an integer beyond 2**53 (JavaScript rounds it), an unpaired surrogate escape.
     """
-    return _STRICT_DECODER.decode(text)
+    value = _STRICT_DECODER.decode(text)
+    if lone_surrogate(text, value):
+        raise ValueError("a string holds an unpaired UTF-16 surrogate escape")
+    return value
 
 
 class FormatStream(ABC):

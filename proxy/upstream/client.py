@@ -23,13 +23,16 @@ from proxy.errors import ProxyError, UpstreamProtocolError, UpstreamTimeout, Ups
 from proxy.stats.prometheus import UPSTREAM_LATENCY, UPSTREAM_UP
 from proxy.upstream.transport import upstream_transport
 
-__all__ = ["Upstream", "Upstreams", "forward_headers", "map_httpx_error"]
+__all__ = ["Upstream", "Upstreams", "forward_headers", "map_httpx_error", "without_credentials"]
 
 # Hop-by-hop and body-framing headers are the transport's business, not the client's.
 _DROP_REQUEST_HEADERS = frozenset({
     "host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",
     "proxy-authorization", "proxy-connection", "accept-encoding", "x-allowlist-policy",
 })
+# What identifies the client to an upstream: it goes to the upstream that serves the client's request and to
+# no other; an upstream with a configured key gets that key and none of these.
+CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "cookie"})
 _DROP_RESPONSE_HEADERS = frozenset({
     "content-length", "connection", "keep-alive", "transfer-encoding", "content-encoding", "date", "server",
 })
@@ -48,9 +51,14 @@ def map_httpx_error(exc: httpx.HTTPError, upstream: str) -> ProxyError:
 def forward_headers(headers: Mapping[str, str], api_key: str | None) -> dict[str, str]:
     out = {k: v for k, v in headers.items() if k.lower() not in _DROP_REQUEST_HEADERS}
     if api_key:
-        out = {k: v for k, v in out.items() if k.lower() != "authorization"}
+        out = without_credentials(out)
         out["authorization"] = f"Bearer {api_key}"
     return out
+
+
+def without_credentials(headers: Mapping[str, str]) -> dict[str, str]:
+    """`headers` less the client's credentials: for requests made to upstreams that do not serve its request."""
+    return {k: v for k, v in headers.items() if k.lower() not in CREDENTIAL_HEADERS}
 
 
 def response_headers(headers: httpx.Headers) -> dict[str, str]:
@@ -101,7 +109,8 @@ class Upstream:
 
     def _keyed(self, headers: Mapping[str, str]) -> Mapping[str, str]:
         # Headers made for all upstreams carry the client's key; this upstream's own key replaces it.
-        if not self._api_key or headers.get("authorization") == f"Bearer {self._api_key}":
+        if not self._api_key or (headers.get("authorization") == f"Bearer {self._api_key}"
+                                 and not any(k.lower() in CREDENTIAL_HEADERS - {"authorization"} for k in headers)):
             return headers
         return forward_headers(headers, self._api_key)
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from proxy.errors import ModelNotFound, ProxyError
 from proxy.logs import get_logger
-from proxy.stats.prometheus import MODEL_NOT_FOUND, UPSTREAM_UP
-from proxy.upstream.client import Upstream, Upstreams
+from proxy.stats.prometheus import MODEL_NOT_FOUND, UPSTREAM_UP, note_served_models
+from proxy.upstream.client import Upstream, Upstreams, without_credentials
 
 __all__ = ["ModelCatalog", "ModelsAnswer"]
 
@@ -45,6 +45,8 @@ class ModelCatalog:
             if isinstance(upstream, Upstreams) else [None])
         self._ttl = ttl
         self.aliases = dict(aliases)
+        for listed in self._listed:
+            note_served_models(listed or ())
         self._cache: dict[tuple[int, str], ModelsAnswer] = {}
         self._pending: dict[tuple[int, str], asyncio.Future[ModelsAnswer]] = {}
 
@@ -99,11 +101,16 @@ class ModelCatalog:
 
     async def _fetch(self, key: tuple[int, str], index: int, headers: Mapping[str, str]) -> ModelsAnswer:
         now = time.monotonic()
+        if len(self._members) > 1:
+            # Asking every upstream for its models is not a request any one of them serves: none gets the
+            # client's key (an upstream's own key comes from the config).
+            headers = without_credentials(headers)
         response = await self._members[index].request("GET", "/models", headers=headers)
         names: list[str] | None = None
         if response.status_code == 200:
             try:
                 names = [m["id"] for m in json.loads(response.content)["data"]]
+                note_served_models(names)
             except (ValueError, KeyError, TypeError):
                 names = None
         answer = ModelsAnswer(status=response.status_code, body=response.content,

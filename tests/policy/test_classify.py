@@ -272,8 +272,9 @@ def test_vocabularies_of_the_captured_clients(client: str, tool: str, arguments:
 
 
 def test_known_tool_name_with_file_arguments_is_governed() -> None:
-    """A name a profile lists as harmless (`{}`), offered with a file or URL argument, has it judged; a
-    `command` argument of such a tool (OpenCode's `task` names a slash command) is not read as a shell."""
+    """A name a profile lists as harmless (`{}`), offered with a file, URL or command argument, has it
+    judged; a `command` argument the profile knows (OpenCode's `task` names a slash command) is not read as
+    a shell, while the same argument added to Qwen Code's `task` (which has none) is."""
     policy = _policy()
     tools = [_tool("todo_write", _obj(todos=S, file_path=S)), _tool("web_search", _obj(query=S, url=S)),
              _tool("task", _obj(description=S, prompt=S, command=S)),
@@ -281,4 +282,7 @@ def test_known_tool_name_with_file_arguments_is_governed() -> None:
     assert _call(policy, tools, "todo_write", {"todos": "x", "file_path": "/etc/passwd"}) == ("absolute_path",)
     assert _call(policy, tools, "todo_write", {"todos": "x"}) == ()
     assert _call(policy, tools, "web_search", {"query": "q", "url": "http://127.0.0.1/"}) == ("url",)
-    assert _call(policy, tools, "task", {"description": "d", "prompt": "p", "command": "/review"}) == ()
+    assert _call(policy, tools, "task", {"description": "d", "prompt": "p", "command": "/review"}) == ("program",)
+    opencode = [_tool("bash", _obj(command=S, workdir=S)), _tool("webfetch", _obj(url=S)),
+                _tool("task", _obj(description=S, prompt=S, command=S))]
+    assert _call(policy, opencode, "task", {"description": "d", "prompt": "p", "command": "/review"}) == ()

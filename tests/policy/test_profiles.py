@@ -238,14 +238,16 @@ def test_policy_profiles_add_and_replace() -> None:
             "my-agent": {"user_agent": "MyAgent/", "tools": {
                 "run": {"shell": {"argv": "argv", "workdir": "cwd"}},
                 "open": {"paths": ["target", "more[]"]}}},
-            "qwen-code": {"tools": {"run_shell_command": {}, "read_file": {"paths": ["file_path"]}}},
+            "qwen-code": {"tools": {"run_shell_command": {"known": ["command", "directory"]},
+                                    "read_file": {"paths": ["file_path"]}}},
             "cline": None,
         },
     })  # fmt: skip
     assert judge_call(policy, "run", {"argv": ["uv", "run", "scripts/search.py"], "cwd": "sub"}).allowed
     assert judge_call(policy, "run", {"argv": ["bash", "-c", PIPE]}).reasons == ("pipe",)
     assert judge_call(policy, "open", {"target": "a", "more": ["b", "/c"]}).reasons == ("absolute_path",)
-    # The replacement is the operator's word: its run_shell_command is a known tool of no capability now.
+    # The replacement is the operator's word: its run_shell_command is a known tool of no capability now
+    # (`known` says its command-shaped arguments carry none; `{}` alone would leave them to classification).
     assert judge_call(policy, "run_shell_command", {"command": PIPE}).allowed
     tools = ToolSet.for_request(policy, _payload("qwen-code"), {})
     assert tools.profiles[0] == "qwen-code" and not tools._rules["run_shell_command"][0].map.governed

@@ -4,17 +4,7 @@
 "use strict";
 
 (() => {
-  const TOKEN_KEY = "allowlist-proxy-admin-token";
-  const params = new URLSearchParams(location.search);
-  // The admin token is read once from ?token=, kept for this tab only, and taken out of the address bar
-  // so that it is neither bookmarked nor shared with a copied link.
-  if (params.has("token")) {
-    sessionStorage.setItem(TOKEN_KEY, params.get("token"));
-    params.delete("token");
-    const rest = params.toString();
-    history.replaceState(null, "", location.pathname + (rest ? "?" + rest : "") + location.hash);
-  }
-  const token = sessionStorage.getItem(TOKEN_KEY);
+  const { params, token, el } = window.allowlistPage;  // page.js: the admin token, text-only elements
   const refreshSeconds = Math.min(3600, Math.max(1, Number(params.get("refresh")) || 5));
   const filters = new URLSearchParams();
   for (const name of ["since", "until", "model"]) {
@@ -22,7 +12,10 @@
   }
 
   // Colours that name a model and say nothing about it: no red (bad) or green (good).
-  const PALETTE = ["#4e79a7", "#b07aa1", "#76b7b2", "#9c755f", "#edc948", "#bab0ac", "#5778a4", "#d4a6c8"];
+  // Twelve that stay apart from each other (no two alike to the eye, nor to a common colour blindness);
+  // beyond twelve models, hues a golden angle apart.
+  const PALETTE = ["#4e79a7", "#f28e2b", "#7b3294", "#76b7b2", "#edc948", "#9c755f", "#ff9da7", "#1f3a93",
+    "#808000", "#6b6b6b", "#e377c2", "#00bcd4"];
   const RANGES = ["1h", "24h", "7d", "all"];
   const RANGE_WORDS = { "1h": "the last hour", "24h": "the last 24 hours", "7d": "the last 7 days", all: "all time" };
   const state = {
@@ -90,13 +83,6 @@
     return text ? `${path}?${text}` : path;
   }
 
-  function el(tag, text, className) {
-    const node = document.createElement(tag);
-    if (text !== undefined && text !== null) node.textContent = String(text);
-    if (className) node.className = className;
-    return node;
-  }
-
   function row(cells) {
     const tr = document.createElement("tr");
     for (const cell of cells) {
@@ -143,7 +129,9 @@
   function colourOf(model) {
     const names = (state.stats ? state.stats.models : []).map((m) => m.model);
     const at = names.indexOf(model);
-    return PALETTE[(at < 0 ? names.length : at) % PALETTE.length];
+    const index = at < 0 ? names.length : at;
+    if (index < PALETTE.length) return PALETTE[index];
+    return `hsl(${Math.round((index * 137.508) % 360)}, 60%, ${index % 2 ? 38 : 55}%)`;
   }
 
   function agentHint() {
@@ -152,9 +140,10 @@
       "or run `allowlist-proxy demo` to see this page filled.";
   }
 
-  function renderHeadline(models, blocked) {
+  function renderHeadline(models, blocked, upstreamErrors) {
     state.headline = models.map((m) => ({
       model: m.model, tool_calls: m.tool_calls, error_rate: m.error_rate, blocked: blocked[m.model] || 0,
+      upstream_errors: (upstreamErrors || {})[m.model] || 0,
       loops: m.loops ? m.loops.count : 0, recovery_rate: m.recovery_rate,
     }));
     const cards = state.headline.map((h, index) => {
@@ -171,6 +160,7 @@
         ["blocked", "Blocked turns", h.blocked, "retry budget spent"],
         ["loops", "Loops", h.loops, null],
         ["recovery_rate", "Recovery", percent(h.recovery_rate), "allowed call after a refusal"],
+        ["upstream_errors", "Upstream errors", h.upstream_errors, "502/504: the model server failed"],
       ];
       for (const [field, label, value, note] of fields) {
         const dd = el("dd", value);
@@ -201,15 +191,44 @@
       indexAxis: "y",
       scales: { x: { min: 0, max: 100, title: { display: true, text: "% of tool calls rejected or malformed" } } },
       plugins: { legend: { display: false } },
+      // A click on a model's bar opens the session of its longest loop.
+      onClick: (_event, elements, c) => {
+        const worst = elements.length ? worstSession(c.data.labels[elements[0].index]) : null;
+        if (worst) location.href = sessionHref(worst);
+      },
     });
     const head = document.createElement("tr");
     head.append(...state.columns.map((column) => el("th", column.header)));
     document.querySelector("#table-models thead").replaceChildren(head);
     fill("table-models", models.map((m) => {
-      const tr = row(state.columns.map((column) => cell(m, column)));
+      const cells = state.columns.map((column) => cell(m, column));
+      const worst = worstSession(m.model);
+      if (worst) {  // the model's name opens the session of its longest loop: "what did it do?"
+        const link = el("a", m.model);
+        link.href = sessionHref(worst);
+        link.title = `open session ${worst} (its longest loop)`;
+        cells[0] = link;
+      }
+      const tr = row(cells);
       tr.dataset.model = m.model;
       return tr;
     }));
+  }
+
+  function sessionHref(sessionId) {
+    return `dashboard/sessions/${encodeURIComponent(sessionId)}`;
+  }
+
+  // The session of a model's longest loop in the overview, or null.
+  function worstSession(model) {
+    let best = null;
+    for (const group of (state.overview && state.overview.loop_groups) || []) {
+      if (group.model !== model) continue;
+      for (const session of group.sessions) {
+        if (!best || session.attempts > best.attempts) best = session;
+      }
+    }
+    return best ? best.session_id : null;
   }
 
   // One cell of the per-model table: the value at the column's dotted path, shown as its format says.
@@ -234,6 +253,13 @@
     return `${Math.round(seconds)} s`;
   }
 
+  // True when every model's points lie in the last two buckets of the range (new traffic).
+  function onlyAtTheEdge(timeline) {
+    const edge = timeline.until - 2 * timeline.bucket_seconds;
+    const points = Object.values(timeline.models).flat().filter((b) => b.error_rate !== null);
+    return points.length > 0 && points.every((b) => b.start >= edge);
+  }
+
   function renderTimeline(timeline) {
     for (const button of document.querySelectorAll(".picker button")) {
       button.setAttribute("aria-pressed", String(button.dataset.range === timeline.range));
@@ -245,8 +271,11 @@
     const names = Object.keys(timeline.models).sort();
     draw("chart-timeline", "line", starts.map((t) => when(t, long)), names.map((name) => {
       const byStart = new Map(timeline.models[name].map((b) => [Math.round(b.start), b]));
+      const known = timeline.models[name].filter((b) => b.error_rate !== null).length;
       return {
-        label: name, borderColor: colourOf(name), backgroundColor: colourOf(name), spanGaps: true, pointRadius: 2,
+        // A model with a point or two would otherwise be a speck: larger points until it has a line.
+        label: name, borderColor: colourOf(name), backgroundColor: colourOf(name), spanGaps: true,
+        pointRadius: known <= 3 ? 5 : 2,
         data: starts.map((t) => {
           const bucket = byStart.get(Math.round(t));
           return bucket && bucket.error_rate !== null ? Math.round(bucket.error_rate * 1000) / 10 : null;
@@ -318,7 +347,7 @@
       for (const session of group.sessions) {
         const item = el("li");
         const link = el("a", session.session_id);
-        link.href = `stats/sessions/${encodeURIComponent(session.session_id)}`;
+        link.href = sessionHref(session.session_id);
         item.append(link, document.createTextNode(` - ${session.attempts} attempts, ${when(session.started_at, true)}`));
         list.append(item);
       }
@@ -355,6 +384,7 @@
     draw("chart-reasons", "bar", codes, models.map((m) => ({
       label: m.model, data: codes.map((code) => (m.reasons || {})[code] || 0), backgroundColor: colourOf(m.model),
     })), { indexAxis: "y", scales: { x: { stacked: true, beginAtZero: true }, y: { stacked: true } } });
+    document.getElementById("chart-reasons").closest(".chart").hidden = codes.length === 0;  // no empty 0-1 frame
     const head = document.createElement("tr");
     head.append(...["Reason", ...names].map((name) => el("th", name)));
     document.querySelector("#table-reasons thead").replaceChildren(head);
@@ -395,6 +425,12 @@
     draw("chart-generation", "bar", labels.map(String), series("generation_tps"), { scales });
     draw("chart-prefill", "bar", labels.map(String), series("prompt_tps"), { scales });
     draw("chart-requests", "bar", labels.map(String), series("requests_per_minute"), { scales });
+    // A chart whose series are all empty (no usage was streamed) is hidden, not drawn as an empty 0-1 frame.
+    const hasValues = (field) => series(field).some((s) => s.data.some((v) => v !== null && v > 0));
+    for (const [id, field] of [["chart-generation", "generation_tps"], ["chart-prefill", "prompt_tps"],
+      ["chart-requests", "requests_per_minute"]]) {
+      document.getElementById(id).closest("figure").hidden = !hasValues(field);
+    }
     const rows = [];
     for (const m of live) {
       for (const c of [...allLevels].sort(byNumber)) {
@@ -431,14 +467,21 @@
     clearTimeout(timer);
     try {
       if (!state.columns) state.columns = (await getJSON("dashboard/columns.json")).models;
-      const [stats, overview] = await Promise.all([
+      const [stats, first] = await Promise.all([
         getJSON(withFilters("stats/models")),
         getJSON(withFilters("stats/overview", { range: state.range })),
       ]);
+      let overview = first;
       state.stats = stats;
       state.overview = overview;
+      if (!params.has("range") && state.refreshes === 0 && state.range === "24h" && onlyAtTheEdge(overview.timeline)) {
+        // All traffic is in the last hour or two: 24 h would show it as a few dots at the right edge.
+        state.range = "1h";
+        overview = await getJSON(withFilters("stats/overview", { range: state.range }));
+        state.overview = overview;
+      }
       renderBanners(overview.status);
-      renderHeadline(stats.models, overview.blocked);
+      renderHeadline(stats.models, overview.blocked, overview.upstream_errors);
       renderTimeline(overview.timeline);
       renderModels(stats.models);
       renderReasons(stats.models);

@@ -1,0 +1,132 @@
+"""An optional webhook for the events the Prometheus alerting rules name (docker/prometheus/alerts.yaml), for
+operators without an Alertmanager: every `check_seconds` the proxy reads its own metrics and POSTs one JSON
+object per event, at most one per event and subject (model, upstream, file) per `interval_seconds`.
+
+Events: `model_loop_rate_high`, `blocked_turns_high` (per model, over the requests since the last check,
+at least `_MIN_REQUESTS` of them), `upstream_down`, `policy_reload_refused`, `store_degraded`,
+`release_wait_high` (more than 1% of judged calls waited over 250 ms). The body carries `text` too, so a
+Slack or Mattermost incoming webhook shows it as it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from proxy import __version__
+from proxy.logs import get_logger
+from proxy.stats.prometheus import REGISTRY
+
+__all__ = ["Webhook"]
+
+log = get_logger("proxy.stats.webhook")
+
+LOOP_RATE = 0.05
+BLOCKED_RATE = 0.02
+RELEASE_WAIT_SECONDS = 0.25
+RELEASE_WAIT_SHARE = 0.01
+_MIN_REQUESTS = 20
+
+Key = tuple[str, tuple[tuple[str, str], ...]]
+
+
+def _snapshot() -> dict[Key, float]:
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for metric in REGISTRY.collect() for sample in metric.samples}
+
+
+def _by_model(now: dict[Key, float], before: dict[Key, float], name: str) -> dict[str, float]:
+    out: dict[str, float] = defaultdict(float)
+    for (sample, labels), value in now.items():
+        if sample == name:
+            model = dict(labels).get("model_name", "")
+            out[model] += value - before.get((sample, labels), 0.0)
+    return out
+
+
+def _sum(now: dict[Key, float], before: dict[Key, float], name: str, **match: str) -> float:
+    return sum(value - before.get((sample, labels), 0.0) for (sample, labels), value in now.items()
+               if sample == name and all(dict(labels).get(k) == v for k, v in match.items()))
+
+
+def events(now: dict[Key, float], before: dict[Key, float]) -> Iterator[tuple[str, str, str]]:
+    """(event, subject, what happened) for every condition that holds between two snapshots."""
+    for (sample, labels), value in now.items():
+        label = dict(labels)
+        if sample == "allowlist_proxy_upstream_up" and value == 0:
+            yield "upstream_down", label.get("upstream", ""), "the upstream does not answer: requests get 502"
+        elif sample == "allowlist_proxy_policy_valid" and value == 0:
+            yield ("policy_reload_refused", label.get("file", ""),
+                   "the policy file was refused; the last good policy keeps serving (GET /policies says why)")
+        elif sample == "allowlist_proxy_store_up" and value == 0:
+            yield "store_degraded", "", "the store cannot record: /health is degraded"
+    if (lost := _sum(now, before, "allowlist_proxy_store_rows_lost_total")) > 0:
+        yield "store_degraded", "", f"{lost:.0f} rows lost since the last check"
+    requests = _by_model(now, before, "allowlist_proxy_requests_total")
+    for event, name, threshold in (("model_loop_rate_high", "allowlist_proxy_loops_total", LOOP_RATE),
+                                   ("blocked_turns_high", "allowlist_proxy_blocked_turns_total", BLOCKED_RATE)):
+        for model, count in _by_model(now, before, name).items():
+            total = requests.get(model, 0.0)
+            if total >= _MIN_REQUESTS and count / total > threshold:
+                yield event, model, f"{count:.0f} of {total:.0f} requests ({count / total:.0%}) since the last check"
+    waits = _sum(now, before, "allowlist_proxy_release_wait_seconds_bucket", le="+Inf")
+    fast = _sum(now, before, "allowlist_proxy_release_wait_seconds_bucket", le=str(RELEASE_WAIT_SECONDS))
+    if waits >= _MIN_REQUESTS and (waits - fast) / waits > RELEASE_WAIT_SHARE:
+        yield ("release_wait_high", "",
+               f"{waits - fast:.0f} of {waits:.0f} judged calls waited over {RELEASE_WAIT_SECONDS * 1000:.0f} ms")
+
+
+class Webhook:
+    def __init__(self, url: str, *, interval_seconds: float, check_seconds: float = 15.0) -> None:
+        self.url = url
+        self.interval_seconds = interval_seconds
+        self.check_seconds = check_seconds
+        self._last_sent: dict[tuple[str, str], float] = {}
+        self._before = _snapshot()
+        self._task: asyncio.Task[None] | None = None
+        self._client = httpx.AsyncClient(timeout=10.0)
+
+    async def check_once(self) -> list[dict[str, Any]]:
+        """Post the events that hold now and were not posted within the interval; returns what was sent."""
+        now = _snapshot()
+        sent = []
+        for event, subject, detail in events(now, self._before):
+            key = (event, subject)
+            at = time.monotonic()
+            if at - self._last_sent.get(key, -self.interval_seconds) < self.interval_seconds:
+                continue
+            self._last_sent[key] = at
+            body = {"event": event, "subject": subject, "detail": detail, "proxy": __version__,
+                    "at": datetime.now(UTC).isoformat(timespec="seconds"),
+                    "text": f"allowlist-proxy: {event}{f' ({subject})' if subject else ''}: {detail}"}
+            try:
+                answer = await self._client.post(self.url, json=body)
+                answer.raise_for_status()
+            except httpx.HTTPError as exc:
+                log.warning("alert.webhook_failed", url=self.url, alert=event, error=str(exc))
+                continue
+            sent.append(body)
+        self._before = now
+        return sent
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.check_seconds)
+            await self.check_once()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="alert-webhook")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._client.aclose()
