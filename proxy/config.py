@@ -217,6 +217,10 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         path = config_file_path(getattr(init_settings, "init_kwargs", {}))
+        if path is not None:
+            from .policy.protected import register_own_files  # the config is not the agent's to change either
+
+            register_own_files((str(path),))
         return init_settings, env_settings, _ConfigFileSource(settings_cls, path)
 
     @field_validator("model_aliases", mode="before")

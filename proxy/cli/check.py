@@ -25,6 +25,7 @@ from typing import Any, TextIO
 from ..enforce.judging import judge_offline
 from ..policy import LoadedPolicy, Policy, PolicyError, default_policy_path, format_feedback, load_policy_file
 from ..policy.judge import tool_set
+from ..policy.reload_guard import reload_verdict
 from ..policy.suggest import suggest
 from ..policy.verdict import MALFORMED, Verdict
 from .command import HelpFormatter
@@ -41,6 +42,8 @@ def register(subparsers: Any) -> None:
         epilog="examples:\n"
         "  allowlist-proxy check 'uv run scripts/search.py \"rust async\"'\n"
         "  allowlist-proxy check --tool read '{\"filePath\": \"../secrets\"}'\n"
+        "  allowlist-proxy check --tool write '{\"filePath\": \".git/config\"}'\n"
+        "  allowlist-proxy check --reload-against policies/strict.yaml --policy edited.yaml\n"
         "  allowlist-proxy extract --calls < output.txt | allowlist-proxy check --jsonl\n",
         formatter_class=HelpFormatter,
     )
@@ -50,6 +53,11 @@ def register(subparsers: Any) -> None:
         "exec_command, Read, read_files, ...); COMMAND is then its arguments as a JSON object",
     )  # fmt: skip
     parser.add_argument("--jsonl", action="store_true", help="read one call per line from stdin")
+    parser.add_argument(
+        "--reload-against", metavar="SERVED", help="the policy file being served: print what a live reload "
+        "would do with --policy FILE ({reload: apply|hold|refuse, reason}), the same decision the proxy takes; "
+        "exits 0 when it applies live, 1 when it is held (widens: only SIGHUP applies it) or refused",
+    )  # fmt: skip
     parser.add_argument("--explain", action="store_true",
                         help="also print the feedback a model would read and the suggested allowed command")
     parser.add_argument("command", nargs="?", metavar="COMMAND", help="the command (or JSON arguments)")
@@ -135,6 +143,16 @@ def run(args: argparse.Namespace, *, stdin: TextIO | None = None, stdout: TextIO
         sys.stderr.write(f"allowlist-proxy check: {error}\n")
         return 2
     policy = loaded.policy
+    if args.reload_against:
+        try:
+            served = load_policy_file(args.reload_against)
+        except PolicyError as error:
+            sys.stderr.write(f"allowlist-proxy check: {error}\n")
+            return 2
+        verdict = reload_verdict(served, loaded)
+        stdout.write(json.dumps({"reload": verdict.action, "reason": verdict.reason}) + "\n")
+        if args.command is None and not args.jsonl:
+            return 0 if verdict.action == "apply" else 1
     if args.jsonl:
         for line in stdin:
             if line.strip():

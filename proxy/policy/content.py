@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .paths import path_problem
@@ -104,10 +104,12 @@ def _strings(value: Any, label: str, depth: int) -> Iterator[tuple[str, str]]:
 
 
 def content_findings(arguments: Mapping[str, Any], roots: tuple[str, ...], urls: UrlRules,
-                     skip: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
+                     skip: frozenset[str] = frozenset(),
+                     protected: Callable[[str], str | None] | None = None) -> list[tuple[str, str]]:
     """(reason, argument label) for each whole value of the arguments (nested too) that is a refused path or
     URL; the values at the argument paths in `skip` (`files.path`, indices left out: the ones a rule
-    already judges) are left to that rule, and only those (`files[0].note` beside them is not)."""
+    already judges) are left to that rule, and only those (`files[0].note` beside them is not). `protected`
+    judges a whole value that could be a path (one word) against the protected paths."""
     found: list[tuple[str, str]] = []
     for count, (label, value) in enumerate(_strings(arguments, "", 0)):
         if count >= _MAX_VALUES:
@@ -116,6 +118,8 @@ def content_findings(arguments: Mapping[str, Any], roots: tuple[str, ...], urls:
         if skip and (_INDEX.sub("", label) if "[" in label else label) in skip:
             continue
         problem = value_problem(value, roots, urls)
+        if problem is None and protected is not None and value and not any(c.isspace() for c in value):
+            problem = protected(value)
         if problem is not None:
             found.append((problem, label))
     return found

@@ -40,6 +40,10 @@ HINTS: dict[str, str] = {
     "flag": "Use only the flags the script declares.",
     "absolute_path": "Use a path inside the project, relative to its root.",
     "path_escape": "Stay inside the project: no `..` above the root and no `~`.",
+    "protected_path": "That file is protected: the scripts, the project and environment config (`pyproject.toml`, "
+                      "`uv.lock`, `.venv`, `.git`), editor and agent settings, the proxy's policy and secrets "
+                      "(`.env`, keys, credentials) may not be written (secrets not read). Work on the project's "
+                      "other files, and run the allowed scripts as they are.",
     "argument": "Give the script only arguments its rules accept: a path inside the project, relative to its "
                 "root (no `/...` outside it, `..`, `~` or `file://`), a public http(s) URL, or the values the "
                 "script's argument rules list.",
@@ -93,7 +97,7 @@ def capability_of(verdict: Verdict) -> str:
     primary = verdict.reasons[0] if verdict.reasons else ""
     if primary in BASH_FORM or primary in BASH_CONTENT:
         return "shell"
-    if primary in ("absolute_path", "path_escape"):
+    if primary in ("absolute_path", "path_escape", "protected_path"):
         return "paths"
     if primary == "argument":
         return "shell"

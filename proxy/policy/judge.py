@@ -16,6 +16,7 @@ from .explain import explain_command, parse_error_verdict
 from .matcher import matcher_for
 from .paths import patch_paths
 from .profiles import HEURISTIC_PROFILE, Rule, ToolSet, call_rules, misfit_rules, profile_table
+from .protected import protected_problem
 from .reasons import order_reasons
 from .schema import Policy, ShellMap
 from .script_args import argument_problem
@@ -139,7 +140,8 @@ def _judge_shell(policy: Policy, tool: str, shell: ShellMap, arguments: Mapping[
         for label, value in _values(arguments, shell.workdir):
             if not isinstance(value, str) or "\x00" in value:
                 raise _BadArguments
-            problem = path_value_problem(value, roots)
+            # A command run inside `.git/hooks` or the scripts dir writes there as surely as a write tool.
+            problem = path_value_problem(value, roots) or protected_problem(policy, value, roots)
             if problem is not None:
                 found.add((problem,), f"{problem}:{tool}.{label}")
     if shell.interpreter:
@@ -165,12 +167,15 @@ def _judge_rule(policy: Policy, rule: Rule, arguments: Mapping[str, Any], roots:
         # A command argument found by classification may be absent (nothing runs); a profile's may not.
         _judge_shell(policy, tool, tool_map.shell, arguments, roots, found,
                      optional=rule.content or rule.profile == HEURISTIC_PROFILE)
-    for spec in tool_map.paths:
-        for label, value in _values(arguments, spec):
-            for path in _paths(value):
-                problem = path_value_problem(path, roots)
-                if problem is not None:
-                    found.add((problem,), f"{problem}:{tool}.{label}")
+    # `paths` may be written (a map that does not say counts as writing: fail closed), `read_paths` only read;
+    # a writing tool reads too, so it is judged against both protected lists.
+    for specs, write in ((tool_map.paths, True), (tool_map.read_paths, False)):
+        for spec in specs:
+            for label, value in _values(arguments, spec):
+                for path in _paths(value):
+                    problem = path_value_problem(path, roots) or protected_problem(policy, path, roots, write=write)
+                    if problem is not None:
+                        found.add((problem,), f"{problem}:{tool}.{label}")
     for spec in tool_map.urls:
         for label, value in _values(arguments, spec):
             for url in _paths(value):
@@ -182,7 +187,8 @@ def _judge_rule(policy: Policy, rule: Rule, arguments: Mapping[str, Any], roots:
             if not isinstance(value, str):
                 raise _BadArguments
             for path in patch_paths(value):
-                problem = path_value_problem(path, roots) if "\x00" not in path else "path_escape"
+                problem = ((path_value_problem(path, roots) or protected_problem(policy, path, roots))
+                           if "\x00" not in path else "path_escape")
                 if problem is not None:
                     found.add((problem,), f"{problem}:{tool}.{label}")
 
@@ -239,7 +245,11 @@ def _judge_call(policy: Policy, tool: str, arguments: dict[str, Any] | None, off
         return _bad_arguments()
     if content:
         judged = frozenset(spec for rule in rules for spec in rule.judges)
-        for problem, label in content_findings(arguments, roots, policy.urls, judged):
+
+        def protected(value: str) -> str | None:
+            return protected_problem(policy, value, roots)
+
+        for problem, label in content_findings(arguments, roots, policy.urls, judged, protected):
             found.add((problem,), f"{problem}:{tool}.{label}")
     return found.verdict()
 

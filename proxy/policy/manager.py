@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import threading
 import time
 from datetime import UTC, datetime
@@ -23,7 +24,8 @@ from ..stats.prometheus import POLICY_RELOAD_FAILURES, POLICY_VALID
 from .errors import PolicyError
 from .loader import LoadedPolicy, load_policy_file
 from .profiles import profile_table
-from .reload_guard import reload_problem
+from .protected import register_own_files
+from .reload_guard import reload_verdict
 from .schema import Policy
 
 __all__ = ["PolicyManager"]
@@ -82,24 +84,36 @@ def is_policy_file(path: Path) -> bool:
     return any(str(key.value) in _POLICY_KEYS for key, _ in node.value)
 
 
-def _check_reload(current: LoadedPolicy, loaded: LoadedPolicy, path: Path) -> None:
-    if loaded.hash == current.hash:
-        return
-    problem = reload_problem(current, loaded)
-    if problem is not None:
-        raise PolicyError(f"reload refused: {problem}", file=str(path), line=1)
+class _Held(Exception):
+    """A widening reload: kept aside until the operator applies it (SIGHUP)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _check_reload(current: LoadedPolicy, loaded: LoadedPolicy, path: Path, *, explicit: bool = False) -> None:
+    verdict = reload_verdict(current, loaded, explicit=explicit)
+    if verdict.action == "refuse":
+        raise PolicyError(f"reload refused: {verdict.reason}", file=str(path), line=1)
+    if verdict.action == "hold":
+        raise _Held(verdict.reason or "widens the policy")
 
 
 class PolicyManager:
     def __init__(self, path: Path | str, *, debounce_ms: int = 200) -> None:
         self.path = Path(path)  # as given, so messages read like the operator's own path
         self.directory = self.path.absolute().parent
+        # The served policy is not the agent's to change: its file and the policies dir are protected paths.
+        register_own_files((str(self.path),), policy_dirs=(str(self.directory),))
         self._reload_lock = threading.Lock()
         self._debounce_ms = debounce_ms
         self._errors: dict[str, dict[str, Any]] = {}  # file -> its current error
         self._hashes: dict[str, str] = {}  # file -> hash of the version last loaded from it
         self._siblings: dict[str, LoadedPolicy] = {}
+        self._held: dict[str, dict[str, Any]] = {}  # file -> the widening version not applied
         self._task: asyncio.Task[None] | None = None
+        self._sighup: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._current: LoadedPolicy = self._load_main(first=True)  # type: ignore[assignment]
         self._load_siblings()
@@ -148,22 +162,34 @@ class PolicyManager:
                 _log.info("policy.reloaded", file=file, name=loaded.name, hash=loaded.hash, mode=loaded.mode)
             self._hashes[file] = loaded.hash
 
-    def _load_main(self, *, first: bool = False) -> LoadedPolicy | None:
+    def _record_held(self, path: Path, loaded: LoadedPolicy, reason: str) -> None:
+        file = self._file_key(path)
+        if self._held.get(file, {}).get("hash") != loaded.hash:
+            _log.warning("policy.reload_held", file=file, name=loaded.name, hash=loaded.hash, reason=reason)
+        self._held[file] = {"file": file, "name": loaded.name, "hash": loaded.hash, "reason": reason,
+                            "at": datetime.now(UTC).isoformat(timespec="seconds")}
+
+    def _load_main(self, *, first: bool = False, explicit: bool = False) -> LoadedPolicy | None:
         try:
             if not first:
                 _wait_until_stable(self.path)
             loaded = load_policy_file(self.path)
             if not first:
-                _check_reload(self._current, loaded, self.path)
+                _check_reload(self._current, loaded, self.path, explicit=explicit)
+        except _Held as held:
+            self._errors.pop(self._file_key(self.path), None)
+            self._record_held(self.path, loaded, held.reason)
+            return None
         except PolicyError as error:
             self._record_error(self.path, error)
             if first:
                 raise
             return None
+        self._held.pop(self._file_key(self.path), None)
         self._record_good(self.path, loaded)
         return loaded
 
-    def _load_siblings(self) -> None:
+    def _load_siblings(self, *, explicit: bool = False) -> None:
         siblings: dict[str, LoadedPolicy] = {}
         try:
             paths = sorted(
@@ -182,7 +208,12 @@ class PolicyManager:
             try:
                 loaded = load_policy_file(path)
                 if previous is not None:
-                    _check_reload(previous, loaded, path)
+                    _check_reload(previous, loaded, path, explicit=explicit)
+            except _Held as held:
+                self._record_held(path, loaded, held.reason)
+                if previous is not None:
+                    siblings.setdefault(previous.name, previous)  # keep serving the version before
+                continue
             except PolicyError as error:
                 self._record_error(path, error)
                 if previous is not None:
@@ -194,18 +225,25 @@ class PolicyManager:
                                       file=str(path), line=1, key="name"),
                 )  # fmt: skip
                 continue
+            self._held.pop(self._file_key(path), None)
             self._record_good(path, loaded)
             siblings[loaded.name] = loaded
         self._siblings = siblings
 
-    def reload(self) -> bool:
-        """Re-read every policy file now. False when the main file was refused (the last good one stays)."""
+    def reload(self, *, explicit: bool = False) -> bool:
+        """Re-read every policy file now. False when the main file was refused or held (the last good one
+        stays). `explicit` (SIGHUP): the operator applies a widening edit too."""
         with self._reload_lock:
-            loaded = self._load_main()
+            loaded = self._load_main(explicit=explicit)
             if loaded is not None:
                 self._current = loaded
-            self._load_siblings()
+            self._load_siblings(explicit=explicit)
             return loaded is not None
+
+    def apply_held(self) -> None:
+        """SIGHUP: re-read the files and apply them, widening or not (a cut-short file is still refused)."""
+        _log.info("policy.sighup", held=sorted(self._held))
+        self.reload(explicit=True)
 
     # -- watching -------------------------------------------------------------------------------------
 
@@ -215,10 +253,19 @@ class PolicyManager:
             return
         self._stop = asyncio.Event()
         self._task = asyncio.create_task(self._watch(self._stop), name="policy-watch")
+        loop = asyncio.get_running_loop()
+        # Only the main thread may take signals; a proxy served from another thread (tests) has no SIGHUP.
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError, AttributeError):
+            loop.add_signal_handler(signal.SIGHUP, lambda: loop.run_in_executor(None, self.apply_held))
+            self._sighup = loop
 
     async def stop(self) -> None:
         task, stop = self._task, self._stop
         self._task = self._stop = None
+        if self._sighup is not None:
+            with contextlib.suppress(Exception):
+                self._sighup.remove_signal_handler(signal.SIGHUP)
+            self._sighup = None
         if task is None or stop is None:
             return
         stop.set()
@@ -272,4 +319,6 @@ class PolicyManager:
             "active": describe(current),
             "policies": [describe(current)] + [describe(p) for _, p in sorted(self._siblings.items())],
             "errors": sorted(self._errors.values(), key=lambda e: str(e["file"])),
+            # Widening edits not applied: SIGHUP to the serving process applies them.
+            "held": sorted(self._held.values(), key=lambda e: str(e["file"])),
         }

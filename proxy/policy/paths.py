@@ -15,11 +15,19 @@ __all__ = ["normal_root", "patch_paths", "path_problem"]
 # `C:`, `C:\x`, `C:/x`: absolute (or drive-relative) on Windows, never a plain project path; and a URL
 # (`file:///etc/passwd`) names a place of its own.
 _DRIVE = re.compile(r"[A-Za-z]:|[A-Za-z][A-Za-z0-9+.-]*://")
-# The file headers of the apply_patch format (Codex, OpenCode): `*** Update File: src/x.py`, ...
-_PATCH_FILE = re.compile(r"^\*\*\* (?:Add File|Update File|Delete File|Move to|Move File):[ \t]*(.*?)[ \t]*$",
-                         re.MULTILINE)
+# The file headers of the apply_patch format (Codex, OpenCode): `*** Update File: src/x.py`, ... Codex
+# trims each line (Rust `trim`: any Unicode whitespace) before it looks for a header, OpenCode trims too;
+# so a header is read after any leading or trailing space, and a line that looks like one but does not
+# read cleanly (other spacing, case, invisible characters) is ambiguous: refused, not guessed.
+_PATCH_FILE = re.compile(r"\*\*\* (Add File|Update File|Delete File|Move to|Move File): (.*)")
+_PATCH_LIKE = re.compile(r"\*\*\*\s*(?:add|update|delete|move)\b", re.IGNORECASE)
+_INVISIBLE = re.compile(r"[\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
+# Marks a patch line that could be a header but is not one cleanly: judged as a path that escapes.
+AMBIGUOUS_HEADER = "\x00"
 # A unified diff's file headers, read only from a patch that is not in the apply_patch format.
 _DIFF_FILE = re.compile(r"^(?:---|\+\+\+)[ \t]+(\S.*?)(?:\t.*)?[ \t]*$", re.MULTILINE)
+# git's extended headers name files too: `git apply` renames and copies by them.
+_GIT_FILE = re.compile(r"^(?:rename|copy) (?:from|to) (.+?)[ \t]*$|^diff --git (\S+) (\S+)[ \t]*$", re.MULTILINE)
 
 
 def normal_root(root: str) -> str | None:
@@ -65,13 +73,32 @@ def path_problem(value: str, roots: Iterable[str] = ()) -> str | None:
     return None
 
 
+def _patch_headers(text: str) -> list[str]:
+    found: list[str] = []
+    # splitlines: every line break any client's reader could split on (`\r`, `\v`, U+2028, ...).
+    for line in text.splitlines():
+        bare = _INVISIBLE.sub("", line).strip()
+        if not bare.startswith("*"):
+            continue
+        match = _PATCH_FILE.fullmatch(bare)
+        if match is not None and bare == line.strip() and match.group(2).strip():
+            found.append(match.group(2).strip())
+        elif _PATCH_LIKE.match(bare) and not bare.startswith(("*** Begin Patch", "*** End Patch", "*** End of File")):
+            found.append(AMBIGUOUS_HEADER + bare)
+    return found
+
+
 def patch_paths(text: str) -> list[str]:
-    """The files a patch names: apply_patch headers, else a unified diff's `---`/`+++` lines."""
-    found = _PATCH_FILE.findall(text)
+    """The files a patch names: apply_patch headers, else a unified diff's `---`/`+++` lines. A line that
+    could be read as a header but not cleanly comes back starting with AMBIGUOUS_HEADER."""
+    found = _patch_headers(text)
     if found or "*** Begin Patch" in text:
         return found
+    names = _DIFF_FILE.findall(text)
+    for renamed, left, right in _GIT_FILE.findall(text):
+        names += [n for n in (renamed, left, right) if n]
     paths = []
-    for name in _DIFF_FILE.findall(text):
+    for name in names:
         if name == "/dev/null":
             continue
         # `a/x` and `b/x` are git's prefixes for the two sides, not directories.

@@ -47,6 +47,8 @@ _BUILTIN_FILE = Path(__file__).resolve().parent.parent / "default_policies" / "t
 LEGACY_PROFILE = "policy"
 # The rule of a tool no profile knows whose schema looks like it runs commands (`shell_like`).
 HEURISTIC_PROFILE = "heuristic"
+_READ_ONLY_NAMES = frozenset({"read", "glob", "grep", "list", "ls", "read_file", "view", "search", "find"})
+
 
 @functools.cache
 def builtin_profiles() -> dict[str, Profile]:
@@ -131,8 +133,11 @@ class ProfileTable:
             shell = ShellMap(command=bash.command_argument, workdir=bash.workdir_argument)
             legacy.setdefault(tool, []).append(Rule.of(LEGACY_PROFILE, tool, ToolMap(shell=shell)))
         for tool in policy.paths.tools:
-            legacy.setdefault(tool, []).append(
-                Rule.of(LEGACY_PROFILE, tool, ToolMap(paths=list(policy.path_arguments(tool)))))
+            # `paths:` never said which tools write; only the plainly read-only names are read-only here.
+            arguments = list(policy.path_arguments(tool))
+            tool_map = (ToolMap(read_paths=arguments) if tool.lower() in _READ_ONLY_NAMES
+                        else ToolMap(paths=arguments))
+            legacy.setdefault(tool, []).append(Rule.of(LEGACY_PROFILE, tool, tool_map))
         agents = {name: re.compile(p.user_agent) for name, p in profiles.items() if p.user_agent}
         return cls(profiles=profiles, user_agents=agents, by_tool=by_tool, legacy=legacy,
                    roots=tuple(policy.paths.project_root),

@@ -42,7 +42,7 @@ BASH_FORM: tuple[str, ...] = (
 )
 # Problems of the content of one plain command; reported only when its form is clean.
 BASH_CONTENT: tuple[str, ...] = ("program", "runner", "script_path", "unknown_script", "flag")
-TOOL_REASONS: tuple[str, ...] = ("bad_arguments", "unknown_tool", "absolute_path", "path_escape")
+TOOL_REASONS: tuple[str, ...] = ("bad_arguments", "unknown_tool", "absolute_path", "path_escape", "protected_path")
 # What an allowed script is given (`argument`: a script argument that fails its rule) and where a URL
 # leads (`url`: a scheme or host the policy's `urls:` refuses). Ranked after the command's own content: a
 # command with a form or content problem is explained by that first.

@@ -8,47 +8,70 @@ lets `write /etc/cron.d/x` through. A reload is therefore taken only when one of
   rejects: each call of a probe set built from both files (their scripts and flags, path tools, shell tools,
   examples, absolute and escaping paths, a tool neither names) judged by both, and the mode not moved from
   enforce to observe.
-So a narrowing edit takes effect at once; an edit that allows more takes effect once the file is complete
-(ends with `...`), and otherwise is refused with a message that says so, the last good policy serving.
+So a narrowing edit takes effect at once. An edit that allows more is never applied by the live reload:
+the served policy is not the agent's to change, and an agent that can write the file (or a prefix of it)
+could widen it. It is held (reported in /policies and the log) and applied only when the operator sends
+SIGHUP to the serving process; a file that lacks sections the served one has is refused unless it ends
+with `...`. `reload_verdict` is the one decision: the live reload, SIGHUP and
+`allowlist-proxy check --reload-against SERVED --policy NEW` all call it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from .judge import judge_call
 from .loader import LoadedPolicy
 from .schema import Policy, ToolExample
 
-__all__ = ["reload_problem"]
+__all__ = ["ReloadVerdict", "reload_problem", "reload_verdict"]
 
 _FIXED_COMMANDS = (
     "cat /etc/passwd", "curl http://example.com", "rm -rf /", "uv run scripts/search.py | head -5",
     "uv run python -c 'print(1)'", "bash -c 'id'", "cd .. && ls",
 )
 _ESCAPING_PATHS = ("/etc/passwd", "/etc/cron.d/job", "../outside.txt", "~/.ssh/id_rsa")
+# Protected places (writes and secrets): a reload that drops one from `protected:` widens the policy.
+_PROTECTED_PATHS = ("scripts/new.py", "pyproject.toml", "uv.lock", ".git/config", ".venv/x.pth", ".claude/x.json",
+                    ".env", "id_rsa", ".aws/credentials", "AGENTS.md", "sitecustomize.py")
 _UNNAMED_TOOL = "allowlist_proxy_probe_tool"
 
 
-def reload_problem(current: LoadedPolicy, candidate: LoadedPolicy) -> str | None:
-    """None when `candidate` may replace `current`; else why not (for /policies and the log)."""
-    if candidate.complete:
-        return None
+@dataclass(frozen=True)
+class ReloadVerdict:
+    """`apply` (take it now), `hold` (it widens: only SIGHUP applies it) or `refuse` (it may be cut short)."""
+
+    action: Literal["apply", "hold", "refuse"]
+    reason: str | None = None
+
+
+def reload_verdict(current: LoadedPolicy, candidate: LoadedPolicy, *, explicit: bool = False) -> ReloadVerdict:
+    """What a reload does with `candidate` while `current` serves; `explicit`: the operator asked (SIGHUP)."""
+    if candidate.hash == current.hash:
+        return ReloadVerdict("apply")
     missing = sorted(s for s in current.sections - candidate.sections)
-    if missing:
-        return (f"the file lacks section(s) {', '.join(missing)} that the served policy has: it may be cut "
-                "short; end it with a line `...` to confirm")
+    if missing and not candidate.complete:
+        return ReloadVerdict("refuse", f"the file lacks section(s) {', '.join(missing)} that the served policy "
+                                       "has: it may be cut short; end it with a line `...` to confirm")
     widened = _first_widening(current.policy, candidate.policy)
-    if widened:
-        return (f"the new file allows what the served policy rejects ({widened}): it may be cut short; end it "
-                "with a line `...` to confirm")
-    return None
+    if widened and not explicit:
+        return ReloadVerdict("hold", f"the new file allows what the served policy rejects ({widened}): held, "
+                                     "not applied; send SIGHUP to the serving process to apply it")
+    return ReloadVerdict("apply")
+
+
+def reload_problem(current: LoadedPolicy, candidate: LoadedPolicy) -> str | None:
+    """None when a live reload applies `candidate` at once; else why not (for /policies and the log)."""
+    return reload_verdict(current, candidate).reason
 
 
 def _first_widening(old: Policy, new: Policy) -> str | None:
     if old.mode == "enforce" and new.mode != "enforce":
         return f"mode {new.mode}"
+    if old.protected.own_files and not new.protected.own_files:
+        return "protected.own_files off"
     for tool, arguments in _probes(old, new):
         try:
             was = judge_call(old, tool, arguments).allowed
@@ -94,7 +117,7 @@ def _probes(old: Policy, new: Policy) -> Iterator[tuple[str, dict[str, Any]]]:
             for argument in [arguments] if isinstance(arguments, str) else list(arguments):
                 path_tools.add((tool, argument))
     for tool, argument in sorted(path_tools):
-        for path in _ESCAPING_PATHS:
+        for path in _ESCAPING_PATHS + _PROTECTED_PATHS:
             yield tool, {argument: path, "content": "x", "oldString": "a", "newString": "b"}
     yield _UNNAMED_TOOL, {"value": "x"}
     for policy in policies:

@@ -207,21 +207,24 @@ class ToolMap(_Strict):
     `other_tools`."""
 
     shell: ShellMap | None = None
-    paths: list[ArgPath] = Field(default_factory=list, description="arguments holding file paths")
+    paths: list[ArgPath] = Field(
+        default_factory=list, description="arguments holding file paths the tool may write (or read)")
+    read_paths: list[ArgPath] = Field(
+        default_factory=list, description="arguments holding file paths the tool only reads")
     patch: list[ArgPath] = Field(default_factory=list, description="arguments holding patch text naming files")
     urls: list[ArgPath] = Field(default_factory=list, description="arguments holding URLs (judged by `urls:`)")
     known: list[ArgPath] = Field(default_factory=list, description=(
         "arguments named like a command, file or URL that carry none (OpenCode's `task.command` names a slash "
         "command); any other such argument the offered schema has is judged by its classification"))
 
-    @field_validator("paths", "patch", "urls", "known", mode="before")
+    @field_validator("paths", "read_paths", "patch", "urls", "known", mode="before")
     @classmethod
     def _one_or_list(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
 
     def arguments(self) -> list[str]:
         """The top-level argument names this map reads."""
-        specs = [*self.paths, *self.patch, *self.urls]
+        specs = [*self.paths, *self.read_paths, *self.patch, *self.urls]
         if self.shell is not None:
             specs.append(self.shell.source)
         return [re.split(r"[.\[]", spec, maxsplit=1)[0] for spec in specs]
@@ -229,14 +232,15 @@ class ToolMap(_Strict):
     def claimed(self) -> list[str]:
         """Every argument this map says what it is: the ones it judges, the shell's workdir, environment
         and interpreter, and `known`."""
-        specs = [*self.paths, *self.patch, *self.urls, *self.known]
+        specs = [*self.paths, *self.read_paths, *self.patch, *self.urls, *self.known]
         if self.shell is not None:
             specs += [s for s in (self.shell.source, self.shell.workdir, self.shell.env, self.shell.interpreter) if s]
         return specs
 
     @property
     def governed(self) -> bool:
-        return self.shell is not None or bool(self.paths) or bool(self.patch) or bool(self.urls)
+        return (self.shell is not None or bool(self.paths) or bool(self.read_paths) or bool(self.patch)
+                or bool(self.urls))
 
 
 class Profile(_Strict):
@@ -293,6 +297,38 @@ class PathRules(_Strict):
         return out
 
 
+# What no file-writing capability may create, change, rename or delete (proxy/policy/protected.py): every
+# file something other than the model runs or loads on its own. Gitignore-like: `/x` from a project root
+# only, `x` at any depth, everything beneath a match included.
+DEFAULT_PROTECTED_WRITE: tuple[str, ...] = (
+    "pyproject.toml", "uv.lock", "uv.toml", ".python-version", "setup.py", "setup.cfg",
+    ".venv/", "*.pth", "sitecustomize.py", "usercustomize.py",
+    ".git/", ".gitattributes", ".gitmodules", ".envrc", ".vscode/", ".idea/",
+    ".opencode/", "opencode.json", "opencode.jsonc", ".claude/", "CLAUDE.md", ".codex/", ".qwen/", "QWEN.md",
+    ".clinerules", ".clinerules/", ".continue/", ".continuerc.json", ".kilocode/", ".mcp.json", ".cursor/",
+    ".cursorrules", ".roo/", ".windsurf/", ".gemini/", "GEMINI.md", "AGENTS.md", ".agents/",
+    "allowlist-proxy*.yaml", "allowlist-proxy*.toml",
+)
+# Secrets no read capability may open: an allowed read followed by an allowed fetch is exfiltration.
+DEFAULT_PROTECTED_READ: tuple[str, ...] = (
+    ".env", ".env.*", "*.pem", "*.key", "id_rsa*", "id_ed25519*", "id_ecdsa*", "id_dsa*", ".netrc", ".npmrc",
+    ".pypirc", ".git-credentials", ".aws/credentials", ".aws/config", ".config/gcloud/", ".azure/",
+    ".kube/config", ".docker/config.json",
+)
+ProtectedPattern = Annotated[str, StringConstraints(min_length=1, max_length=300, pattern=r"^[^\x00]+$")]
+
+
+class ProtectedRules(_Strict):
+    """`protected:` paths no tool may write (`write`) or read (`read`); a policy without the key gets the
+    shipped lists. `scripts_dir`: every file under `shell.scripts_dir` is protected from writing too;
+    `own_files`: so are the proxy's loaded policy and config files, wherever they are."""
+
+    write: list[ProtectedPattern] = Field(default_factory=lambda: list(DEFAULT_PROTECTED_WRITE))
+    read: list[ProtectedPattern] = Field(default_factory=lambda: list(DEFAULT_PROTECTED_READ))
+    scripts_dir: bool = True
+    own_files: bool = True
+
+
 class Feedback(_Strict):
     """What a rejected call is told, per capability (placeholders as in the one-string form)."""
 
@@ -327,6 +363,7 @@ class Policy(_Strict):
     builtin_profiles: bool = True
     other_tools: Literal["allow", "reject"] = "allow"
     urls: UrlRules = Field(default_factory=UrlRules)
+    protected: ProtectedRules = Field(default_factory=ProtectedRules)
     feedback: str | Feedback = Field(default_factory=Feedback)
     loop_min_attempts: int = Field(default=3, ge=2, le=100)
     examples: Examples = Field(default_factory=Examples)
@@ -343,6 +380,9 @@ class Policy(_Strict):
 
     # The compiled profile table (proxy/policy/profiles.py), built on first use like the matcher.
     _profiles: Any = PrivateAttr(default=None)
+
+    # The compiled protected-path patterns (proxy/policy/protected.py), built on first use like the matcher.
+    _protected: Any = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from .content import path_value_problem, value_problem
+from .protected import protected_problem
 from .schema import ArgEnum, ArgRegex, ArgRule, ArgUrl, Policy, ScriptRule
 from .urls import url_problem
 
@@ -19,9 +20,6 @@ __all__ = ["argument_problem"]
 _INT = re.compile(r"[+-]?[0-9]+")
 
 
-def _protected(value: str) -> str | None:
-    """Where branch i24-protect's protected-path check plugs in: a `path` argument naming a protected file."""
-    return None
 
 
 def _rule_problem(rule: ArgRule, value: str, policy: Policy, roots: tuple[str, ...]) -> str | None:
@@ -32,9 +30,10 @@ def _rule_problem(rule: ArgRule, value: str, policy: Policy, roots: tuple[str, .
     if rule == "path":
         if "\x00" in value or "://" in value or value.lower().startswith("file:"):
             return "argument"
-        # Padded, look-alike or variable-led spellings (` /etc/x`, `／etc`, `$HOME/x`) too.
+        # Padded, look-alike or variable-led spellings (` /etc/x`, `／etc`, `$HOME/x`) too; a script may
+        # write what its path argument names: a protected file is refused like a write tool's.
         problem = path_value_problem(value, roots)
-        return problem or _protected(value)
+        return problem or protected_problem(policy, value, roots)
     if rule == "url":
         return url_problem(value, policy.urls)
     if isinstance(rule, ArgUrl):

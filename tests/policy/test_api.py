@@ -15,7 +15,7 @@ DESIGN_CODES = {
     "pipe", "redirect", "chain", "cd", "wrapper", "substitution", "background", "subshell", "expansion",
     "assignment", "obfuscation", "unsafe_text", "comment", "parse_error", "empty", "program", "runner",
     "unknown_script", "script_path", "flag", "absolute_path", "path_escape", "unknown_tool", "bad_arguments",
-    "unjudgeable", "argument", "url",
+    "unjudgeable", "argument", "url", "protected_path",
 }  # fmt: skip
 
 

@@ -27,7 +27,8 @@ def _found(schema: Any, description: str | None = None) -> tuple[bool, list[str]
     for m in result.maps:
         if m.shell is not None:
             out.append(f"shell:{m.shell.source}" + (f"@{m.shell.workdir}" if m.shell.workdir else ""))
-        out += [f"path:{p}" for p in m.paths] + [f"url:{u}" for u in m.urls] + [f"patch:{p}" for p in m.patch]
+        out += [f"path:{p}" for p in [*m.paths, *m.read_paths]]
+        out += [f"url:{u}" for u in m.urls] + [f"patch:{p}" for p in m.patch]
     return result.readable, out
 
 

@@ -65,7 +65,8 @@ def test_each_client_picks_its_profile_and_its_capabilities(shipped: Policy, cli
         tools = _tools(shipped, client, user_agent=with_agent)
         assert tools.profiles == [profile]
     governed_shell = {t for t, rules in tools._rules.items() if any(r.map.shell for r in rules)}
-    governed_paths = {t for t, rules in tools._rules.items() if any(r.map.paths or r.map.patch for r in rules)}
+    governed_paths = {t for t, rules in tools._rules.items()
+                      if any(r.map.paths or r.map.read_paths or r.map.patch for r in rules)}
     assert governed_shell == shells
     assert governed_paths == files
     # Every tool the client offers is known to its profile: nothing falls to the heuristic unnoticed.

@@ -53,7 +53,7 @@ def _write(path: Path, text: str) -> None:
     os.utime(path, (old, old))
 
 
-def test_a_live_file_cut_after_a_path_rule_is_refused_and_a_complete_widening_is_taken(tmp_path: Path) -> None:
+def test_a_live_file_cut_after_a_path_rule_is_refused_and_a_widening_is_held_until_sighup(tmp_path: Path) -> None:
     # The policy format the first release shipped (`bash:`, `paths: {tool: argument}`), which operators'
     # files still use: there a cut after `edit: filePath` drops the `write` rule.
     policy = tmp_path / "strict.yaml"
@@ -67,8 +67,12 @@ def test_a_live_file_cut_after_a_path_rule_is_refused_and_a_complete_widening_is
     widened = full.replace("    summarize: {}\n", "    summarize: {}\n    report: {}\n")
     _write(policy, widened.replace("\n...\n", "\n"))  # allows more, not confirmed complete: refused
     assert manager.reload() is False and manager.current().hash == served
-    _write(policy, widened)  # ends with `...`: taken
-    assert manager.reload() is True and manager.current().hash != served
+    _write(policy, widened)  # ends with `...`, complete, but it widens: held until the operator applies it
+    assert manager.reload() is False and manager.current().hash == served
+    held = manager.status()["held"]
+    assert [h["hash"] for h in held] == [load_policy_file(policy).hash] and "SIGHUP" in held[0]["reason"]
+    assert manager.reload(explicit=True) is True and manager.current().hash != served  # SIGHUP
+    assert manager.status()["held"] == []
     narrowed = widened.replace("    report: {}\n", "").replace("\n...\n", "\n")
     _write(policy, narrowed)  # allows less: taken at once, marker or not
     assert manager.reload() is True

@@ -1,0 +1,110 @@
+"""The protected-path matcher and the patch headers it is given, judged the way the proxy judges them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proxy.policy.judge import judge_call
+from proxy.policy.loader import load_policy_file, load_policy_text
+from proxy.policy.paths import patch_paths
+
+STRICT = Path(__file__).resolve().parents[2] / "policies" / "strict.yaml"
+POLICY = load_policy_file(STRICT).policy
+ROOT = "/home/me/project"
+
+
+def _reasons(tool: str, arguments: dict) -> tuple[str, ...]:
+    return judge_call(POLICY, tool, arguments).reasons
+
+
+@pytest.mark.parametrize("path", [
+    "scripts/search.py", "scripts/new/deep.py", "SCRIPTS/x.py", "./scripts//x.py", "src/../scripts/x.py",
+    "ｓｃｒｉｐｔｓ/x.py", "scripts./x.py", "scripts /x.py", "scripts\\x.py", "pyproject.toml", "PyProject.Toml",
+    "pyproject.toml.", "uv.lock", "uv.toml", ".python-version", ".venv/bin/python", "lib/site-packages/evil.pth",
+    "src/sitecustomize.py", "usercustomize.py", ".git/config", ".git/hooks/pre-commit", ".GIT/HEAD",
+    "sub/.git/config", ".gitattributes", ".gitmodules", ".envrc", ".vscode/tasks.json", ".idea/workspace.xml",
+    ".opencode/plugin/x.ts", "opencode.json", "opencode.jsonc", ".claude/settings.json", ".claude/hooks/x.sh",
+    ".codex/config.toml", ".qwen/settings.json", ".clinerules", ".continue/config.yaml", ".kilocode/x",
+    ".mcp.json", ".cursor/rules/x.mdc", ".roo/x", "AGENTS.md", f"{ROOT}/scripts/x.py", f"{ROOT}/.git/config",
+])
+def test_protected_writes(path: str) -> None:
+    for tool, arguments in (("write", {"filePath": path, "content": "x"}),
+                            ("Edit", {"file_path": path, "old_string": "a", "new_string": "b"}),
+                            ("MultiEdit", {"file_path": path, "edits": []}),
+                            ("multiedit", {"filePath": path, "edits": []}),
+                            ("write_to_file", {"path": path, "content": "x"}),
+                            ("replace_in_file", {"path": path, "diff": "x"})):
+        reasons = judge_call(POLICY, tool, arguments, tools=None).reasons
+        assert "protected_path" in reasons or "absolute_path" in reasons, (tool, path, reasons)
+    from proxy.policy.protected import protected_problem
+    assert protected_problem(POLICY, path, (ROOT,)) == "protected_path", path
+
+
+@pytest.mark.parametrize("path", ["src/app.py", "scripts_notes.md", "docs/scripts.md", "notes/pyproject.md",
+                                  "src/git/config.py", "README.md", "tests/test_x.py"])
+def test_ordinary_files_stay_writable(path: str) -> None:
+    assert _reasons("write", {"filePath": path, "content": "x"}) == ()
+
+
+@pytest.mark.parametrize("path", [".env", ".env.local", "deploy/.ENV.production", "certs/server.pem", "tls.key",
+                                  "id_rsa", ".ssh/id_ed25519.pub", ".netrc", ".npmrc", ".pypirc",
+                                  ".git-credentials", ".aws/credentials", ".aws/config", ".config/gcloud/x.json",
+                                  ".azure/a", ".kube/config", ".docker/config.json"])
+def test_secrets_unreadable(path: str) -> None:
+    assert _reasons("read", {"filePath": path}) == ("protected_path",)
+    assert _reasons("grep", {"pattern": "x", "path": path}) == ("protected_path",)
+
+
+def test_protected_files_stay_readable() -> None:
+    for path in ("pyproject.toml", "scripts/search.py", ".git/config", "AGENTS.md"):
+        assert _reasons("read", {"filePath": path}) == (), path
+
+
+@pytest.mark.parametrize("header", [
+    "*** Add File: {}", "  *** Update File: {}", "\t*** Delete File: {}", "\u3000*** Add File: {}",
+    "\u00a0*** Update File: {}", "*** Add File: {}   ", "\u200b*** Add File: {}", "*** add file: {}",
+    "***  Add File: {}", "*** Add File:{}",
+])
+def test_patch_headers_in_every_form_are_judged(header: str) -> None:
+    text = "*** Begin Patch\n" + header.format("scripts/x.py") + "\n+x\n*** End Patch"
+    assert judge_call(POLICY, "apply_patch", {"patchText": text}).reasons, repr(header)
+
+
+def test_patch_move_and_git_rename_are_writes() -> None:
+    move = "*** Begin Patch\n*** Update File: src/a.py\n*** Move to: .git/hooks/post-checkout\n@@\n+x\n*** End Patch"
+    assert _reasons("apply_patch", {"patchText": move}) == ("protected_path",)
+    rename = ("diff --git a/src/a.py b/scripts/a.py\nsimilarity index 100%\n"
+              "rename from src/a.py\nrename to scripts/a.py\n")
+    assert "scripts/a.py" in patch_paths(rename)
+    assert _reasons("patch", {"patchText": rename}) == ("protected_path",)
+
+
+def test_responses_apply_patch_call_operations() -> None:
+    for operation in ({"type": "create_file", "path": "scripts/x.py", "diff": "+x"},
+                      {"type": "delete_file", "path": ".git/config"},
+                      {"type": "update_file", "path": "src/a.py", "diff": "*** Move to: pyproject.toml\n+x"}):
+        assert judge_call(POLICY, "apply_patch_call", operation).reasons, operation
+    assert judge_call(POLICY, "apply_patch_call", {"type": "update_file", "path": "src/a.py",
+                                                    "diff": "@@\n-a\n+b"}).allowed
+
+
+def test_script_path_argument_and_unknown_tool_values() -> None:
+    text = STRICT.read_text().replace("      args: {flags: {--max-results: int}}",
+                                      "      args: {positional: path, flags: {--max-results: int}}", 1)
+    policy = load_policy_text(text.encode()).policy
+    assert judge_call(policy, "bash", {"command": "uv run scripts/search.py .git/config"}).reasons[:2] == (
+        "argument", "protected_path")
+    assert judge_call(policy, "bash", {"command": "uv run scripts/search.py src/a.py"}).allowed
+    assert "protected_path" in judge_call(POLICY, "save_it", {"target": ".git/hooks/pre-push", "body": "x"}).reasons
+
+
+def test_protected_lists_can_be_turned_off() -> None:
+    text = STRICT.read_text().replace("  scripts_dir: true ", "  write: []\n  read: []\n  scripts_dir: false ", 1)
+    # The shipped examples of protected paths are judged at load: they go with the lists.
+    shipped = ("filePath: scripts/search.py", "filePath: .git/", "filePath: .env")
+    text = "\n".join(line for line in text.splitlines() if not any(p in line for p in shipped))
+    policy = load_policy_text(text.encode()).policy
+    assert judge_call(policy, "write", {"filePath": "pyproject.toml", "content": "x"}).allowed
+    assert judge_call(policy, "read", {"filePath": ".env"}).allowed
