@@ -44,7 +44,7 @@ from proxy.enforce.feedback_turns import blocked_message, retry_messages
 from proxy.enforce.judging import JudgedCall
 from proxy.enforce.record import Usage
 from proxy.enforce.relay import StreamedAttempts
-from proxy.errors import ProxyError, UpstreamProtocolError, UpstreamUnjudgeable, error_response
+from proxy.errors import BlockedTurn, ProxyError, UpstreamProtocolError, UpstreamUnjudgeable, error_response
 from proxy.services import Services
 from proxy.toolcalls import ToolCall
 from proxy.upstream import strict
@@ -414,7 +414,10 @@ async def _complete(ex: DialectExchange) -> Response:
         if outcome is Outcome.BLOCKED:
             break
         ex.extra_messages += dialect.retry_items(retry_messages(ex.policy, dialect.text(obj), judged))
-    dialect.set_blocked(obj, blocked_message(ex.policy, judged, record.attempts))
+    text = blocked_message(ex.policy, judged, record.attempts)
+    if ex.demands_call:
+        return ex.error_response(BlockedTurn(text))
+    dialect.set_blocked(obj, text)
     dialect.set_usage(obj, record.usage)
     ex.remember(dialect.reply(obj))
     return judged_json(obj)

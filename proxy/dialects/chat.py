@@ -21,7 +21,7 @@ from proxy.enforce.exchange import Exchange, Outcome, RouteShape, judged_json, o
 from proxy.enforce.feedback_turns import blocked_message, retry_messages
 from proxy.enforce.judging import JudgedCall, apply_repairs
 from proxy.enforce.relay import StreamedAttempts
-from proxy.errors import BadRequest, ProxyError, UpstreamUnjudgeable, error_body
+from proxy.errors import BadRequest, BlockedTurn, ProxyError, UpstreamUnjudgeable, error_body
 from proxy.logs import get_logger
 from proxy.services import Services
 from proxy.toolcalls import (
@@ -123,6 +123,8 @@ async def _complete(ex: Exchange) -> Response:
         content = results[0].content if results else None
         ex.extra_messages += retry_messages(ex.policy, content, judged)
     text = blocked_message(ex.policy, judged, record.attempts)
+    if ex.demands_call:
+        return ex.error_response(BlockedTurn(text))
     obj["choices"] = [{"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
                        "logprobs": None, "finish_reason": "stop"}]
     if isinstance(obj.get("usage"), dict):

@@ -22,6 +22,7 @@ from proxy.enforce.actions import judge_output
 from proxy.enforce.feedback_turns import turn_allowed
 from proxy.enforce.judging import JudgedCall, request_tools
 from proxy.enforce.record import RequestRecord
+from proxy.enforce.tool_choice import demands_call
 from proxy.errors import (
     BadRequest,
     ClientGone,
@@ -97,6 +98,11 @@ class Exchange:
     @property
     def budget(self) -> int:
         return max(0, int(self.policy.policy.retry_budget))
+
+    @property
+    def demands_call(self) -> bool:
+        """The request demands a tool call: a blocked turn ends in an error, not a text answer (tool_choice.py)."""
+        return demands_call(self.payload)
 
     @property
     def scan_content(self) -> bool:
