@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import sys
@@ -22,6 +23,7 @@ from proxy.enforce.actions import judge_output
 from proxy.enforce.feedback_turns import turn_allowed
 from proxy.enforce.judging import JudgedCall, request_tools
 from proxy.enforce.record import RequestRecord
+from proxy.enforce.text_clients import TextClient, judge_text, recognise, ungoverned_reasons
 from proxy.enforce.tool_choice import demands_call
 from proxy.errors import (
     BadRequest,
@@ -36,7 +38,7 @@ from proxy.logs import get_logger
 from proxy.policy import LoadedPolicy
 from proxy.policy.profiles import ToolSet
 from proxy.services import Services
-from proxy.stats.prometheus import BUDGET_EXHAUSTED, RETRIES, TOOL_CALLS
+from proxy.stats.prometheus import BUDGET_EXHAUSTED, RETRIES, TOOL_CALLS, UNGOVERNED_TEXT
 from proxy.stats.prometheus_feed import LOOP_TRACKER
 from proxy.store.recorder import queue_calls, release_calls
 from proxy.toolcalls import ToolCall
@@ -98,6 +100,28 @@ class Exchange:
     @property
     def budget(self) -> int:
         return max(0, int(self.policy.policy.retry_budget))
+
+    @functools.cached_property
+    def text_client(self) -> TextClient | None:
+        """The text-acting client this request comes from (text_clients.py), recognised by what it wrote."""
+        return recognise(self.conversation or [])
+
+    @property
+    def acts_on_text(self) -> bool:
+        """The client runs actions written in the text: a turn's text is held until judged, as a call is."""
+        return self.text_client is not None and bool(self.text_client.formats)
+
+    def judge_text(self, text: str) -> list[JudgedCall]:
+        """The verdicts of the actions a text-acting client would run from this assistant text; what it would
+        run unjudged is counted (`allowlist_proxy_ungoverned_text_actions_total`) and logged."""
+        client = self.text_client
+        if client is None or not text:
+            return []
+        reasons = ungoverned_reasons(client, text)
+        if reasons:
+            UNGOVERNED_TEXT.labels(self.record.model, client.name).inc()
+            log.warning("text_actions.ungoverned", client=client.name, reasons=reasons, session=self.record.session.id)
+        return judge_text(self.policy, client, text, tools=self.toolset, session_id=self.record.session.id)
 
     @property
     def demands_call(self) -> bool:

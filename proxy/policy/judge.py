@@ -31,7 +31,9 @@ class _BadArguments(Exception):
 
 
 def judge_command(policy: Policy, command: str) -> Verdict:
-    """Allow only what the decision lexer accepts; explain everything else."""
+    """Allow only what the decision lexer accepts, or an exact command the policy lists; explain everything else."""
+    if command in policy.bash.exact:
+        return _ALLOWED
     try:
         matcher = matcher_for(policy)
         if matcher.argv(command) is not None:
