@@ -1,9 +1,10 @@
 """Fenced code blocks a client runs as shell commands: ```mswea_bash_command (mini-swe-agent's text config),
-```bash / ```sh (configs that execute bash blocks).
+```bash / ```sh / ```shell (configs that execute bash blocks).
 
-A block opens with a line of three or more backticks and the info string, and closes with a line of at least as
-many backticks (CommonMark's rule, which the clients' regexes follow for well-formed blocks). A block opened but
-never closed is unreadable: the client may still run what it finds, so it is counted, not ignored.
+Read as the clients read them (mini-swe-agent: `re.findall(r"```mswea_bash_command\\s*\\n(.*?)\\n```", DOTALL)`,
+each action stripped): an opener anywhere in the text, not only at a line's start, and the body up to the first
+newline followed by three backticks, whatever follows them. A block opened but never closed is unreadable: it is
+counted, not ignored.
 """
 
 from __future__ import annotations
@@ -21,20 +22,16 @@ class FencedBlocks(TextActionFormat):
     def __init__(self, name: str, languages: tuple[str, ...], tool: str) -> None:
         self.name, self.languages, self.tool = name, languages, tool
         names = "|".join(re.escape(language) for language in languages)
-        self._open = re.compile(rf"^[ \t]{{0,3}}(`{{3,}})[ \t]*(?:{names})[ \t]*$", re.MULTILINE)
+        self._block = re.compile(rf"```(?:{names})\s*\n(.*?)\n```", re.DOTALL)
+        self._opener = re.compile(rf"```(?:{names})\s*\n")
 
     def read(self, text: str) -> TextActions:
         found = TextActions()
-        position = 0
-        while (opened := self._open.search(text, position)) is not None:
-            fence = opened.group(1)
-            close = re.compile(rf"^[ \t]{{0,3}}`{{{len(fence)},}}[ \t]*$", re.MULTILINE)
-            closed = close.search(text, opened.end())
-            if closed is None:
-                found.unreadable.append(f"an unclosed ```{self.languages[0]} block")
-                break
-            body = text[opened.end():closed.start()].strip("\n")
-            raw = text[opened.start():closed.end()]
-            found.calls.append(text_call(self.name, self.tool, {"command": body}, raw, len(found.calls)))
-            position = closed.end()
+        end = 0
+        for match in self._block.finditer(text):
+            found.calls.append(text_call(self.name, self.tool, {"command": match.group(1).strip()}, match.group(0),
+                                         len(found.calls)))
+            end = match.end()
+        if self._opener.search(text, end):
+            found.unreadable.append(f"an unclosed ```{self.languages[0]} block")
         return found

@@ -22,15 +22,21 @@ def test_a_fenced_block_is_one_command():
     assert call.source == "text:mswea_bash_command" and call.raw.startswith("```mswea_bash_command")
 
 
-def test_every_block_is_read_and_a_longer_fence_holds_backticks():
-    text = "```bash\necho a\n```\nthen\n````sh\necho ```x```\n````\n"
-    assert [a["command"] for _, a in _commands(BASH, text)] == ["echo a", "echo ```x```"]
+def test_every_block_is_read_as_the_client_reads_it():
+    # mini-swe-agent's regex: an opener anywhere, the body up to the first newline + three backticks.
+    text = "```bash\necho a\n```\nthen```sh\necho b\n```python\nrm -rf /\n```\n"
+    assert [a["command"] for _, a in _commands(BASH, text)] == ["echo a", "echo b"]
 
 
-@pytest.mark.parametrize("text", ["```mswea_bash_command\nrm -rf /\n", "x\n```mswea_bash_command\nls\n``"])
+def test_an_opener_inside_a_line_is_still_an_action():
+    text = "Sure thing```mswea_bash_command \nrm -rf ~\n```"
+    assert _commands(MSWEA, text) == [("mswea_bash_command", {"command": "rm -rf ~"})]
+
+
+@pytest.mark.parametrize("text", ["```mswea_bash_command\nrm -rf /\n", "x\n```mswea_bash_command\nls\n``",
+                                  "```mswea_bash_command\nls\n```\n```mswea_bash_command\nrm -rf /"])
 def test_an_unclosed_block_is_unreadable(text):
-    found = MSWEA.read(text)
-    assert found.calls == [] and found.unreadable
+    assert MSWEA.read(text).unreadable
 
 
 def test_other_languages_are_not_actions():
