@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the Python agent frameworks that tests/e2e/test_pypi_clients.py drives, each pinned, each in a venv
+# Installs the Python agents and agent frameworks that tests/e2e/test_pypi_clients.py drives, each pinned, each in a venv
 # of its own outside the repository (the project's environment stays as pyproject.toml says).
 #   AGENT_PYS_CACHE  where the venvs go (default: ~/.cache/allowlist-proxy-e2e-py); kept between runs
 # Exits 0 with a message when an install fails, so those tests skip with a reason instead (set
@@ -10,6 +10,7 @@ cache="${AGENT_PYS_CACHE:-$HOME/.cache/allowlist-proxy-e2e-py}"
 # client name -> the pinned requirement its venv holds
 declare -A packages=(
   [smolagents]="smolagents[openai]==1.26.0"
+  [mini-swe-agent]="mini-swe-agent==2.4.6"
 )
 
 mkdir -p "$cache"

@@ -119,3 +119,39 @@ def test_smolagents_conversation_is_one_session(tmp_path: Path, upstream: Script
     _, proxy, result = _governed_run(tmp_path, upstream, start_proxy, request)
     assert result == {"answer": "done"}, result
     assert _model_stats(proxy)["sessions"] == 1
+
+
+def _mswea_steps(world: AgentWorld) -> Callable[[dict[str, Any]], Reply]:
+    """mini-swe-agent acts on text: the pipe (refused, re-prompted as a user message), the allowed command, then
+    its sentinel. It reads files only through its shell, which the strict policy keeps to the scripts."""
+    steps = [[PIPED, ALLOWED], ["echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"]]
+
+    def respond(body: dict[str, Any]) -> Reply:
+        done = refused = 0
+        for message in body.get("messages") or []:
+            text = json.dumps(message.get("content"))
+            if message.get("role") == "user" and "<returncode>" in text:
+                done, refused = done + 1, 0  # mini-swe-agent's observation: the action ran
+            elif message.get("role") == "user" and "Rejected" in text:
+                refused += 1  # the proxy's re-prompt
+        step = steps[min(done, len(steps) - 1)]
+        command = step[min(refused, len(step) - 1)]
+        return Reply(content=f"THOUGHT: next.\n\n```mswea_bash_command\n{command}\n```\n")
+
+    return respond
+
+
+def test_mini_swe_agent_text_actions_are_governed(tmp_path: Path, upstream: ScriptedUpstream, start_proxy,
+                                                  request: pytest.FixtureRequest) -> None:
+    world = _world(tmp_path, "mini-swe-agent")
+    upstream.responder = _mswea_steps(world)
+    proxy: RunningProxy = start_proxy(upstream.url, policy=request.getfixturevalue("rooted_policy")(world.project))
+    result = _run("mini-swe-agent", world, proxy.url + "/v1")
+    sent = "\n".join(json.dumps(body) for body in upstream.requests)
+    assert result == {"answer": "Submitted"}, f"{result}\n{sent[-4000:]}"
+    assert world.calls("head") == [] and world.calls("tail") == [], "the blocked pipe ran"
+    assert world.calls("uv") == [["run", "scripts/search.py", "x"]], "the allowed command ran other than once"
+    stats = _model_stats(proxy)
+    assert stats["reasons"] == {"pipe": 1}
+    sources = {r[0] for r in proxy.rows("SELECT source FROM tool_calls")}
+    assert sources == {"text:mswea_bash_command"}
