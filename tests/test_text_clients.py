@@ -90,3 +90,18 @@ def test_an_exact_command_of_the_policy_is_allowed_verbatim_and_only_so():
     assert judge_command(policy, "git status --short").allowed
     assert not judge_command(policy, "git status  --short").allowed
     assert not judge_command(policy, "git status --short; rm -rf /").allowed
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize("stream", [False, True])
+def test_on_a_route_that_does_not_judge_text_actions_they_are_counted_ungoverned(upstream, proxy, stream):
+    from proxy.stats.prometheus import UNGOVERNED_TEXT
+
+    counter = UNGOVERNED_TEXT.labels("qwen3.5-27b", "mini-swe-agent")
+    before = counter._value.get()
+    upstream.script(Reply(content=_block("cat /etc/passwd | head")))
+    body = {"model": "qwen3.5-27b", "max_tokens": 100, "system": MSWEA_SYSTEM, "stream": stream,
+            "messages": [{"role": "user", "content": "fix the bug"}]}
+    with proxy.client() as client:
+        assert client.post("/v1/messages", json=body).status_code == 200
+    assert counter._value.get() == before + 1

@@ -357,6 +357,7 @@ class DialectStream(StreamedAttempts, Generic[HeldT]):
                 self.ex.record.usage.add(self.attempt_usage)
 
     def judge_attempt(self) -> list[JudgedCall]:
+        self.ex.text_unjudged(self.text())
         return self.ex.judge(self.calls())
 
     def deliver(self, judged: list[JudgedCall]) -> list[bytes]:
@@ -401,6 +402,7 @@ async def _complete(ex: DialectExchange) -> Response:
         if isinstance(read, Response):
             return read
         obj = read.obj
+        ex.text_unjudged(dialect.text(obj))
         judged = ex.judge(read.found)
         outcome = await ex.settle(attempt, judged)
         if outcome is Outcome.DELIVER:
