@@ -10,6 +10,7 @@
      ├── UpstreamTimeout       504  upstream_timeout
      ├── UpstreamProtocolError 502  upstream_error
      │    └── UpstreamUnjudgeable  502  upstream_error, code `unjudgeable` (output refused in enforce mode)
+     ├── BlockedTurn           422  tool_call_blocked (a request that demands a tool call, its retry budget spent)
      ├── StoreUnavailable      503  store_unavailable (enforce mode: nothing is released unrecorded)
      └── ClientGone            499  client_disconnected (the client left; nobody reads the answer)
 """
@@ -22,6 +23,7 @@ from starlette.responses import JSONResponse
 
 __all__ = [
     "BadRequest",
+    "BlockedTurn",
     "ClientGone",
     "Forbidden",
     "ModelNotFound",
@@ -77,6 +79,8 @@ class UpstreamUnavailable(ProxyError, status_code=502, error_type="upstream_erro
 class UpstreamTimeout(ProxyError, status_code=504, error_type="upstream_timeout", code="upstream_timeout"): ...
 class UpstreamProtocolError(ProxyError, status_code=502, error_type="upstream_error",
                             code="upstream_protocol_error"): ...
+# 422, not 5xx or 429: the SDKs raise it with its message at once instead of retrying the same request.
+class BlockedTurn(ProxyError, status_code=422, error_type="tool_call_blocked", code="tool_call_blocked"): ...
 class StoreUnavailable(ProxyError, status_code=503, error_type="store_unavailable", code="store_unavailable"): ...
 class ClientGone(ProxyError, status_code=499, error_type="client_disconnected", code="client_disconnected"): ...
 

@@ -44,7 +44,7 @@ from proxy.enforce.feedback_turns import blocked_message, retry_messages
 from proxy.enforce.judging import JudgedCall
 from proxy.enforce.record import Usage
 from proxy.enforce.relay import StreamedAttempts
-from proxy.errors import ProxyError, UpstreamProtocolError, UpstreamUnjudgeable, error_response
+from proxy.errors import BlockedTurn, ProxyError, UpstreamProtocolError, UpstreamUnjudgeable, error_response
 from proxy.services import Services
 from proxy.toolcalls import ToolCall
 from proxy.upstream import strict
@@ -376,6 +376,7 @@ class DialectStream(StreamedAttempts, Generic[HeldT]):
                 self.ex.record.usage.add(self.attempt_usage)
 
     def judge_attempt(self) -> list[JudgedCall]:
+        self.ex.text_unjudged(self.text())
         return self.ex.judge(self.calls())
 
     def deliver(self, judged: list[JudgedCall]) -> list[bytes]:
@@ -424,6 +425,7 @@ async def _complete(ex: DialectExchange) -> Response:
         if isinstance(read, Response):
             return read
         obj = read.obj
+        ex.text_unjudged(dialect.text(obj))
         judged = ex.judge(read.found)
         outcome = await ex.settle(attempt, judged)
         if outcome is Outcome.DELIVER:
@@ -437,7 +439,10 @@ async def _complete(ex: DialectExchange) -> Response:
         if outcome is Outcome.BLOCKED:
             break
         ex.extra_messages += dialect.retry_items(retry_messages(ex.policy, dialect.text(obj), judged))
-    dialect.set_blocked(obj, blocked_message(ex.policy, judged, record.attempts))
+    text = blocked_message(ex.policy, judged, record.attempts)
+    if ex.demands_call:
+        return ex.error_response(BlockedTurn(text))
+    dialect.set_blocked(obj, text)
     dialect.set_usage(obj, record.usage)
     ex.remember(dialect.reply(obj), dialect.response_id(obj))
     return judged_json(obj)

@@ -21,7 +21,7 @@ from proxy.enforce.exchange import Exchange, Outcome, RouteShape, judged_json, o
 from proxy.enforce.feedback_turns import blocked_message, retry_messages
 from proxy.enforce.judging import JudgedCall, apply_repairs
 from proxy.enforce.relay import StreamedAttempts
-from proxy.errors import BadRequest, ProxyError, UpstreamUnjudgeable, error_body
+from proxy.errors import BadRequest, BlockedTurn, ProxyError, UpstreamUnjudgeable, error_body
 from proxy.logs import get_logger
 from proxy.services import Services
 from proxy.toolcalls import (
@@ -101,7 +101,7 @@ async def _complete(ex: Exchange) -> Response:
             return read
         obj, results = read.obj, read.found
         calls = [c for r in results for c in (r.tool_calls + r.malformed) if ex.scan_content or c.structured]
-        judged = ex.judge(calls + _unjudgeable_choices(obj))
+        judged = ex.judge(calls + _unjudgeable_choices(obj)) + ex.judge_text(_texts(obj))
         outcome = await ex.settle(attempt, judged)
         if outcome is Outcome.DELIVER:
             changed = _convert_content_calls(ex, obj, results) or attempt > 1
@@ -123,12 +123,25 @@ async def _complete(ex: Exchange) -> Response:
         content = results[0].content if results else None
         ex.extra_messages += retry_messages(ex.policy, content, judged)
     text = blocked_message(ex.policy, judged, record.attempts)
+    if ex.demands_call:
+        return ex.error_response(BlockedTurn(text))
     obj["choices"] = [{"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
                        "logprobs": None, "finish_reason": "stop"}]
     if isinstance(obj.get("usage"), dict):
         _sum_usage(obj["usage"], record.usage)
     _remember(ex, messages, obj)  # the explanation is the turn the client holds now
     return judged_json(obj)
+
+
+def _texts(obj: dict[str, Any]) -> str:
+    """The content of every choice of a whole response (what a text-acting client reads its actions from)."""
+    out = []
+    for choice in obj.get("choices") or []:
+        message = choice.get("message") if isinstance(choice, dict) else None
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            out.append(content)
+    return "\n".join(out)
 
 
 def _unjudgeable_choices(obj: dict[str, Any]) -> list[ToolCall]:
@@ -235,7 +248,8 @@ class _StreamRelay(StreamedAttempts):
     def hold_pieces(self) -> bool:
         # One narration per turn: the first attempt streams live; a retry's text waits for its verdict and goes
         # out only with a delivered turn.
-        return self.attempt > 1 and self.ex.enforce
+        # A text-acting client's actions are in the text: every attempt's text waits for its verdict.
+        return (self.attempt > 1 or self.ex.acts_on_text) and self.ex.enforce
 
     def deliver(self, judged: list[JudgedCall]) -> list[bytes]:
         if self.attempt > 1 and "content" not in self.sent_fields:
@@ -490,7 +504,7 @@ class _StreamRelay(StreamedAttempts):
 
     def judge_attempt(self) -> list[JudgedCall]:
         calls = [c for _, ch in sorted(self.choices.items()) for c in ch.pending]
-        return self.ex.judge(calls + self.late_calls)
+        return self.ex.judge(calls + self.late_calls) + self.ex.judge_text(self._content())
 
     def _content(self) -> str:
         return "".join(part for ch in self.choices.values() for part in ch.content)

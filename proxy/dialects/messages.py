@@ -27,9 +27,10 @@ from starlette.responses import JSONResponse, Response
 
 from proxy.dialects.base import Dialect, DialectExchange, DialectStream, handle
 from proxy.enforce.actions import unjudgeable_call
+from proxy.enforce.feedback_turns import blocked_message
 from proxy.enforce.judging import JudgedCall
 from proxy.enforce.record import Usage
-from proxy.errors import BadRequest, ProxyError
+from proxy.errors import BadRequest, BlockedTurn, ProxyError
 from proxy.services import Services
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.openai import structured_call
@@ -43,7 +44,8 @@ _BLOCK_EVENTS = frozenset({"content_block_start", "content_block_delta", "conten
 _DELTAS = frozenset({"text_delta", "thinking_delta", "signature_delta", "input_json_delta", "citations_delta"})
 # Anthropic's error types by HTTP status (https://docs.anthropic.com/en/api/errors).
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 504: "timeout_error"}
+                404: "not_found_error", 413: "request_too_large", 422: "invalid_request_error", 429: "rate_limit_error",
+                504: "timeout_error"}
 
 
 def anthropic_error_type(status: int) -> str:
@@ -388,6 +390,10 @@ class _MessagesStream(DialectStream[_HeldBlock]):
             self._closing("end_turn", replace=True),
             _sse({"type": "message_stop"}),
         ]
+
+    def refuse(self, judged: list[JudgedCall]) -> list[bytes]:
+        # Anthropic's stream error event, typed by the status a whole answer would have (BlockedTurn, 422).
+        return [self.error(blocked_message(self.ex.policy, judged, self.attempt), "", BlockedTurn.status_code)]
 
     def error(self, message: str, type_: str, code: Any) -> bytes:
         status = code if isinstance(code, int) else 500 if type_ != "upstream_timeout" else 504

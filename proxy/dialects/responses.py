@@ -31,9 +31,10 @@ from starlette.responses import Response
 from proxy.dialects.base import Dialect, DialectExchange, DialectStream, handle
 from proxy.dialects.shapes import parts_text
 from proxy.enforce.actions import ACTION_ITEMS, UNJUDGEABLE, action_call, unjudgeable_call
+from proxy.enforce.feedback_turns import blocked_message
 from proxy.enforce.judging import JudgedCall
 from proxy.enforce.record import Usage
-from proxy.errors import BadRequest
+from proxy.errors import BadRequest, BlockedTurn
 from proxy.services import Services
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.openai import structured_call
@@ -475,6 +476,17 @@ class _ResponsesStream(DialectStream[_HeldCall]):
         kind = base.get("type") if self.completed is not None and status is None else "response.completed"
         # The closing event is the proxy's: the items it lists are the ones the client was sent.
         return self._send({**base, "response": response, "type": kind})
+
+    def refuse(self, judged: list[JudgedCall]) -> list[bytes]:
+        # The error event, then the response closed as `response.failed` with the same error: clients that read
+        # only the terminal event (Codex) raise its message too.
+        text = blocked_message(self.ex.policy, judged, self.attempt)
+        response = dict(self.created or {})
+        response["output"] = [self.items[k] for k in sorted(self.items)]
+        response.update(status="failed", error={"code": BlockedTurn.code, "message": text})
+        _with_usage(response, self.ex.record.usage)
+        return [self.error(text, BlockedTurn.error_type, BlockedTurn.code),
+                self._send({"response": response, "type": "response.failed"})]
 
     def error(self, message: str, type_: str, code: Any) -> bytes:
         return self._send({"code": code if code is not None else type_, "message": message, "param": None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import sys
@@ -22,6 +23,8 @@ from proxy.enforce.actions import judge_output
 from proxy.enforce.feedback_turns import turn_allowed
 from proxy.enforce.judging import JudgedCall, request_tools
 from proxy.enforce.record import RequestRecord
+from proxy.enforce.text_clients import TextClient, judge_text, recognise, ungoverned_reasons
+from proxy.enforce.tool_choice import demands_call
 from proxy.errors import (
     BadRequest,
     ClientGone,
@@ -36,11 +39,12 @@ from proxy.policy import LoadedPolicy
 from proxy.policy.profiles import ToolSet
 from proxy.services import Services
 from proxy.sessions.project_root import stated_root
-from proxy.stats.prometheus import BUDGET_EXHAUSTED, RETRIES, TOOL_CALLS
+from proxy.stats.prometheus import BUDGET_EXHAUSTED, RETRIES, TOOL_CALLS, UNGOVERNED_TEXT
 from proxy.stats.prometheus_feed import LOOP_TRACKER
 from proxy.store.recorder import queue_calls, release_calls
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.families import XmlRules
+from proxy.toolcalls.registry import TEXT_FORMATS
 from proxy.upstream import strict
 from proxy.upstream.client import response_headers
 from proxy.upstream.sse import SSEDecoder, SSEEvent
@@ -100,6 +104,42 @@ class Exchange:
     @property
     def budget(self) -> int:
         return max(0, int(self.policy.policy.retry_budget))
+
+    @functools.cached_property
+    def text_client(self) -> TextClient | None:
+        """The text-acting client this request comes from (text_clients.py), recognised by what it wrote."""
+        return recognise(self.conversation or [])
+
+    @property
+    def acts_on_text(self) -> bool:
+        """The client runs actions written in the text: a turn's text is held until judged, as a call is."""
+        return self.text_client is not None and bool(self.text_client.formats)
+
+    def judge_text(self, text: str) -> list[JudgedCall]:
+        """The verdicts of the actions a text-acting client would run from this assistant text; what it would
+        run unjudged is counted (`allowlist_proxy_ungoverned_text_actions_total`) and logged."""
+        client = self.text_client
+        if client is None or not text:
+            return []
+        reasons = ungoverned_reasons(client, text)
+        if reasons:
+            UNGOVERNED_TEXT.labels(self.record.model, client.name).inc()
+            log.warning("text_actions.ungoverned", client=client.name, reasons=reasons, session=self.record.session.id)
+        return judge_text(self.policy, client, text, tools=self.toolset, session_id=self.record.session.id)
+
+    def text_unjudged(self, text: str) -> None:
+        """A route that does not judge text actions yet (Responses, Messages): a text-acting client's actions
+        there are counted ungoverned, never passed unseen."""
+        client = self.text_client
+        if client is not None and client.formats and any(TEXT_FORMATS[f].read(text).calls for f in client.formats):
+            UNGOVERNED_TEXT.labels(self.record.model, client.name).inc()
+            log.warning("text_actions.ungoverned", client=client.name, reasons=["route does not judge text actions"],
+                        session=self.record.session.id)
+
+    @property
+    def demands_call(self) -> bool:
+        """The request demands a tool call: a blocked turn ends in an error, not a text answer (tool_choice.py)."""
+        return demands_call(self.payload)
 
     @property
     def scan_content(self) -> bool:

@@ -9,6 +9,7 @@ from proxy.enforce.judging import JudgedCall
 from proxy.policy import LoadedPolicy, format_feedback
 from proxy.policy.judge import shell_command
 from proxy.toolcalls import openai_call
+from proxy.toolcalls.text_actions import is_text_action
 
 __all__ = ["SIBLING_NOT_RUN", "blocked_message", "retry_messages", "turn_allowed"]
 
@@ -24,6 +25,8 @@ def _assistant_turn(content: str | None, judged: list[JudgedCall]) -> dict[str, 
     # and quoted in the feedback instead, so the retry itself cannot fail upstream.
     calls = [openai_call(item.call, arguments="{}" if item.call.malformed else item.call.arguments_text)
              for item in judged]
+    if not calls:  # a text-acting client's turn: its actions are in the content
+        return {"role": "assistant", "content": content or ""}
     return {"role": "assistant", "content": content or None, "tool_calls": calls}
 
 
@@ -37,11 +40,18 @@ def _feedback(policy: LoadedPolicy, item: JudgedCall) -> str:
 
 
 def retry_messages(policy: LoadedPolicy, content: str | None, judged: list[JudgedCall]) -> list[dict[str, Any]]:
-    """The assistant turn that was held back, then one tool message per call saying what happened."""
-    messages = [_assistant_turn(content, judged)]
-    for item in judged:
+    """The assistant turn that was held back, then one tool message per call saying what happened. Actions
+    written in the text (text_actions.py) have no tool id: what happened to them follows as one user message."""
+    called = [item for item in judged if not is_text_action(item.call)]
+    written = [item for item in judged if is_text_action(item.call)]
+    messages = [_assistant_turn(content, called)]
+    for item in called:
         text = SIBLING_NOT_RUN if item.allowed else _feedback(policy, item)
         messages.append({"role": "tool", "tool_call_id": item.call.id, "content": text})
+    if written:
+        lines = [f"Not run: {_describe(item, policy)}" for item in written]
+        lines += [_feedback(policy, item) for item in written if not item.allowed]
+        messages.append({"role": "user", "content": "\n".join(lines)})
     return messages
 
 

@@ -15,8 +15,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from proxy.enforce.exchange import Exchange, Outcome, RetryFailed, end_stream, open_retry_stream
+from proxy.enforce.feedback_turns import blocked_message
 from proxy.enforce.judging import JudgedCall
-from proxy.errors import StoreUnavailable
+from proxy.errors import BlockedTurn, StoreUnavailable
 
 __all__ = ["StreamedAttempts"]
 
@@ -49,6 +50,12 @@ class StreamedAttempts(ABC):
     @abstractmethod
     def block(self, judged: list[JudgedCall]) -> list[bytes]:
         """The budget is spent: the explaining answer and the end of the response."""
+
+    def refuse(self, judged: list[JudgedCall]) -> list[bytes]:
+        """The budget is spent on a request that demands a tool call: an error event whose message explains the
+        block, which the client's SDK raises (a text answer would read as a broken turn)."""
+        text = blocked_message(self.ex.policy, judged, self.attempt)
+        return [self.error(text, BlockedTurn.error_type, BlockedTurn.code)]
 
     @abstractmethod
     def retry_turn(self, judged: list[JudgedCall]) -> list[dict[str, Any]]:
@@ -105,7 +112,7 @@ class StreamedAttempts(ABC):
                         yield piece
                     break
                 if outcome is Outcome.BLOCKED:
-                    for piece in self.block(judged):
+                    for piece in self.refuse(judged) if ex.demands_call else self.block(judged):
                         yield piece
                     break
                 ex.extra_messages += self.retry_turn(judged)

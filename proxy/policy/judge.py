@@ -36,7 +36,9 @@ class _BadArguments(Exception):
 
 def judge_command(policy: Policy, command: str, *, roots: tuple[str, ...] = ()) -> Verdict:
     """Allow only what the decision lexer accepts, with arguments its script's rules accept (`roots`: the
-    project roots a path argument may name); explain everything else."""
+    project roots a path argument may name), or an exact command the policy lists; explain everything else."""
+    if command in policy.bash.exact:
+        return _ALLOWED
     try:
         matcher = matcher_for(policy)
         argv = matcher.argv(command)

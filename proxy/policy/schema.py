@@ -166,6 +166,8 @@ class BashRules(_Strict):
     scripts: dict[Identifier, ScriptRule | None] = Field(default_factory=dict)
     scripts_path: str | None = None
     max_command_length: int = Field(default=2000, ge=16, le=HARD_MAX_COMMAND_LENGTH)
+    # Commands allowed verbatim (byte for byte), whatever the script rules say: a client's protocol commands.
+    exact: list[str] = Field(default_factory=list)
 
     @field_validator("scripts_dir")
     @classmethod

@@ -104,6 +104,9 @@ REQUEST_LATENCY = Histogram(
     "allowlist_proxy_request_seconds",
     "One client request, retries included, by its outcome (ok, blocked, upstream_error, client_disconnected, ...)",
     [*_MODEL, "outcome"], buckets=_LATENCY_BUCKETS)
+UNGOVERNED_TEXT = Counter("allowlist_proxy_ungoverned_text_actions",
+                          "Turns of a recognised text-acting client holding actions the proxy could not read or judge",
+                          [*_MODEL, "client"])
 BLOCKED_TURNS = Counter("allowlist_proxy_blocked_turns",
                         "Client requests answered with a block message: the retry budget ran out", _MODEL)
 POLICY_RELOAD_FAILURES = Counter("allowlist_proxy_policy_reload_failures", "Policy files refused at load or reload",

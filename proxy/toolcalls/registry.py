@@ -16,8 +16,11 @@ from proxy.toolcalls.hermes import HermesFormat
 from proxy.toolcalls.openai import OpenAIFormat
 from proxy.toolcalls.qwen3_coder import Qwen3CoderFormat
 from proxy.toolcalls.scanner import ContentFormat
+from proxy.toolcalls.text_actions import TextActionFormat
+from proxy.toolcalls.text_fenced import FencedBlocks
+from proxy.toolcalls.text_xml_tags import XmlActionTags
 
-__all__ = ["FORMATS", "content_formats", "register", "structured_format", "unregister"]
+__all__ = ["FORMATS", "TEXT_FORMATS", "content_formats", "register", "register_text", "structured_format", "unregister"]
 
 FORMATS: dict[str, ToolCallFormat] = {}
 """Every registered format by name, in registration order."""
@@ -65,3 +68,18 @@ def _forget() -> None:
 register(Qwen3CoderFormat())
 register(HermesFormat())
 register(OpenAIFormat())
+
+
+TEXT_FORMATS: dict[str, TextActionFormat] = {}
+"""The text action formats by name (text_actions.py): read only for the clients whose profile names them."""
+
+
+def register_text(fmt: TextActionFormat) -> TextActionFormat:
+    TEXT_FORMATS[fmt.name] = fmt
+    return fmt
+
+
+register_text(FencedBlocks("mswea_bash_command", ("mswea_bash_command",), "mswea_bash_command"))
+register_text(FencedBlocks("bash_block", ("bash", "sh", "shell"), "bash_block"))
+register_text(XmlActionTags("cline_xml", ("execute_command", "read_file", "write_to_file", "replace_in_file",
+                                          "list_files", "search_files", "list_code_definition_names")))

@@ -1,0 +1,99 @@
+"""Agents that act on text: which client a request comes from, which text action formats it runs, and the
+verdicts of the actions one assistant text holds.
+
+A client is recognised by what it writes into the request itself (its system prompt and first user message),
+never by model output or tool results. Its profile names the text formats it executes
+(proxy/toolcalls/registry.py `TEXT_FORMATS`) and its protocol sentinels: exact commands it interprets itself
+(mini-swe-agent ends a run with `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`), allowed verbatim like the
+policy's `shell.exact`. A client whose actions cannot be judged as commands (smolagents' CodeAgent writes Python
+programs) is recognised with the reason, and each of its acting turns is counted as ungoverned
+(`allowlist_proxy_ungoverned_text_actions_total`), as is any action a format recognises but cannot read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.enforce.judging import JudgedCall, judge_calls
+from proxy.policy import LoadedPolicy
+from proxy.policy.profiles import ToolSet
+from proxy.policy.verdict import ALLOW, Verdict
+from proxy.toolcalls.registry import TEXT_FORMATS
+
+__all__ = ["TEXT_CLIENTS", "TextClient", "judge_text", "recognise", "ungoverned_reasons"]
+
+
+@dataclass(frozen=True, slots=True)
+class TextClient:
+    name: str
+    marker: re.Pattern[str]  # searched in the client-written text of the request
+    formats: tuple[str, ...] = ()
+    sentinels: tuple[str, ...] = ()
+    ungoverned: str | None = None  # why this client's actions are not judged (counted instead)
+    acts: re.Pattern[str] | None = None  # what an acting turn of an ungoverned client looks like
+
+
+TEXT_CLIENTS = (
+    TextClient("mini-swe-agent", re.compile(r"mswea_bash_command"), ("mswea_bash_command",),
+               ("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT",)),
+    TextClient("bash-blocks", re.compile(r"(?i)exactly one bash code block"), ("bash_block",),
+               ("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", "echo MINI_SWE_AGENT_FINAL_OUTPUT")),
+    TextClient("cline-xml", re.compile(r"<execute_command>\s*<command>"), ("cline_xml",)),
+    TextClient("smolagents-code", re.compile(r"(?s)final_answer.*(?:<end_code>|</code>)"),
+               ungoverned="smolagents CodeAgent runs Python programs, which are not judged as commands",
+               acts=re.compile(r"<code>|```py")),
+)
+
+
+def _client_text(messages: Iterable[Any]) -> str:
+    """The request's system/developer messages and its first user message: what the client itself wrote."""
+    parts: list[str] = []
+    first_user = True
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        role = message.get("role")
+        if role in ("system", "developer") or (role == "user" and first_user):
+            first_user = first_user and role != "user"
+            parts.append(_text(message.get("content")))
+    return "\n".join(parts)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def recognise(messages: Iterable[Any]) -> TextClient | None:
+    text = _client_text(messages)
+    return next((client for client in TEXT_CLIENTS if client.marker.search(text)), None)
+
+
+def ungoverned_reasons(client: TextClient, text: str) -> list[str]:
+    """Why the actions of this assistant text pass unjudged (empty: none, or all of them read)."""
+    reasons = [client.ungoverned] if client.ungoverned and client.acts and client.acts.search(text) else []
+    for name in client.formats:
+        reasons += TEXT_FORMATS[name].read(text).unreadable
+    return reasons
+
+
+def judge_text(policy: LoadedPolicy, client: TextClient, text: str, *, tools: ToolSet | None,
+               session_id: str | None) -> list[JudgedCall]:
+    """The verdicts of the actions this client would run from `text`: a sentinel of the client is allowed
+    verbatim; everything else is judged as the tool its format maps (where the policy's `shell.exact` applies)."""
+    exact = set(client.sentinels)
+    out: list[JudgedCall] = []
+    for name in client.formats:
+        for call in TEXT_FORMATS[name].read(text).calls:
+            command = call.arguments.get("command") if call.arguments else None
+            if isinstance(command, str) and command.strip() in exact:
+                out.append(JudgedCall(call, Verdict(ALLOW, (), "exact")))
+            else:
+                out += judge_calls(policy, [call], None, tools=tools, session_id=session_id, repair=False)
+    return out

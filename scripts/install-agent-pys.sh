@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Python agents and agent frameworks that tests/e2e/test_pypi_clients.py drives, each pinned, each in a venv
+# of its own outside the repository (the project's environment stays as pyproject.toml says).
+#   AGENT_PYS_CACHE  where the venvs go (default: ~/.cache/allowlist-proxy-e2e-py); kept between runs
+# Exits 0 with a message when an install fails, so those tests skip with a reason instead (set
+# E2E_REQUIRE_CLIENTS=1 for pytest to fail then).
+set -uo pipefail
+
+cache="${AGENT_PYS_CACHE:-$HOME/.cache/allowlist-proxy-e2e-py}"
+# client name -> the pinned requirement its venv holds
+declare -A packages=(
+  [smolagents]="smolagents[openai]==1.26.0"
+  [mini-swe-agent]="mini-swe-agent==2.4.6"
+)
+
+mkdir -p "$cache"
+for client in "${!packages[@]}"; do
+  spec="${packages[$client]}"
+  venv="$cache/$client"
+  if [ -f "$venv/.installed" ] && [ "$(cat "$venv/.installed")" = "$spec" ]; then
+    echo "$spec in $venv"
+    continue
+  fi
+  rm -rf "$venv"
+  if python3 -m venv "$venv" && "$venv/bin/pip" install -q "$spec" >&2; then
+    echo "$spec" > "$venv/.installed"
+    echo "$spec in $venv"
+  else
+    echo "pip install $spec failed: its end-to-end test will be skipped" >&2
+  fi
+done
+exit 0
