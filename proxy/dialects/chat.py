@@ -336,7 +336,7 @@ class _StreamRelay(StreamedAttempts):
                     # string), released as it came: what `_chunk` would do for it, the branches that cannot
                     # apply left out.
                     choice.content.append(text)
-                    if text:
+                    if text and not self.hold_pieces():
                         self.sent_fields.add("content")
                     self.ex.record.mark_first_token()
                     return event.raw
@@ -427,8 +427,8 @@ class _StreamRelay(StreamedAttempts):
             for e in events:
                 if isinstance(e, TextDelta):
                     released[e.field] = released.get(e.field, "") + e.text
-                    if self.attempt == 1 and e.text:
-                        self.sent_fields.add(e.field)  # text goes out live in the first attempt
+                    if e.text and not self.hold_pieces():
+                        self.sent_fields.add(e.field)  # text that goes out live (the first attempt's)
                 elif isinstance(e, CompletedCall):
                     completed.append(e.call)
             if "content" in released:
