@@ -68,25 +68,120 @@ def newcombe_difference(k1: int, n1: int, k2: int, n2: int) -> Interval | None:
     return low, high
 
 
-def _log_choose(n: int, k: int) -> float:
-    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+# Stirling's series for n > 15 (Loader 2000, as R's dbinom): no cancellation of huge log-factorials.
+_STIRLING = (1 / 12, 1 / 360, 1 / 1260, 1 / 1680, 1 / 1188)
+# The smallest p-value reported: below it a p-value is printed as "< 1e-300" and never underflows to 0.0,
+# which a reader (or a falsy test) would take for "no p-value".
+P_FLOOR = 1e-300
+
+
+def _stirling_error(n: float) -> float:
+    """log(n!) - log(sqrt(2 pi n) (n/e)^n)."""
+    if n <= 15:
+        return math.lgamma(n + 1) - (n + 0.5) * math.log(n) + n - _HALF_LOG_2PI if n > 0 else 0.0
+    s0, s1, s2, s3, s4 = _STIRLING
+    nn = n * n
+    return (s0 - (s1 - (s2 - (s3 - s4 / nn) / nn) / nn) / nn) / n
+
+
+def _deviance(x: float, mean: float) -> float:
+    """x log(x / mean) + mean - x, summed as a series where the two terms nearly cancel."""
+    if abs(x - mean) < 0.1 * (x + mean):
+        v = (x - mean) / (x + mean)
+        s = (x - mean) * v
+        ej = 2 * x * v
+        v2 = v * v
+        j = 1
+        while True:
+            ej *= v2
+            s1 = s + ej / (2 * j + 1)
+            if s1 == s:
+                return s1
+            s = s1
+            j += 1
+    return x * math.log(x / mean) + mean - x
+
+
+def _log_binomial(x: int, n: int, p: float, q: float) -> float:
+    """log P(X = x) for X ~ Binomial(n, p), accurate to a few ulps at any n (Loader's saddle point form)."""
+    if x == 0:
+        return n * math.log(q) if n else 0.0
+    if x == n:
+        return n * math.log(p)
+    lc = (_stirling_error(n) - _stirling_error(x) - _stirling_error(n - x)
+          - _deviance(x, n * p) - _deviance(n - x, n * q))
+    return lc - 0.5 * (math.log(2 * math.pi) + math.log(x) + math.log1p(-x / n))
+
+
+def _log_hypergeometric(x: int, row1: int, row2: int, col1: int) -> float:
+    """log P(X = x): x of the col1 draws from row1 + row2 items come from row1."""
+    total = row1 + row2
+    p, q = col1 / total, (total - col1) / total
+    return (_log_binomial(x, row1, p, q) + _log_binomial(col1 - x, row2, p, q)
+            - _log_binomial(col1, total, p, q))
+
+
+def _tail_sum(start: int, stop: int, step: int, log_first: float, row1: int, row2: int, col1: int,
+              reference: float) -> float:
+    """sum of P(X = x) / exp(reference) from start towards stop (inclusive), walking outward from the mode.
+
+    Terms come from the ratio of neighbours, so each costs a few multiplications; the walk stops once a term
+    no longer changes the sum (the tail falls faster than geometrically).
+    """
+    term = math.exp(log_first - reference)
+    total = 0.0
+    x = start
+    while True:
+        total += term
+        if x == stop or term < total * 1e-17:
+            return total
+        if step > 0:
+            term *= (row1 - x) * (col1 - x) / ((x + 1) * (row2 - col1 + x + 1))
+        else:
+            term *= x * (row2 - col1 + x) / ((row1 - x + 1) * (col1 - x + 1))
+        x += step
 
 
 def fisher_exact(a: int, b: int, c: int, d: int) -> float:
-    """Two-sided p-value of Fisher's exact test for the table [[a, b], [c, d]]."""
-    row1, col1, total = a + b, a + c, a + b + c + d
+    """Two-sided p-value of Fisher's exact test for the table [[a, b], [c, d]].
+
+    The tables as likely as or less likely than the observed one (R's and scipy's relative tolerance of 1e-7)
+    form two tails of the unimodal hypergeometric distribution: each is found by bisection and summed outward
+    from its edge, so the cost does not grow with the number of calls. Never below `P_FLOOR`.
+    """
+    row1, row2, col1 = a + b, c + d, a + c
+    total = row1 + row2
     if total == 0 or row1 in (0, total) or col1 in (0, total):
         return 1.0
-    low, high = max(0, col1 - (total - row1)), min(row1, col1)
-    denominator = _log_choose(total, col1)
+    low, high = max(0, col1 - row2), min(row1, col1)
+    mode = min(high, max(low, (row1 + 1) * (col1 + 1) // (total + 2)))
 
     def log_p(x: int) -> float:
-        return _log_choose(row1, x) + _log_choose(total - row1, col1 - x) - denominator
+        return _log_hypergeometric(x, row1, row2, col1)
 
     observed = log_p(a)
     bound = observed + math.log1p(1e-7)
-    p = sum(math.exp(lp) for x in range(low, high + 1) if (lp := log_p(x)) <= bound)
-    return min(1.0, p)
+    if log_p(mode) <= bound:
+        return 1.0
+    # The first x on each side of the mode whose probability is at most the observed one's.
+    lo, hi = low - 1, mode  # log_p(lo + 1 .. ) rises towards the mode: find the largest x < mode in the tail
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if log_p(mid) <= bound else (lo, mid)
+    left_edge = lo
+    lo, hi = mode, high + 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if log_p(mid) <= bound else (mid, hi)
+    right_edge = hi
+    scaled = 0.0
+    if left_edge >= low:
+        scaled += _tail_sum(left_edge, low, -1, log_p(left_edge), row1, row2, col1, observed)
+    if right_edge <= high:
+        scaled += _tail_sum(right_edge, high, 1, log_p(right_edge), row1, row2, col1, observed)
+    log_value = observed + math.log(scaled) if scaled > 0 else observed
+    return min(1.0, max(P_FLOOR, math.exp(log_value))) if log_value > math.log(P_FLOOR) else P_FLOOR
 
 
 def _ratio(errors: int, calls: int) -> float:

@@ -172,3 +172,19 @@ async def test_session_counts_from_rollups_equal_the_rows(engine, store: Store) 
             rolled = await figures.session_error_counts(conn, f)
             rows = await queries.session_error_counts(conn, f)
             assert {m: sorted(v) for m, v in rolled.items()} == {m: sorted(v) for m, v in rows.items()}
+
+
+def _reference() -> dict:
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(__file__).parent / "data" / "stats_reference.json").read_text())
+
+
+def test_fisher_agrees_with_scipy_at_any_size() -> None:
+    # scipy's values (scripts/stats_oracle_reference.py), up to 2.2e7 calls; below P_FLOOR the floor.
+    from proxy.stats.confidence import P_FLOOR
+
+    for row in _reference()["fisher"]:
+        assert fisher_exact(*row["table"]) == pytest.approx(max(row["p"], P_FLOOR), rel=1e-10), row
+    assert fisher_exact(242_000, 10_758_000, 1_078_000, 9_922_000) == P_FLOOR  # never 0.0
