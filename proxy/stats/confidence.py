@@ -4,17 +4,20 @@
   and behaves at k = 0 or k = n, unlike the normal approximation.
 - `newcombe_difference`: the interval of p1 - p2 from the two Wilson intervals (Newcombe 1998, method 10).
 - `fisher_exact`: the two-sided exact test of a 2x2 table (hypergeometric; tables as likely as or less
-  likely than the observed one, with R's and scipy's relative tolerance of 1e-7).
+  likely than the observed one, with R's and scipy's relative tolerance of 1e-7), in constant time at any
+  size (Loader's saddle-point log-probabilities; each tail summed outward from its edge).
 - `bootstrap_ratio`: a percentile interval of sum(errors)/sum(calls) resampling whole sessions, because the
   calls of one session are not independent (a model that loops contributes many errors at once). Past
   `BOOTSTRAP_MAX_SESSIONS` sessions it gives the cluster-robust normal interval of the same ratio instead
   (what the bootstrap converges to at that size), so `/stats/models` stays fast on a big store.
-- `permutation_difference`: the two-sided permutation test of the difference of two such ratios, shuffling
-  which model each session belongs to; past `BOOTSTRAP_MAX_SESSIONS` sessions the z-test of the difference
-  with the same cluster-robust variances.
+- `permutation_test`: the two-sided permutation test of the difference of two such ratios, shuffling
+  which model each session belongs to: exact over the distinct session counts where they are few, else a
+  sequential Monte Carlo that draws until its verdict against alpha is settled (or says it is not); past
+  `BOOTSTRAP_MAX_SESSIONS` sessions the z-test of the difference with the same cluster-robust variances.
+- p-values never go below `P_FLOOR`; session intervals never collapse to a point (`_never_a_point`).
 
-The resampling is seeded and works on the sessions' counts sorted, so the same data always gives the same
-figures.
+The resampling is seeded (the permutation test from the data itself) and works on the sessions' counts
+sorted, so the same data always gives the same figures.
 """
 
 from __future__ import annotations
