@@ -14,7 +14,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from proxy.stats.confidence import fisher_exact, newcombe_difference, permutation_difference, wilson
+from proxy.stats.confidence import P_FLOOR, fisher_exact, newcombe_difference, permutation_test, wilson
+from proxy.stats.confidence import PermutationResult as PermutationTest
 from proxy.store import figures
 from proxy.store.queries import Filters, SessionErrors
 
@@ -30,6 +31,8 @@ def _percent(rate: float | None) -> str:
 def _p(value: float | None) -> str:
     if value is None:
         return "-"
+    if value <= P_FLOOR:
+        return "< 1e-300"
     if value < 0.001:
         return "< 0.001"
     return f"{value:.3f}" if value < 0.1 else f"{value:.2f}"
@@ -42,15 +45,19 @@ def comparison_sentence(result: dict[str, Any]) -> str:
         missing = a["model"] if ra is None else b["model"]
         return f"No comparison: {missing} has no tool calls in the window."
     p_calls, p_sessions = result["p_value_calls"], result["p_value_sessions"]
-    over = f"p = {_p(p_calls)} over calls, {_p(p_sessions)} over sessions"
+    mc_error = result.get("p_value_sessions_mc_error") or 0.0
+    spread = f" (Monte Carlo error {mc_error:.4f})" if mc_error else ""
+    over = f"p = {_p(p_calls)} over calls, {_p(p_sessions)}{spread} over sessions"
     if ra == rb:
         return f"{a['model']} and {b['model']} have the same error rate ({_percent(ra)}): {over}."
     higher, lower = (a, b) if ra > rb else (b, a)
     rates = f"{_percent(higher['error_rate'])} vs {_percent(lower['error_rate'])}"
-    by_calls = p_calls is not None and p_calls < ALPHA
-    by_sessions = p_sessions is not None and p_sessions < ALPHA
-    if by_calls and by_sessions:
+    by_calls = result["verdict_calls"] == "below"
+    if result["established"]:
         return f"{higher['model']}'s error rate is higher than {lower['model']}'s ({rates}): {over}."
+    if by_calls and result["verdict_sessions"] == "undecided":
+        return (f"Whether {higher['model']}'s error rate is higher than {lower['model']}'s ({rates}) is undecided: "
+                f"{over}, too close to {ALPHA} for the random splits drawn; the difference is not established.")
     if by_calls:
         return (f"{higher['model']}'s error rate looks higher than {lower['model']}'s ({rates}) over calls, but "
                 f"not once sessions count as units: {over}; the difference is not established.")
@@ -70,6 +77,7 @@ def compare_counts(first: tuple[str, Sequence[tuple[int, int]]], second: tuple[s
     a, b = sides
     both = a["tool_calls"] and b["tool_calls"]
     interval = newcombe_difference(a["errors"], a["tool_calls"], b["errors"], b["tool_calls"]) if both else None
+    sessions_test = permutation_test(first[1], second[1], alpha=ALPHA) if both else None
     p_calls = (fisher_exact(a["errors"], a["tool_calls"] - a["errors"], b["errors"], b["tool_calls"] - b["errors"])
                if both else None)
     result: dict[str, Any] = {
@@ -77,14 +85,32 @@ def compare_counts(first: tuple[str, Sequence[tuple[int, int]]], second: tuple[s
         "difference": a["error_rate"] - b["error_rate"] if both else None,
         "difference_ci95": None if interval is None else [round(interval[0], 4), round(interval[1], 4)],
         "p_value_calls": p_calls,
-        "p_value_sessions": permutation_difference(first[1], second[1]) if both else None,
+        "p_value_sessions": None if sessions_test is None else sessions_test.p,
+        "p_value_sessions_mc_error": None if sessions_test is None else sessions_test.mc_error,
         "test_calls": "Fisher's exact test, two-sided",
-        "test_sessions": "permutation test over sessions, two-sided",
+        "test_sessions": "permutation test over sessions, two-sided"
+                         + ("" if sessions_test is None else f" ({_method(sessions_test)})"),
+        "verdict_calls": "none" if p_calls is None else ("below" if p_calls < ALPHA else "above"),
+        "verdict_sessions": _verdict(sessions_test),
     }
-    result["established"] = bool(both and result["p_value_calls"] < ALPHA
-                                 and (result["p_value_sessions"] or 1.0) < ALPHA)
+    # One decision, read by the sentence too: both tests settled below ALPHA.
+    result["established"] = result["verdict_calls"] == "below" and result["verdict_sessions"] == "below"
     result["sentence"] = comparison_sentence(result)
     return result
+
+
+def _method(test: PermutationTest) -> str:
+    if test.method == "monte carlo":
+        return f"Monte Carlo, {test.draws} random splits"
+    return "exact" if test.method == "exact" else "cluster-robust normal approximation"
+
+
+def _verdict(test: PermutationTest | None) -> str:
+    if test is None:
+        return "none"
+    if not test.settled:
+        return "undecided"
+    return "below" if test.p < ALPHA else "above"
 
 
 async def compare_models(engine: AsyncEngine, models: tuple[str, str], *, since: float | None = None,

@@ -172,3 +172,85 @@ async def test_session_counts_from_rollups_equal_the_rows(engine, store: Store) 
             rolled = await figures.session_error_counts(conn, f)
             rows = await queries.session_error_counts(conn, f)
             assert {m: sorted(v) for m, v in rolled.items()} == {m: sorted(v) for m, v in rows.items()}
+
+
+def _reference() -> dict:
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(__file__).parent / "data" / "stats_reference.json").read_text())
+
+
+def test_fisher_agrees_with_scipy_at_any_size() -> None:
+    # scipy's values (scripts/stats_oracle_reference.py), up to 2.2e7 calls; below P_FLOOR the floor.
+    from proxy.stats.confidence import P_FLOOR
+
+    for row in _reference()["fisher"]:
+        assert fisher_exact(*row["table"]) == pytest.approx(max(row["p"], P_FLOOR), rel=1e-10), row
+    assert fisher_exact(242_000, 10_758_000, 1_078_000, 9_922_000) == P_FLOOR  # never 0.0
+
+
+def test_large_store_verdict_and_sentence_agree() -> None:
+    # 2,000 sessions of 10 calls per model, 2.2 % vs 9.8 %: both p-values far below what a double holds.
+    a = [(1, 10)] * 440 + [(0, 10)] * 1560
+    b = [(1, 10)] * 1960 + [(0, 10)] * 40
+    result = compare_counts(("a", a), ("b", b))
+    assert result["p_value_calls"] > 0 and result["p_value_sessions"] > 0  # floored, never 0.0
+    assert result["established"] and result["verdict_sessions"] == "below"
+    assert result["sentence"].startswith("b's error rate is higher than a's (9.8 % vs 2.2 %)")
+    assert "< 1e-300 over sessions" in result["sentence"]
+
+
+# Sessions whose permutation p is within a Monte Carlo error of 0.05 (about 0.050 with 50,000 draws).
+NEAR_A = [(1, 2), (1, 6), (0, 1), (2, 1), (1, 5), (0, 5), (0, 1), (0, 4), (1, 1), (0, 1), (2, 4), (0, 5), (0, 2),
+          (2, 6), (2, 1), (2, 5), (1, 1), (0, 1), (2, 2), (1, 4), (0, 5), (0, 5), (1, 5), (2, 2), (0, 5), (2, 6),
+          (0, 3), (0, 5), (2, 1), (2, 1), (2, 2), (1, 6), (2, 4), (1, 4), (2, 4), (1, 3), (0, 2), (2, 2), (0, 5),
+          (1, 5)]
+NEAR_B = [(2, 3), (3, 4), (2, 5), (1, 1), (3, 4), (1, 3), (1, 4), (2, 1), (3, 1), (3, 5), (2, 3), (3, 3), (3, 4),
+          (3, 4), (1, 1), (2, 4), (2, 6), (0, 1), (2, 6), (1, 6), (2, 6), (1, 3), (2, 4), (2, 3), (0, 4), (1, 2),
+          (2, 1), (1, 1), (0, 3), (0, 6), (0, 4), (1, 4), (0, 2), (1, 4), (2, 3), (0, 4), (2, 3), (2, 4), (1, 6),
+          (1, 2)]
+
+
+def test_permutation_verdict_does_not_depend_on_the_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from proxy.stats import confidence
+
+    monkeypatch.setattr(confidence, "MAX_PERMUTATION_WORK", 1_200_000)  # 15,000 draws: keeps the test quick
+    verdicts = set()
+    for seed in (None, 1, 2, 3):
+        found = confidence.permutation_test(NEAR_A, NEAR_B, seed=seed)
+        assert found is not None and found.method == "monte carlo" and 0 < found.mc_error < 0.003
+        verdicts.add("undecided" if not found.settled else found.p < 0.05)
+    assert verdicts == {"undecided"}
+    result = compare_counts(("a", NEAR_A), ("b", NEAR_B))
+    assert result["verdict_sessions"] == "undecided" and not result["established"]
+    assert result["p_value_sessions_mc_error"] > 0 and "Monte Carlo error 0.00" in result["sentence"]
+    assert "undecided" in result["sentence"]
+    # Far from 0.05 the first batch settles it, and the same data gives the same figures.
+    clear = confidence.permutation_test(NEAR_A, NEAR_B[:20] + [(0, 5)] * 20)
+    assert clear is not None and clear.settled and clear.draws == confidence.DRAW_BATCH
+    assert clear == confidence.permutation_test(list(reversed(NEAR_A)), NEAR_B[:20] + [(0, 5)] * 20)
+
+
+def test_exact_permutation_on_the_seed_counts() -> None:
+    # One call per session: the exact permutation p equals the hypergeometric sum scipy gives.
+    from proxy.stats.confidence import permutation_test
+
+    ref = _reference()["seed_permutation"]
+    calls = lambda k, n: [(1, 1)] * k + [(0, 1)] * (n - k)  # noqa: E731
+    found = permutation_test(calls(*ref["first"]), calls(*ref["second"]))
+    assert found is not None and found.method == "exact" and found.mc_error == 0.0
+    assert found.p == pytest.approx(ref["p"], rel=1e-10)
+
+
+def test_session_intervals_never_collapse() -> None:
+    # Every session at one rate: the bootstrap alone gives a point; the Wilson interval over sessions bounds it.
+    assert bootstrap_ratio([(3, 3)] * 13) == pytest.approx((0.7719, 1.0), abs=1e-4)
+    assert bootstrap_ratio([(0, 5)] * 13) == pytest.approx((0.0, 0.2281), abs=1e-4)
+    low, high = bootstrap_ratio([(1, 2)] * 10)
+    assert low < 0.5 < high
+    low, high = bootstrap_ratio([(0, 4)])  # one session
+    assert low == 0.0 and high > 0.5
+    for many in ([(0, 1)] * 1000, [(2, 2)] * 1000):  # the normal interval past BOOTSTRAP_MAX_SESSIONS too
+        low, high = bootstrap_ratio(many)
+        assert 0 < high - low < 0.005
