@@ -92,27 +92,32 @@ def _other_forms() -> Iterator[tuple[str, str]]:
 FORMS = dict([*_header_forms(), *_other_forms()])
 
 
-def _snapshot(top: Path, project: Path) -> dict[str, bytes]:
-    return {str(path.relative_to(top)): path.read_bytes() for path in sorted(top.rglob("*"))
-            if path.is_file() and project not in path.parents}
+def _snapshot(top: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(top)): path.read_bytes() for path in sorted(top.rglob("*")) if path.is_file()}
 
 
-def _codex_writes_outside(text: str) -> bool:
-    """Whether the real Codex parser, applying `text` in a scratch project, changed anything outside it."""
+def _codex_changes(text: str) -> set[str]:
+    """What the real Codex parser, applying `text` in a scratch project `proj/` (beside `out.txt`, with
+    `proj/in.txt` and `proj/scripts/search.py`), created, changed or deleted, relative to the scratch dir."""
     assert CODEX is not None
     with tempfile.TemporaryDirectory() as scratch:
         top = Path(scratch)
         project = top / "proj"
-        project.mkdir()
-        (project / "in.txt").write_text("a\n")
-        (top / "out.txt").write_text("a\n")
-        before = _snapshot(top, project)
+        (project / "scripts").mkdir(parents=True)
+        for path in (project / "in.txt", top / "out.txt", project / "scripts" / "search.py"):
+            path.write_text("a\n")
+        before = _snapshot(top)
         subprocess.run([str(CODEX), "--codex-run-as-apply-patch", text], cwd=project, capture_output=True,
                        timeout=30, check=False)
+        after = _snapshot(top)
         absolute = Path("/tmp/allowlist-proxy-patch-probe")
-        wrote_absolute = absolute.exists()
+        changed = {"/absolute"} if absolute.exists() else set()
         shutil.rmtree(absolute, ignore_errors=True)
-        return wrote_absolute or _snapshot(top, project) != before
+        return changed | {path for path in before.keys() | after.keys() if before.get(path) != after.get(path)}
+
+
+def _codex_writes_outside(text: str) -> bool:
+    return any(not path.startswith("proj/") for path in _codex_changes(text))
 
 
 _JS_SPACE = "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
@@ -192,11 +197,26 @@ def test_what_the_codex_parser_writes_outside_is_refused(policy: Policy, form: s
 
 
 @pytest.mark.skipif(CODEX is None, reason="the Codex CLI is not installed (scripts/install-agent-clis.sh)")
+@pytest.mark.parametrize("form", sorted(form for form in FORMS if OUT in FORMS[form]))
+def test_what_the_codex_parser_writes_into_the_scripts_dir_is_refused(policy: Policy, form: str,
+                                                                      request: pytest.FixtureRequest) -> None:
+    """The same spellings aimed inside the project at a file an allowed command runs."""
+    text = FORMS[form].replace(OUT, "scripts/search.py")
+    if not any(path.startswith("proj/scripts/") for path in _codex_changes(text)):
+        return
+    request.applymarker(pytest.mark.xfail(reason="needs i24-protect2: the protected write list", strict=True))
+    verdict = _verdict(policy, "codex", text)
+    assert verdict.decision == "reject", (form, verdict)
+    assert {"protected_path", "bad_arguments", "path_escape"} & set(verdict.reasons), verdict
+
+
+@pytest.mark.skipif(CODEX is None, reason="the Codex CLI is not installed (scripts/install-agent-clis.sh)")
 def test_the_codex_parser_is_live() -> None:
     """The probe is meaningful: the plain form and indented headers do escape through the real parser."""
     assert _codex_writes_outside(FORMS["add-before-none"])
     assert _codex_writes_outside(FORMS["add-before-ideo"])
     assert not _codex_writes_outside(FORMS["lower-case"])
+    assert _codex_changes(FORMS["add-before-tab"].replace(OUT, "scripts/search.py")) == {"proj/scripts/search.py"}
 
 
 @pytest.mark.parametrize("form", sorted(form for form in FORMS if any(map(_escapes, opencode_paths(FORMS[form])))))
