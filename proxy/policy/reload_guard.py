@@ -20,6 +20,7 @@ from typing import Any
 from .judge import judge_call
 from .loader import LoadedPolicy
 from .schema import Policy, ToolExample
+from .widening import widenings
 
 __all__ = ["reload_problem"]
 
@@ -49,6 +50,10 @@ def reload_problem(current: LoadedPolicy, candidate: LoadedPolicy) -> str | None
 def _first_widening(old: Policy, new: Policy) -> str | None:
     if old.mode == "enforce" and new.mode != "enforce":
         return f"mode {new.mode}"
+    # Keys read by their meaning first: sample calls miss what they do not touch (a host, a scheme, a profile).
+    structural = widenings(old, new)
+    if structural:
+        return structural[0]
     for tool, arguments in _probes(old, new):
         try:
             was = judge_call(old, tool, arguments).allowed
