@@ -25,6 +25,7 @@ from typing import Any, Literal
 from .judge import judge_call
 from .loader import LoadedPolicy
 from .schema import Policy, ToolExample
+from .widening import widenings
 
 __all__ = ["ReloadVerdict", "reload_problem", "reload_verdict"]
 
@@ -72,6 +73,10 @@ def _first_widening(old: Policy, new: Policy) -> str | None:
         return f"mode {new.mode}"
     if old.protected.own_files and not new.protected.own_files:
         return "protected.own_files off"
+    # Keys read by their meaning first: sample calls miss what they do not touch (a host, a scheme, a profile).
+    structural = widenings(old, new)
+    if structural:
+        return structural[0]
     for tool, arguments in _probes(old, new):
         try:
             was = judge_call(old, tool, arguments).allowed

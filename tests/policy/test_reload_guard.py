@@ -141,3 +141,18 @@ def test_an_example_with_null_arguments_does_not_break_the_guard() -> None:
     candidate = load_policy_text(edited)
     assert not candidate.complete  # so the guard probes it
     assert reload_problem(served, candidate) is None
+
+
+def test_a_widening_no_sample_call_touches_is_not_taken_live() -> None:
+    """Allowing the metadata address (or `file:` URLs) changes no probe's verdict; the structural check
+    (proxy/policy/widening.py) still holds the edit until the file ends with `...`."""
+    raw = STRICT.read_text()
+    served = load_policy_text(raw)
+    assert raw.rstrip().endswith("...")
+    for old, new in (("allow_hosts: []", "allow_hosts: [169.254.169.254]"),
+                     ("schemes: [http, https]", "schemes: [http, https, file]")):
+        assert old in raw
+        edited = raw.rstrip().removesuffix("...").replace(old, new, 1)
+        candidate = load_policy_text(edited)
+        assert reload_problem(served, candidate) is not None, new
+        assert reload_problem(served, load_policy_text(edited + "\n...\n")) is None

@@ -1,0 +1,58 @@
+"""Secrets are not readable by default (issue 24): every read capability, including the ones that read a
+file's content without naming it as a path: a grep whose `include` glob selects secret files prints their
+lines (`grep {pattern: ".", include: "*.pem"}` prints a private key whole). The reads list of
+i24-protect2 judges a grep's `path` but not its `include` (probed at its commit 224fbe0); these cases stay
+xfail until both land."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.policy import Policy, judge_call, load_policy_file
+from proxy.policy.profiles import ToolSet
+
+from .conftest import ROOT
+
+CLIENTS = Path(__file__).parent / "client_tools"
+
+
+@pytest.fixture(scope="module")
+def policy() -> Policy:
+    return load_policy_file(ROOT / "policies" / "strict.yaml").policy
+
+
+def _judge(policy: Policy, client: str, tool: str, arguments: dict[str, Any]) -> tuple[str, ...]:
+    catalogue = json.loads((CLIENTS / f"{client}.json").read_text())
+    tools = ToolSet.for_request(policy, {"model": "m", "tools": catalogue["tools"]},
+                                {"user-agent": catalogue["user_agent"]})
+    return judge_call(policy, tool, arguments, offered_tools=set(tools.offered or {}), tools=tools).reasons
+
+
+# Globs that select a secret file by its name: each one a grep would read the content of.
+SECRET_INCLUDES = [".env", "*.env", ".env.*", "*.pem", "**/*.key", "id_rsa*", "{*.pem,*.txt}", "*.{pem,txt}",
+                   ".e?v", ".en[v]", "**/.aws/credentials", ".netrc"]
+# Cloud credential files kept inside a project under their tool's file name.
+CREDENTIAL_FILES = ["application_default_credentials.json"]
+
+
+@pytest.mark.xfail(reason="needs i24-protect2 and a fix there: grep include globs are not judged against the "
+                          "protected reads", strict=True)
+@pytest.mark.parametrize("include", SECRET_INCLUDES)
+def test_a_grep_whose_include_selects_secrets_is_refused(policy: Policy, include: str) -> None:
+    assert "protected_path" in _judge(policy, "opencode", "grep", {"pattern": ".", "include": include})
+
+
+@pytest.mark.parametrize("include", ["*.py", "*.{md,txt}", "src/**/*.ts"])
+def test_a_grep_over_ordinary_files_passes(policy: Policy, include: str) -> None:
+    assert _judge(policy, "opencode", "grep", {"pattern": ".", "include": include}) == ()
+
+
+@pytest.mark.xfail(reason="needs i24-protect2 and a fix there: gcloud's credential file outside .config/gcloud",
+                   strict=True)
+@pytest.mark.parametrize("path", CREDENTIAL_FILES)
+def test_a_cloud_credential_file_is_not_read(policy: Policy, path: str) -> None:
+    assert "protected_path" in _judge(policy, "opencode", "read", {"filePath": path})
