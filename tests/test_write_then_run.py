@@ -44,7 +44,6 @@ WRITES = {
 }
 
 
-@pytest.mark.xfail(reason="needs i24-protect2: the protected write list (protected_path)", strict=True)
 @pytest.mark.parametrize("client", sorted(WRITES))
 def test_the_write_an_allowed_command_would_run_is_refused(upstream, proxy, client: str) -> None:
     cases = [(tool, arguments(path), "protected_path", arguments("notes.md"))

@@ -173,12 +173,6 @@ def _verdict(policy: Policy, client: str, text: str) -> Any:
     return judge_call(policy, "apply_patch", {argument: text}, offered_tools={"apply_patch"}, tools=tools)
 
 
-# Spellings the real Codex parser reads as a header but main's reader did not (`^\*\*\* ` at column 0):
-# the reader of branch i24-protect2 takes a header after any leading space and refuses look-alikes.
-_MAIN_MISSES = {f"{kind}-before-{name}" for kind in ("add", "update", "delete")
-                for name in ("space", "tab", "vt", "ff", "cr", "nel", "nbsp", "ogham", "enquad", "emsp", "thin",
-                             "hair", "ls", "ps", "nnbsp", "mmsp", "ideo", "two", "mixed")}
-_MAIN_MISSES |= {"second-header-in-add", "header-after-update-hunk"}
 
 
 @pytest.mark.skipif(CODEX is None, reason="the Codex CLI is not installed (scripts/install-agent-clis.sh)")
@@ -188,9 +182,6 @@ def test_what_the_codex_parser_writes_outside_is_refused(policy: Policy, form: s
     text = FORMS[form]
     if not _codex_writes_outside(text):
         return
-    if form in _MAIN_MISSES:
-        request.applymarker(pytest.mark.xfail(
-            reason="needs i24-protect2: patch headers read after any leading Unicode space", strict=True))
     verdict = _verdict(policy, "codex", text)
     assert verdict.decision == "reject", (form, verdict)
     assert {"path_escape", "absolute_path", "bad_arguments"} & set(verdict.reasons), verdict
@@ -204,7 +195,6 @@ def test_what_the_codex_parser_writes_into_the_scripts_dir_is_refused(policy: Po
     text = FORMS[form].replace(OUT, "scripts/search.py")
     if not any(path.startswith("proj/scripts/") for path in _codex_changes(text)):
         return
-    request.applymarker(pytest.mark.xfail(reason="needs i24-protect2: the protected write list", strict=True))
     verdict = _verdict(policy, "codex", text)
     assert verdict.decision == "reject", (form, verdict)
     assert {"protected_path", "bad_arguments", "path_escape"} & set(verdict.reasons), verdict
@@ -222,13 +212,7 @@ def test_the_codex_parser_is_live() -> None:
 @pytest.mark.parametrize("form", sorted(form for form in FORMS if any(map(_escapes, opencode_paths(FORMS[form])))))
 def test_what_the_opencode_parser_reads_outside_is_refused(policy: Policy, form: str,
                                                            request: pytest.FixtureRequest) -> None:
-    if form in _OPENCODE_MAIN_MISSES:
-        request.applymarker(pytest.mark.xfail(
-            reason="needs i24-protect2: patch headers with any space (or none) after the colon", strict=True))
     verdict = _verdict(policy, "opencode", FORMS[form])
     assert verdict.decision == "reject", (form, verdict)
 
 
-# JavaScript's trim() takes U+FEFF off the path; main's reader kept it, and `\ufeff../x` did not escape.
-_OPENCODE_MAIN_MISSES = {f"{kind}-after-{name}" for kind in ("add", "update", "delete", "move")
-                         for name in ("bom", "space-bom")}

@@ -137,8 +137,6 @@ def test_a_write_that_an_allowed_command_would_run_is_refused(policy: Policy, at
                                                               request: pytest.FixtureRequest) -> None:
     ran, writes = _attack_runs(attack, tmp_path)
     assert ran, f"{attack}: the payload did not run under {ATTACKS[attack][0]}: the probe no longer shows the attack"
-    request.applymarker(pytest.mark.xfail(reason="needs i24-protect2: the protected write list (protected_path)",
-                                          strict=True))
     for writer in WRITERS:
         refused = {path: _refused(policy, writer, path, text) for path, text in writes.items()}
         assert any("protected_path" in reasons for reasons in refused.values()), (attack, writer, refused)
