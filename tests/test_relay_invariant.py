@@ -223,25 +223,28 @@ def _ids_stream(chunk_id: str, text: list[tuple[str, list[int]]], arguments: str
     return [b"data: " + dump(e) + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
 
 
-def _client_ids(raw: bytes) -> tuple[set[str], list[int], list[dict[str, Any]]]:
-    chunks = [json.loads(block[6:]) for block in raw.decode().split("\n\n")
+def _relay_with_ids(raw_upstream: RawUpstream, start_proxy: Any,
+                    *streams: list[bytes]) -> tuple[set[str], list[int], list[dict[str, Any]], str]:
+    """The client's view of a `return_token_ids` stream in enforce mode: chunk ids, token ids in order, choices."""
+    raw_upstream.script(*(RawAnswer(wire) for wire in streams))
+    proxy = start_proxy(raw_upstream.url)
+    with proxy.client() as client:
+        response = client.post("/v1/chat/completions", json=chat(
+            stream=True, tools=TOOLS, return_token_ids=True, stream_options={"include_usage": True}))
+    chunks = [json.loads(block[6:]) for block in response.text.split("\n\n")
               if block.startswith("data: ") and block != "data: [DONE]"]
     choices = [c for chunk in chunks for c in chunk["choices"]]
-    return {chunk["id"] for chunk in chunks}, [i for c in choices for i in c["token_ids"]], choices
+    assert all(isinstance(c["token_ids"], list) for c in choices)  # every choice, the proxy's own too
+    return ({chunk["id"] for chunk in chunks}, [i for c in choices for i in c["token_ids"]], choices,
+            response.text)
 
 
 def test_every_token_id_of_a_held_call_reaches_the_client(raw_upstream, start_proxy):
     wire = _ids_stream("chatcmpl-one", [("Let me ", [10, 11]), ("search.", [12])],
                        json.dumps({"command": ALLOWED}), [20, 21, 22], [23])
-    raw_upstream.script(RawAnswer(wire))
-    proxy = start_proxy(raw_upstream.url)
-    with proxy.client() as client:
-        response = client.post("/v1/chat/completions", json=chat(
-            stream=True, tools=TOOLS, return_token_ids=True, stream_options={"include_usage": True}))
-    ids, token_ids, choices = _client_ids(response.content)
+    ids, token_ids, _, _ = _relay_with_ids(raw_upstream, start_proxy, wire)
     assert ids == {"chatcmpl-one"}
     assert token_ids == [10, 11, 12, 20, 21, 22, 23]
-    assert all(isinstance(c["token_ids"], list) for c in choices)
 
 
 def test_a_retried_stream_has_one_id_and_the_token_ids_of_what_the_client_holds(raw_upstream, start_proxy):
@@ -251,15 +254,9 @@ def test_a_retried_stream_has_one_id_and_the_token_ids_of_what_the_client_holds(
                            json.dumps({"command": ALLOWED + " | sh"}), [20, 21, 22], [23])
     delivered = _ids_stream("chatcmpl-second", [("Trying again.", [30, 31])],
                             json.dumps({"command": ALLOWED}), [40, 41, 42], [43])
-    raw_upstream.script(RawAnswer(rejected), RawAnswer(delivered))
-    proxy = start_proxy(raw_upstream.url)
-    with proxy.client() as client:
-        response = client.post("/v1/chat/completions", json=chat(
-            stream=True, tools=TOOLS, return_token_ids=True, stream_options={"include_usage": True}))
-    ids, token_ids, choices = _client_ids(response.content)
+    ids, token_ids, choices, text = _relay_with_ids(raw_upstream, start_proxy, rejected, delivered)
     assert ids == {"chatcmpl-first"}
     assert token_ids == [10, 11, 12, 40, 41, 42, 43]
-    assert all(isinstance(c["token_ids"], list) for c in choices)
     calls = [t for c in choices for t in c["delta"].get("tool_calls") or []]
     assert [json.loads(t["function"]["arguments"])["command"] for t in calls] == [ALLOWED]
-    assert "Trying again" not in response.text
+    assert "Trying again" not in text
