@@ -15,7 +15,8 @@ A data-parallel server logs one stats line per engine (`Engine 000: ...`, `Engin
 logging moment. Those lines make one window of the server: its concurrency is the sum of the
 engines' `Running`, its tokens/s the sum of theirs (what vLLM's own "N Engines Aggregated" line
 prints), and its completed requests are counted once. A moment ends when an engine already seen in
-it logs again; an "Engines Aggregated" line, where present, stands for the moment alone.
+it logs again or a line is stamped more than half a window after the moment's first (an idle engine
+may skip a moment); an "Engines Aggregated" line, where present, stands for the moment alone.
 
 Lines are grouped into streams: one per file and `docker compose` service or `kubectl logs --prefix`
 pod/container, so interleaved logs of several servers stay apart. A stream's model is `--model`,
@@ -101,6 +102,7 @@ class _Stream:
     pending: list[Stamp | None] = field(default_factory=list)  # completions awaiting their window
     moment: dict[str, StatsLine] = field(default_factory=dict)  # per engine: the window being logged
     moment_due: int = 0  # completions binned into that window
+    moment_stamp: Stamp | None = None  # when its first line was logged
     saw_access_log: bool = False
     year_offset: float = 0.0
     last_vllm_seconds: float | None = None
@@ -188,9 +190,12 @@ class LogImport:
         segment = stream.segments[-1]
         if isinstance(event, StatsLine):
             counts.stats += 1
-            if event.engine in stream.moment:
+            if event.engine in stream.moment or _apart(stream.moment_stamp, stamp, self.window_seconds / 2):
+                # An idle engine may skip a moment (vLLM logs idle intervals at debug level): a line stamped
+                # well after the moment's first starts the next one even when its engine is new to the moment.
                 self._log_moment(stream)
             if not stream.moment:
+                stream.moment_stamp = stamp
                 # The moment's first line decides which completions it closes; later engines' lines
                 # of the same moment share that count.
                 due = [p for p in stream.pending if not _later(p, stamp)]
@@ -247,6 +252,13 @@ class LogImport:
         self._log_moment(stream)
         self.lines.completions_unbinned += len(stream.pending)
         stream.pending.clear()
+
+
+def _apart(first: Stamp | None, stamp: Stamp | None, seconds: float) -> bool:
+    """True when both stamps compare and the second is more than `seconds` after the first."""
+    if first is None or stamp is None or first.clock != stamp.clock:
+        return False
+    return stamp.seconds - first.seconds > seconds
 
 
 def _later(access: Stamp | None, stats: Stamp | None) -> bool:

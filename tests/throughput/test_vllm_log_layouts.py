@@ -64,6 +64,22 @@ def test_data_parallel_engines_make_one_window_per_moment(tmp_path: Path) -> Non
     assert (result.lines.stats, result.lines.completions, result.lines.completions_unbinned) == (8, 4, 0)
 
 
+def test_an_engine_that_skips_a_moment_does_not_merge_two_moments(tmp_path: Path) -> None:
+    # vLLM logs an idle engine's interval at debug level: engine 001 is missing at 10:00:20, then logs first.
+    lines = [
+        _ENGINE.format(t="12-01 10:00:10", e=0, r=1, p=0.0, g=50.0),
+        _ENGINE.format(t="12-01 10:00:10", e=1, r=1, p=0.0, g=50.0),
+        _DONE,
+        _ENGINE.format(t="12-01 10:00:20", e=0, r=1, p=0.0, g=50.0),
+        _ENGINE.format(t="12-01 10:00:30", e=1, r=2, p=0.0, g=90.0),
+        _ENGINE.format(t="12-01 10:00:30", e=0, r=1, p=0.0, g=50.0),
+    ]
+    (tmp_path / "dp.log").write_text("\n".join(lines) + "\n")
+    cells = _import(tmp_path / "dp.log").result().tables[0].cells
+    assert {c: (cell.n, cell.generation_tps, cell.completed_requests) for c, cell in cells.items()} == {
+        1: (1, 50.0, 1), 2: (1, 100.0, 0), 3: (1, 140.0, 0)}
+
+
 def test_an_aggregated_line_stands_for_its_moment(tmp_path: Path) -> None:
     lines = _dp_log("m")
     aggregated = ("INFO 12-01 10:00:10 [loggers.py:200] 2 Engines Aggregated: Avg prompt throughput: 100.0 "
