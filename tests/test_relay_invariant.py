@@ -272,3 +272,15 @@ def test_token_ids_of_a_call_written_in_content_go_out_with_the_call(raw_upstrea
     assert token_ids == [10, 11, 12, 13, 14, 15, 20, 21, 22, 23]
     calls = [t for c in choices for t in c["delta"].get("tool_calls") or []]
     assert [json.loads(t["function"]["arguments"])["command"] for t in calls] == [ALLOWED, ALLOWED]
+
+
+def test_a_blocked_stream_keeps_the_token_ids_field_and_one_id(raw_upstream, start_proxy):
+    # Every attempt rejected: the client gets the first attempt's text (with its ids) and the proxy's
+    # explanation, whose choices carry empty `token_ids`.
+    rejected = [_ids_stream(f"chatcmpl-try{n}", [("Let me ", [10, 11])], json.dumps({"command": "rm -rf /"}),
+                            [20, 21, 22], [23]) for n in range(4)]
+    ids, token_ids, choices, _ = _relay_with_ids(raw_upstream, start_proxy, *rejected)
+    assert ids == {"chatcmpl-try0"}
+    assert token_ids == [10, 11]
+    assert not any(c["delta"].get("tool_calls") for c in choices)
+    assert choices[-1]["finish_reason"] == "stop"

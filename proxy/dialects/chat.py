@@ -560,8 +560,11 @@ class _StreamRelay(StreamedAttempts):
     def _blocked(self, judged: list[JudgedCall]) -> bytes:
         text = blocked_message(self.ex.policy, judged, self.attempt)
         self.reply_content += text
-        return (self._encode([{"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None}])
-                + self._encode([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}]))
+        # The proxy's explanation is no model output: no ids, but the field is there for clients that read it.
+        ids: dict[str, Any] = {"token_ids": []} if any(c.returns_ids for c in self.choices.values()) else {}
+        return (self._encode([{"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None,
+                               **ids}])
+                + self._encode([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop", **ids}]))
 
     def tail(self) -> list[bytes]:
         if not self.ex.enforce:
