@@ -265,11 +265,12 @@ def test_a_retried_stream_has_one_id_and_the_token_ids_of_what_the_client_holds(
 def test_token_ids_of_a_call_written_in_content_go_out_with_the_call(raw_upstream, start_proxy):
     # Qwen3-Coder XML left in content: its text is held and converted, its ids travel with the converted call.
     xml = f"<tool_call>\n<function=bash>\n<parameter=command>\n{ALLOWED}\n</parameter>\n</function>\n</tool_call>"
-    pieces = [("Searching. ", [10]), (xml[:20], [11, 12]), (xml[20:60], [13]), (xml[60:], [14, 15])]
+    pieces = [("Searching. ", [10]), (xml[:20], [11, 12]), (xml[20:60], [13]), (xml[60:], [14, 15]),
+              (" Done.", [16])]  # text after the call: the held ids go out before its own
     wire = _ids_stream("chatcmpl-xml", pieces, json.dumps({"command": ALLOWED}), [20, 21, 22], [23])
     ids, token_ids, choices, _ = _relay_with_ids(raw_upstream, start_proxy, wire)
     assert ids == {"chatcmpl-xml"}
-    assert token_ids == [10, 11, 12, 13, 14, 15, 20, 21, 22, 23]
+    assert token_ids == [10, 11, 12, 13, 14, 15, 16, 20, 21, 22, 23]
     calls = [t for c in choices for t in c["delta"].get("tool_calls") or []]
     assert [json.loads(t["function"]["arguments"])["command"] for t in calls] == [ALLOWED, ALLOWED]
 

@@ -334,7 +334,8 @@ class _StreamRelay(StreamedAttempts):
             text = frame.text(event.data)  # type: ignore[arg-type]  # plain: data is a str
             if text is not None:
                 choice = self.choices.get(frame.index)
-                if choice is not None and choice.finish_reason is None and choice.stream.releases_as_is(text):
+                if (choice is not None and choice.finish_reason is None and not choice.held_ids
+                        and choice.stream.releases_as_is(text)):
                     # The bulk of a stream: a chunk whose one choice carries only `delta.content`, in the
                     # canonical encoding (the frame was learnt from a canonical chunk; `text` checks the
                     # string), released as it came: what `_chunk` would do for it, the branches that cannot
@@ -446,6 +447,8 @@ class _StreamRelay(StreamedAttempts):
                 passthrough = False
             if content_calls and (ex.enforce or ex.state.settings.convert_content_tool_calls):
                 passthrough = False
+            if choice.held_ids:
+                passthrough = False  # the held ids go out first, with this chunk (`_rebuild`)
             if any(delta.get(f) for f in _TEXT_FIELDS) or delta.get("tool_calls"):
                 ex.record.mark_first_token()
             if finish and ex.enforce:
