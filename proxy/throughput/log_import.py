@@ -68,7 +68,7 @@ class LineCounts:
     access: int = 0
     completions: int = 0  # 2xx POSTs to completion endpoints: the ones binned into windows
     completions_failed: int = 0  # non-2xx POSTs to completion endpoints
-    completions_unbinned: int = 0  # 2xx completions after a stream's last stats line
+    completions_unbinned: int = 0  # 2xx completions after a run's last stats line (end of input or a restart)
     model_lines: int = 0
     malformed_stats: int = 0
     malformed_spec_decode: int = 0
