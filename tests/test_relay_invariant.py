@@ -200,3 +200,88 @@ def test_narration_is_never_sent_twice_and_the_delivered_turn_is_what_the_client
         calls = [t for d in deltas for t in d.get("tool_calls") or []]
         assert [json.loads(t["function"]["arguments"]) for t in calls] == [{"command": ALLOWED}]
         assert response.text.endswith("data: [DONE]\n\n")
+
+
+def _ids_stream(chunk_id: str, text: list[tuple[str, list[int]]], arguments: str, call_ids: list[int],
+                finish_ids: list[int]) -> list[bytes]:
+    """A vLLM stream asked for `return_token_ids`: every choice carries the ids of its delta's tokens."""
+    head = {"id": chunk_id, "object": "chat.completion.chunk", "created": 1700000000, "model": MODEL}
+
+    def choice(delta: dict[str, Any], ids: list[int], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, **extra, "token_ids": ids}
+
+    call_id = "chatcmpl-tool-" + chunk_id[-4:] * 8
+    parts = [arguments[:9], arguments[9:]]
+    events = [{**head, "prompt_token_ids": [1, 2, 3], "choices": [choice({"role": "assistant", "content": ""}, [])]}]
+    events += [{**head, "choices": [choice({"content": piece}, ids)]} for piece, ids in text]
+    events += [{**head, "choices": [choice({"tool_calls": [{"index": 0, "id": call_id, "type": "function",
+                                                            "function": {"name": "bash"}}]}, call_ids[:1])]}]
+    events += [{**head, "choices": [choice({"tool_calls": [{"index": 0, "function": {"arguments": part}}]}, [i])]}
+               for part, i in zip(parts, call_ids[1:], strict=True)]
+    events += [{**head, "choices": [choice({}, finish_ids, "tool_calls", stop_reason=None)]},
+               {**head, "choices": [], "usage": {"prompt_tokens": 3, "total_tokens": 10, "completion_tokens": 7}}]
+    return [b"data: " + dump(e) + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
+
+
+def _relay_with_ids(raw_upstream: RawUpstream, start_proxy: Any,
+                    *streams: list[bytes]) -> tuple[set[str], list[int], list[dict[str, Any]], str]:
+    """The client's view of a `return_token_ids` stream in enforce mode: chunk ids, token ids in order, choices."""
+    raw_upstream.script(*(RawAnswer(wire) for wire in streams))
+    proxy = start_proxy(raw_upstream.url)
+    with proxy.client() as client:
+        response = client.post("/v1/chat/completions", json=chat(
+            stream=True, tools=TOOLS, return_token_ids=True, stream_options={"include_usage": True}))
+    chunks = [json.loads(block[6:]) for block in response.text.split("\n\n")
+              if block.startswith("data: ") and block != "data: [DONE]"]
+    choices = [c for chunk in chunks for c in chunk["choices"]]
+    assert all(isinstance(c["token_ids"], list) for c in choices)  # every choice, the proxy's own too
+    return ({chunk["id"] for chunk in chunks}, [i for c in choices for i in c["token_ids"]], choices,
+            response.text)
+
+
+def test_every_token_id_of_a_held_call_reaches_the_client(raw_upstream, start_proxy):
+    wire = _ids_stream("chatcmpl-one", [("Let me ", [10, 11]), ("search.", [12])],
+                       json.dumps({"command": ALLOWED}), [20, 21, 22], [23])
+    ids, token_ids, _, _ = _relay_with_ids(raw_upstream, start_proxy, wire)
+    assert ids == {"chatcmpl-one"}
+    assert token_ids == [10, 11, 12, 20, 21, 22, 23]
+
+
+def test_a_retried_stream_has_one_id_and_the_token_ids_of_what_the_client_holds(raw_upstream, start_proxy):
+    # The client holds the first attempt's streamed text and the delivered attempt's call and finish: those
+    # are the ids it gets; the retry's own narration (never sent: the client has this turn's) drops its ids.
+    rejected = _ids_stream("chatcmpl-first", [("Let me ", [10, 11]), ("search.", [12])],
+                           json.dumps({"command": ALLOWED + " | sh"}), [20, 21, 22], [23])
+    delivered = _ids_stream("chatcmpl-second", [("Trying again.", [30, 31])],
+                            json.dumps({"command": ALLOWED}), [40, 41, 42], [43])
+    ids, token_ids, choices, text = _relay_with_ids(raw_upstream, start_proxy, rejected, delivered)
+    assert ids == {"chatcmpl-first"}
+    assert token_ids == [10, 11, 12, 40, 41, 42, 43]
+    calls = [t for c in choices for t in c["delta"].get("tool_calls") or []]
+    assert [json.loads(t["function"]["arguments"])["command"] for t in calls] == [ALLOWED]
+    assert "Trying again" not in text
+
+
+def test_token_ids_of_a_call_written_in_content_go_out_with_the_call(raw_upstream, start_proxy):
+    # Qwen3-Coder XML left in content: its text is held and converted, its ids travel with the converted call.
+    xml = f"<tool_call>\n<function=bash>\n<parameter=command>\n{ALLOWED}\n</parameter>\n</function>\n</tool_call>"
+    pieces = [("Searching. ", [10]), (xml[:20], [11, 12]), (xml[20:60], [13]), (xml[60:], [14, 15]),
+              (" Done.", [16])]  # text after the call: the held ids go out before its own
+    wire = _ids_stream("chatcmpl-xml", pieces, json.dumps({"command": ALLOWED}), [20, 21, 22], [23])
+    ids, token_ids, choices, _ = _relay_with_ids(raw_upstream, start_proxy, wire)
+    assert ids == {"chatcmpl-xml"}
+    assert token_ids == [10, 11, 12, 13, 14, 15, 16, 20, 21, 22, 23]
+    calls = [t for c in choices for t in c["delta"].get("tool_calls") or []]
+    assert [json.loads(t["function"]["arguments"])["command"] for t in calls] == [ALLOWED, ALLOWED]
+
+
+def test_a_blocked_stream_keeps_the_token_ids_field_and_one_id(raw_upstream, start_proxy):
+    # Every attempt rejected: the client gets the first attempt's text (with its ids) and the proxy's
+    # explanation, whose choices carry empty `token_ids`.
+    rejected = [_ids_stream(f"chatcmpl-try{n}", [("Let me ", [10, 11])], json.dumps({"command": "rm -rf /"}),
+                            [20, 21, 22], [23]) for n in range(4)]
+    ids, token_ids, choices, _ = _relay_with_ids(raw_upstream, start_proxy, *rejected)
+    assert ids == {"chatcmpl-try0"}
+    assert token_ids == [10, 11]
+    assert not any(c["delta"].get("tool_calls") for c in choices)
+    assert choices[-1]["finish_reason"] == "stop"

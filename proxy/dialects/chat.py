@@ -208,6 +208,10 @@ class _Choice:
     finish_fields: dict[str, Any] | None = None  # the finishing choice's fields (stop_reason, token_ids ...)
     finish_top: dict[str, Any] | None = None  # and its chunk's
     converted: bool = False
+    # `token_ids` of this choice's chunks whose parts the client has not got yet (held call fragments): they go
+    # out, in order, with the choice's next released chunk, so the ids a client gets concatenate to the stream's.
+    held_ids: list[Any] = field(default_factory=list)
+    returns_ids: bool = False  # the upstream's choices carry `token_ids` lists: the proxy's chunks do too
 
 
 def _tool_count(known: int, delta: dict[str, Any]) -> int:
@@ -330,7 +334,8 @@ class _StreamRelay(StreamedAttempts):
             text = frame.text(event.data)  # type: ignore[arg-type]  # plain: data is a str
             if text is not None:
                 choice = self.choices.get(frame.index)
-                if choice is not None and choice.finish_reason is None and choice.stream.releases_as_is(text):
+                if (choice is not None and choice.finish_reason is None and not choice.held_ids
+                        and choice.stream.releases_as_is(text)):
                     # The bulk of a stream: a chunk whose one choice carries only `delta.content`, in the
                     # canonical encoding (the frame was learnt from a canonical chunk; `text` checks the
                     # string), released as it came: what `_chunk` would do for it, the branches that cannot
@@ -417,6 +422,8 @@ class _StreamRelay(StreamedAttempts):
                 stream = ChoiceStream(ex.tools, scan_content=ex.scan_content, rules=ex.rules)
                 choice = self.choices[index] = _Choice(stream)
             delta = raw_choice.get("delta") or {}
+            if isinstance(raw_choice.get("token_ids"), list):
+                choice.returns_ids = True
             events = choice.stream.feed(delta)
             finish = raw_choice.get("finish_reason")
             if finish:
@@ -440,6 +447,8 @@ class _StreamRelay(StreamedAttempts):
                 passthrough = False
             if content_calls and (ex.enforce or ex.state.settings.convert_content_tool_calls):
                 passthrough = False
+            if choice.held_ids:
+                passthrough = False  # the held ids go out first, with this chunk (`_rebuild`)
             if any(delta.get(f) for f in _TEXT_FIELDS) or delta.get("tool_calls"):
                 ex.record.mark_first_token()
             if finish and ex.enforce:
@@ -486,11 +495,24 @@ class _StreamRelay(StreamedAttempts):
             emit_finish = finish if not ex.enforce else None
             if emit_finish and choice.converted:
                 emit_finish = "tool_calls"
+            ids = raw_choice.get("token_ids")
             if not new_delta and not emit_finish:
+                # Nothing of the chunk goes out now: its ids wait for the choice's next released chunk, unless
+                # all it held is a retry's text the client already has from the first attempt (then the ids
+                # of what the client holds are the first attempt's).
+                suppressed = self.attempt > 1 and not delta.get("tool_calls") and any(
+                    isinstance(e, TextDelta) and e.text and e.field in self.sent_fields for e in events)
+                if isinstance(ids, list) and not suppressed and not (ex.enforce and finish):
+                    choice.held_ids.extend(ids)
                 continue
             out_choice = {**raw_choice, "index": index, "delta": new_delta, "finish_reason": emit_finish}
+            if choice.held_ids:
+                out_choice["token_ids"] = [*choice.held_ids, *(ids if isinstance(ids, list) else [])]
+                choice.held_ids = []
             if ex.enforce and finish:
                 out_choice.pop("stop_reason", None)  # it goes out with the held finish
+                if choice.finish_fields is not None:
+                    choice.finish_fields.pop("token_ids", None)  # went out with this chunk's text
             rebuilt.append(out_choice)
         if not rebuilt:
             return None
@@ -498,7 +520,14 @@ class _StreamRelay(StreamedAttempts):
             return self._encode(rebuilt)
         chunk = {k: v for k, v in obj.items() if k != "usage" or (ex.client_wants_usage and self.attempt == 1)}
         chunk["choices"] = rebuilt
+        self._stream_id(chunk)
         return b"data: " + strict.dumps(chunk).encode() + b"\n\n"
+
+    def _stream_id(self, chunk: dict[str, Any]) -> None:
+        """One id per stream in enforce mode: a retry's chunks carry the first attempt's, which the client saw
+        first (observe mode relays ids as they came)."""
+        if self.ex.enforce and self.template is not None and "id" in self.template and "id" in chunk:
+            chunk["id"] = self.template["id"]
 
     # -- decisions at the end of an attempt
 
@@ -516,10 +545,17 @@ class _StreamRelay(StreamedAttempts):
             for position, call in enumerate(choice.pending):
                 delta = openai_call_delta(call, position)
                 self.reply_calls.append({k: v for k, v in delta.items() if k != "index"})
-                out.append(self._encode([{"index": index, "delta": {"tool_calls": [delta]}, "logprobs": None,
-                                          "finish_reason": None}]))
+                call_choice: dict[str, Any] = {"index": index, "delta": {"tool_calls": [delta]}, "logprobs": None,
+                                               "finish_reason": None}
+                if choice.returns_ids:  # the fragments' ids, with the first whole call
+                    call_choice["token_ids"], choice.held_ids = choice.held_ids, []
+                out.append(self._encode([call_choice]))
             finish = "tool_calls" if choice.pending else (choice.finish_reason or "stop")
             fields = {"logprobs": None, **(choice.finish_fields or {}), "finish_reason": finish}
+            if choice.held_ids or (choice.returns_ids and not isinstance(fields.get("token_ids"), list)):
+                own = fields.get("token_ids")
+                fields["token_ids"] = [*choice.held_ids, *(own if isinstance(own, list) else [])]
+                choice.held_ids = []
             out.append(self._encode([{"index": index, "delta": {}, **fields}], choice.finish_top))
         self.ex.record.mark_first_token()
         return out
@@ -527,8 +563,11 @@ class _StreamRelay(StreamedAttempts):
     def _blocked(self, judged: list[JudgedCall]) -> bytes:
         text = blocked_message(self.ex.policy, judged, self.attempt)
         self.reply_content += text
-        return (self._encode([{"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None}])
-                + self._encode([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}]))
+        # The proxy's explanation is no model output: no ids, but the field is there for clients that read it.
+        ids: dict[str, Any] = {"token_ids": []} if any(c.returns_ids for c in self.choices.values()) else {}
+        return (self._encode([{"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None,
+                               **ids}])
+                + self._encode([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop", **ids}]))
 
     def tail(self) -> list[bytes]:
         if not self.ex.enforce:
@@ -560,6 +599,7 @@ class _StreamRelay(StreamedAttempts):
         """A chunk the proxy writes: the stream's own fields (not those only one chunk carries), these choices."""
         chunk = dict(top or self.template or {"object": "chat.completion.chunk", "model": self.ex.record.model})
         chunk["choices"] = choices
+        self._stream_id(chunk)
         return strict.encode_event(chunk)
 
     def error(self, message: str, type_: str, code: Any) -> bytes:

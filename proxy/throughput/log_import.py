@@ -11,9 +11,18 @@ Every window counts as `window_seconds` long for requests per minute, as the see
 counted them: vLLM computes each line's tokens/s over its logging interval, and the one-second
 resolution of its timestamps would only add noise.
 
-Lines are grouped into streams: one per file and `docker compose` service, so interleaved logs of
-several containers stay apart. A stream's model is `--model`, else the served model named in the
-engine's start-up line, else the compose service, else the file name.
+A data-parallel server logs one stats line per engine (`Engine 000: ...`, `Engine 001: ...`) at each
+logging moment. Those lines make one window of the server: its concurrency is the sum of the
+engines' `Running`, its tokens/s the sum of theirs (what vLLM's own "N Engines Aggregated" line
+prints), and its completed requests are counted once. A moment ends when an engine already seen in
+it logs again or a line is stamped more than half a window after the moment's first (an idle engine
+may skip a moment); an "Engines Aggregated" line, where present, stands for the moment alone.
+
+Lines are grouped into streams: one per file and `docker compose` service or `kubectl logs --prefix`
+pod/container, so interleaved logs of several servers stay apart. A stream's model is `--model`,
+else the served model named in the engine's start-up line, else the compose service or kubectl
+pod/container, else the file name. A start-up line closes the previous run: its unlogged window is
+kept, and completions still waiting for a window count as unbinned, never for the next run.
 """
 
 from __future__ import annotations
@@ -59,7 +68,7 @@ class LineCounts:
     access: int = 0
     completions: int = 0  # 2xx POSTs to completion endpoints: the ones binned into windows
     completions_failed: int = 0  # non-2xx POSTs to completion endpoints
-    completions_unbinned: int = 0  # 2xx completions after a stream's last stats line
+    completions_unbinned: int = 0  # 2xx completions after a run's last stats line (end of input or a restart)
     model_lines: int = 0
     malformed_stats: int = 0
     malformed_spec_decode: int = 0
@@ -91,6 +100,9 @@ class _Stream:
     model: str | None  # --model: overrides every name found in the log
     segments: list[_Segment] = field(default_factory=lambda: [_Segment(None)])
     pending: list[Stamp | None] = field(default_factory=list)  # completions awaiting their window
+    moment: dict[str, StatsLine] = field(default_factory=dict)  # per engine: the window being logged
+    moment_due: int = 0  # completions binned into that window
+    moment_stamp: Stamp | None = None  # when its first line was logged
     saw_access_log: bool = False
     year_offset: float = 0.0
     last_vllm_seconds: float | None = None
@@ -143,8 +155,7 @@ class LogImport:
         """Call after the last feed: completions still waiting for a window then count as unbinned."""
         builders: dict[str, tuple[TableBuilder, SpecDecodeBuilder]] = {}
         for stream in self._streams.values():
-            self.lines.completions_unbinned += len(stream.pending)
-            stream.pending.clear()
+            self._close_run(stream)
             first_named = next((s.name for s in stream.segments if s.name), None)
             for seg in stream.segments:
                 if not seg.windows and not seg.spec:
@@ -179,11 +190,18 @@ class LogImport:
         segment = stream.segments[-1]
         if isinstance(event, StatsLine):
             counts.stats += 1
-            due = [p for p in stream.pending if not _later(p, stamp)]
-            stream.pending = [p for p in stream.pending if _later(p, stamp)]
-            segment.windows.append(
-                Window(event.running, event.prompt_tps, event.generation_tps, len(due), self.window_seconds)
-            )
+            if event.engine in stream.moment or _apart(stream.moment_stamp, stamp, self.window_seconds / 2):
+                # An idle engine may skip a moment (vLLM logs idle intervals at debug level): a line stamped
+                # well after the moment's first starts the next one even when its engine is new to the moment.
+                self._log_moment(stream)
+            if not stream.moment:
+                stream.moment_stamp = stamp
+                # The moment's first line decides which completions it closes; later engines' lines
+                # of the same moment share that count.
+                due = [p for p in stream.pending if not _later(p, stamp)]
+                stream.pending = [p for p in stream.pending if _later(p, stamp)]
+                stream.moment_due = len(due)
+            stream.moment[event.engine] = event
         elif isinstance(event, AccessLine):
             counts.access += 1
             stream.saw_access_log = True
@@ -198,6 +216,8 @@ class LogImport:
             segment.spec.append(event)
         elif isinstance(event, ModelName):
             counts.model_lines += 1
+            self._close_run(stream)
+            segment = stream.segments[-1]
             if segment.name is None:
                 segment.name = event.name
             elif segment.name != event.name:
@@ -207,6 +227,38 @@ class LogImport:
                 counts.malformed_stats += 1
             else:
                 counts.malformed_spec_decode += 1
+
+
+    def _log_moment(self, stream: _Stream) -> None:
+        """The engines' lines of one logging moment -> one window of the server."""
+        if not stream.moment:
+            return
+        aggregated = stream.moment.get("aggregated")
+        lines = [aggregated] if aggregated is not None else list(stream.moment.values())
+        stream.segments[-1].windows.append(
+            Window(
+                sum(line.running for line in lines),
+                sum(line.prompt_tps for line in lines),
+                sum(line.generation_tps for line in lines),
+                stream.moment_due,
+                self.window_seconds,
+            )
+        )
+        stream.moment.clear()
+        stream.moment_due = 0
+
+    def _close_run(self, stream: _Stream) -> None:
+        """End of input or a (re)start: completions not yet in a window belong to no logged window."""
+        self._log_moment(stream)
+        self.lines.completions_unbinned += len(stream.pending)
+        stream.pending.clear()
+
+
+def _apart(first: Stamp | None, stamp: Stamp | None, seconds: float) -> bool:
+    """True when both stamps compare and the second is more than `seconds` after the first."""
+    if first is None or stamp is None or first.clock != stamp.clock:
+        return False
+    return stamp.seconds - first.seconds > seconds
 
 
 def _later(access: Stamp | None, stats: Stamp | None) -> bool:

@@ -8,6 +8,7 @@ message is searched for anywhere in the line instead of anchored after a known p
     INFO 08-27 15:21:10 metrics.py:406] Avg prompt throughput: ..., Running: 6 reqs, Swapped: 0 reqs, ...
     2024-12-01T10:00:05.123456789Z INFO:     127.0.0.1:5555 - "POST /v1/chat/completions HTTP/1.1" 200 OK
     vllm-1  | 2024-12-01T10:00:05.123Z INFO 12-01 10:00:05 [metrics.py:91] SpecDecoding metrics: ...
+    [pod/vllm-7d9f-x2k/vllm] INFO 12-01 10:00:05 [loggers.py:123] Engine 000: Avg prompt throughput: ...
 
 Fields are read one by one, so a version that adds or reorders fields still parses. A line that
 carries a stats or spec-decode marker but lacks its numbers becomes `Malformed`, never an error.
@@ -104,11 +105,13 @@ Event = StatsLine | SpecLine | AccessLine | ModelName | Malformed
 class Parsed:
     event: Event
     stamp: Stamp | None  # read only where binning needs it: stats lines and 2xx completions
-    source: str  # docker compose service name, "" when the line has none
+    source: str  # docker compose service or kubectl "POD/CONTAINER", "" when the line has none
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _COMPOSE = re.compile(r"([A-Za-z0-9][\w.-]*)\s+\| ")
+# `kubectl logs --prefix`: "[pod/NAME/CONTAINER] " before every line; each pod/container is its own server.
+_KUBECTL = re.compile(r"\[pod/([^/\]\s]+)/([^\]\s]+)\] ")
 _RFC3339 = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)(?:[.,](\d{1,9}))?(Z|[+-]\d\d:?\d\d)?")
 _VLLM_STAMP = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)\b")
 
@@ -285,5 +288,9 @@ def _utc_offset(zone: str | None) -> int:
 
 
 def _source(line: str) -> str:
+    if line.startswith("[pod/"):
+        k = _KUBECTL.match(line)
+        if k:
+            return f"{k.group(1)}/{k.group(2)}"
     m = _COMPOSE.match(line) if " | " in line else None
     return m.group(1) if m else ""
