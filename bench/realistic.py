@@ -166,13 +166,22 @@ async def level(targets: dict[str, tuple[str, int]], direct: str, concurrency: i
         seen: dict[str, list[tuple[float, float, float]]] = {name: [] for name in [*targets, "direct"]}
         remaining = [requests]
 
+        failed = dict.fromkeys(targets, 0)
+
         async def worker(n: int) -> None:
             while remaining[0] > 0:
                 remaining[0] -= 1
                 payload = payloads[(remaining[0] + n) % len(payloads)]
-                seen["direct"].append(direct_result := await one(client, direct, payload, stream))
+                try:
+                    seen["direct"].append(direct_result := await one(client, direct, payload, stream))
+                except httpx.HTTPError:
+                    continue
                 for name, (url, _) in targets.items():
-                    result = await one(client, url, payload, stream)
+                    try:
+                        result = await one(client, url, payload, stream)
+                    except httpx.HTTPError:  # counted and shown: a loaded machine may drop a connection
+                        failed[name] += 1
+                        continue
                     seen[name].append(tuple(r - d for r, d in zip(result, direct_result, strict=True)))
 
         await asyncio.gather(*(worker(n) for n in range(concurrency)))
@@ -181,7 +190,9 @@ async def level(targets: dict[str, tuple[str, int]], direct: str, concurrency: i
     out = {}
     for name in targets:
         added = seen[name]
-        row = {"cpu": cpu[name], "added": statistics.median(a[0] for a in added) * 1000,
+        if not added:
+            added = [(float("nan"),) * 3]
+        row = {"failed": failed[name], "cpu": cpu[name], "added": statistics.median(a[0] for a in added) * 1000,
                "ttfb": statistics.median(a[1] for a in added) * 1000,
                "tail": statistics.median(a[2] for a in added) * 1000, "tail99": pct([a[2] for a in added], 0.99) * 1000}
         if name in proxies:
@@ -202,7 +213,8 @@ async def rss(targets: dict[str, tuple[str, int]], streams: int) -> dict[str, fl
             while not task.done():
                 top = max(top, rss_mb(pid))
                 await asyncio.sleep(0.01)
-            await task
+            with contextlib.suppress(httpx.HTTPError):
+                await task
             peak[name] = top
     return peak
 
@@ -287,7 +299,8 @@ def main() -> None:
                                if "rel50" in r else "")
                     print(f"{concurrency:>3} {kind:<10} {name:<13} {r['cpu']:>8.2f} "
                           f"{r['cpu'] / result['bare']['cpu']:>9.2f} {r['added']:>10.2f} {r['ttfb']:>10.2f} "
-                          f"{r['tail']:>10.2f} {r['tail99']:>10.2f} {release}")
+                          f"{r['tail']:>10.2f} {r['tail99']:>10.2f} {release}"
+                          + (f"  ({r['failed']} failed)" if r["failed"] else ""))
         peak = asyncio.run(rss(targets, args.rss_streams))
         print(f"\npeak RSS, {args.rss_streams} concurrent streams of 250 KB bodies ({load()})")
         for name, mb in peak.items():
