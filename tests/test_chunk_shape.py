@@ -79,3 +79,19 @@ def test_only_plain_single_choice_text_chunks_teach_a_frame(data):
 def test_a_frame_is_not_learnt_when_the_text_is_spelled_unusually():
     data = chunk('{"content":"\\u0061"}')  # "a", escaped though it need not be
     assert TextFrame.learn(data, json.loads(data)) is None
+
+
+@pytest.mark.parametrize("field", ["reasoning", "reasoning_content"])
+def test_the_thinking_fields_teach_their_own_frame(field):
+    """Qwen3.5/3.6 in thinking mode stream mostly reasoning: those chunks take the fast path too."""
+    data = chunk('{"' + field + '":"x"}')
+    frame = TextFrame.learn(data, json.loads(data))
+    assert frame is not None and frame.field == field
+    assert frame.text(chunk('{"' + field + '":"think é"}')) == "think é"
+    assert frame.text(chunk('{"content":"a"}')) is None  # another field is another frame
+    assert learnt().text(chunk('{"' + field + '":"a"}')) is None
+
+
+def test_an_unknown_field_teaches_no_frame():
+    data = chunk('{"refusal":"x"}')
+    assert TextFrame.learn(data, json.loads(data)) is None

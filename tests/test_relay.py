@@ -42,6 +42,21 @@ def test_streaming_is_byte_identical_when_client_asks_for_usage(upstream, proxy)
     assert sse_events(response.content)[-1] == "[DONE]"
 
 
+@pytest.mark.parametrize("field", ["reasoning", "reasoning_content"])
+def test_a_thinking_stream_is_byte_identical(upstream, proxy, field):
+    """Mostly thinking, as Qwen3.5/3.6 stream it: the thinking chunks take the framed fast path, and what
+    goes out is still the upstream's bytes (canonical chunks, so the relay invariant holds)."""
+    thinking = "Let me look at the files first. é 中 \"quoted\"\n" * 20
+    upstream.script(Reply(content="Here is what I found.", reasoning=thinking, reasoning_field=field,
+                          content_chunk=7))
+    body = chat(stream=True, stream_options={"include_usage": True})
+    with proxy.client() as client:
+        response = client.post("/v1/chat/completions", json=body)
+    assert response.content == upstream.responses[-1]
+    said = "".join(c["choices"][0]["delta"].get(field) or "" for c in sse_json(response.content) if c["choices"])
+    assert said == thinking
+
+
 def test_usage_chunk_added_for_stats_is_removed_for_the_client(upstream, proxy):
     upstream.script(Reply(content="abc def", prompt_tokens=33, completion_tokens=7))
     with proxy.client() as client:

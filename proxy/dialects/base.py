@@ -149,10 +149,8 @@ class DialectExchange(Exchange):
     def body(self) -> bytes:
         if not self.extra_messages and not self.body_changed:
             return self.original_body
-        payload = dict(self.payload)
-        if self.extra_messages:
-            payload[self.spec.history_key] = self.spec.history(self.payload) + self.extra_messages
-        return json.dumps(payload, ensure_ascii=False).encode()
+        key = self.spec.history_key
+        return self.edited_body(key, self.spec.history(self.payload) if self.extra_messages else [])
 
     def error_response(self, exc: ProxyError) -> Response:
         return self.spec.error_response(exc)

@@ -232,7 +232,7 @@ class _StreamRelay(StreamedAttempts):
         self.template: dict[str, Any] | None = None
         self.usage_chunk: dict[str, Any] | None = None
         self.choices: dict[int, _Choice] = {}
-        self.frame: TextFrame | None = None
+        self.frames: dict[str, TextFrame] = {}  # per text field: content, and the thinking's field
         self.attempt = 1
         self.attempt_usage: Any = None
         self.upstream_error = False
@@ -329,22 +329,10 @@ class _StreamRelay(StreamedAttempts):
             yield self.error("the upstream stream ended without a finish_reason", "upstream_error", None)
 
     def _event(self, event: SSEEvent) -> bytes | None:
-        frame = self.frame
-        if frame is not None and event.plain and not self.ended and self.attempt == 1:
-            text = frame.text(event.data)  # type: ignore[arg-type]  # plain: data is a str
-            if text is not None:
-                choice = self.choices.get(frame.index)
-                if (choice is not None and choice.finish_reason is None and not choice.held_ids
-                        and choice.stream.releases_as_is(text)):
-                    # The bulk of a stream: a chunk whose one choice carries only `delta.content`, in the
-                    # canonical encoding (the frame was learnt from a canonical chunk; `text` checks the
-                    # string), released as it came: what `_chunk` would do for it, the branches that cannot
-                    # apply left out.
-                    choice.content.append(text)
-                    if text and not self.hold_pieces():
-                        self.sent_fields.add("content")
-                    self.ex.record.mark_first_token()
-                    return event.raw
+        if self.frames and event.plain and not self.ended and self.attempt == 1:
+            released = self._framed(event)
+            if released is not None:
+                return released
         enforce = self.ex.enforce
         if event.invalid is not None:
             return self._unparseable(event, event.invalid)
@@ -393,10 +381,33 @@ class _StreamRelay(StreamedAttempts):
             if problem is not None:
                 return self._late(event, problem, raw_choice)
         learnt = TextFrame.learn(event.data, obj)
-        if learnt is not None and enforce and not (event.plain and strict.dumps(obj) == event.data):
-            learnt = None  # raw bytes go out only when they are the canonical encoding of the judged chunk
-        self.frame = learnt or self.frame
+        if learnt is not None and (not enforce or (event.plain and strict.dumps(obj) == event.data)):
+            # Raw bytes go out only when they are the canonical encoding of the judged chunk.
+            self.frames[learnt.field] = learnt
         return self._chunk(event, obj, bool(usage), choices)
+
+    def _framed(self, event: SSEEvent) -> bytes | None:
+        """The bulk of a stream: a chunk whose one choice carries only `delta.content` (or only the thinking's
+        field), in the canonical encoding (the frame was learnt from a canonical chunk; `text` checks the
+        string), released as it came: what `_chunk` would do for it, the branches that cannot apply left out.
+        None when the chunk is not such a one."""
+        for frame in self.frames.values():
+            text = frame.text(event.data)  # type: ignore[arg-type]  # plain: data is a str
+            if text is None:
+                continue
+            choice = self.choices.get(frame.index)
+            if choice is None or choice.finish_reason is not None or not text or choice.held_ids:
+                return None
+            if frame.field == "content":
+                if not choice.stream.releases_as_is(text):
+                    return None
+                choice.content.append(text)
+            # Thinking is never scanned for calls (ChoiceStream.feed releases it as it stands).
+            if not self.hold_pieces():
+                self.sent_fields.add(frame.field)
+            self.ex.record.mark_first_token()
+            return event.raw
+        return None
 
     def _unparseable(self, event: SSEEvent, detail: str) -> bytes | None:
         """Enforce mode refuses the stream; observe mode relays the bytes and records that it could not judge."""

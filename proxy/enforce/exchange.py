@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from proxy.enforce.actions import judge_output
+from proxy.enforce.body_splice import splice_body
 from proxy.enforce.feedback_turns import turn_allowed
 from proxy.enforce.judging import JudgedCall, request_tools
 from proxy.enforce.record import RequestRecord
@@ -154,9 +155,17 @@ class Exchange:
     def body(self) -> bytes:
         if not self.extra_messages and not self.body_changed:
             return self.original_body
+        return self.edited_body("messages", list(self.payload["messages"]) if self.extra_messages else [])
+
+    def edited_body(self, key: str, history: list[Any]) -> bytes:
+        """The client's bytes with the proxy's changes spliced in (proxy/enforce/body_splice.py): every message
+        the client sent goes upstream byte for byte; a body that cannot be edited in place is re-encoded."""
+        spliced = splice_body(self.original_body, self.payload, key, history, self.extra_messages)
+        if spliced is not None:
+            return spliced
         payload = dict(self.payload)
         if self.extra_messages:
-            payload["messages"] = list(payload["messages"]) + self.extra_messages
+            payload[key] = history + self.extra_messages
         return json.dumps(payload, ensure_ascii=False).encode()
 
     def judge(self, calls: list[ToolCall]) -> list[JudgedCall]:

@@ -130,11 +130,13 @@ class _Dialect:
                         status_code=status, media_type="application/json")
 
     async def handle(self, request: Request) -> Response:
+        raw = await request.body()
         try:
-            body = json.loads(await request.body())
+            body = json.loads(raw)
         except ValueError:
             return self.error(400, "invalid JSON")
         self.up.requests.append(body)
+        self.up.raw_requests.append(raw)
         self.up.headers.append(dict(request.headers))
         if body.get("model") not in self.up.models:
             return self.error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")

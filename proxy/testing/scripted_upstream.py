@@ -88,6 +88,7 @@ class ScriptedUpstream:
         self.queue: deque[Reply] = deque()
         self.queues: dict[str, deque[Reply]] = {}
         self.requests: list[dict[str, Any]] = []
+        self.raw_requests: list[bytes] = []  # the chat bodies as received, for byte-exact comparisons
         self.responses: list[bytes] = []  # every body sent, streams joined, for byte-exact comparisons
         self.headers: list[dict[str, str]] = []
         self.models_headers: list[dict[str, str]] = []  # the headers of every GET /v1/models
@@ -179,6 +180,7 @@ class ScriptedUpstream:
         except ValueError:
             return self._error(400, "invalid JSON")
         self.requests.append(body)
+        self.raw_requests.append(raw)
         self.headers.append(dict(request.headers))
         if (refused := self._unknown_model(body.get("model"))) is not None:
             return refused

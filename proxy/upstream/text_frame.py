@@ -1,6 +1,7 @@
 """Reading a streamed text chunk without parsing all of it.
 
-Within one upstream stream, vLLM's plain text chunks differ only in the text: the id, model,
+Within one upstream stream, vLLM's plain text chunks of one field (`content`, or the model's thinking in
+`reasoning` / `reasoning_content`) differ only in the text: the id, model,
 creation time, index and the nulls around the delta repeat byte for byte. Once one such chunk is
 parsed, its bytes before and after the text are the frame; a later chunk with the same frame holds
 exactly one JSON string in between, and decoding that string alone gives what parsing the whole
@@ -19,19 +20,20 @@ from proxy.upstream.strict import dumps
 
 __all__ = ["TextFrame"]
 
-_OPENER = '"delta":{"content":'
+_FIELDS = ("content", "reasoning", "reasoning_content")
 
 
 class TextFrame:
-    """The bytes around `choices[0].delta.content` of one stream's plain text chunks."""
+    """The bytes around `choices[0].delta.<field>` of one stream's plain text chunks of that field."""
 
-    __slots__ = ("_cut", "_prefix", "_suffix", "index")
+    __slots__ = ("_cut", "_prefix", "_suffix", "field", "index")
 
-    def __init__(self, prefix: str, suffix: str, index: Any) -> None:
+    def __init__(self, prefix: str, suffix: str, index: Any, field: str = "content") -> None:
         self._prefix = prefix
         self._suffix = suffix
         self._cut = len(prefix) + len(suffix)
         self.index = index
+        self.field = field
 
     @classmethod
     def learn(cls, data: str, obj: dict[str, Any]) -> TextFrame | None:
@@ -43,14 +45,18 @@ class TextFrame:
         if not isinstance(choice, dict) or choice.get("finish_reason"):
             return None
         delta = choice.get("delta")
-        if not isinstance(delta, dict) or len(delta) != 1 or not isinstance(delta.get("content"), str):
+        if not isinstance(delta, dict) or len(delta) != 1:
             return None
+        field = next(iter(delta))
+        if field not in _FIELDS or not isinstance(delta[field], str):
+            return None
+        opener = f'"delta":{{"{field}":'
         # The text as the upstream wrote it is one of the usual spellings, or no frame is learnt.
-        for literal in (json.dumps(delta["content"], ensure_ascii=False), json.dumps(delta["content"])):
-            marker = _OPENER + literal + "}"
+        for literal in (json.dumps(delta[field], ensure_ascii=False), json.dumps(delta[field])):
+            marker = opener + literal + "}"
             if data.count(marker) == 1:
-                at = data.index(marker) + len(_OPENER)
-                return cls(data[:at], data[at + len(literal):], choice.get("index", 0))
+                at = data.index(marker) + len(opener)
+                return cls(data[:at], data[at + len(literal):], choice.get("index", 0), field)
         return None
 
     def text(self, data: str) -> str | None:
