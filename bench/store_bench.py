@@ -7,6 +7,9 @@ Audit before release: at each concurrency level, that many requests in a loop ea
 writes (its request's journal entry, the call row, a reason row) and wait for the commit, as the release point
 of enforce mode does; printed are the wait's p50/p99 (what each answer carrying a call is delayed) and the calls
 released per second (the writer's group commit shares one transaction among the requests waiting together).
+Each level runs twice, interleaved: `inline`, the rollups committed in the verdict's transaction (as before
+issue 27), and `after`, the writer as it is (rows and marker first, waiters released, rollups in the next
+transaction); the last column is after/inline (the machine is shared: compare ratios).
 
 The Postgres URL may also come from ALLOWLIST_PROXY_TEST_PG; the bench writes into a fresh database
 it creates and drops. Rows are what one judged call writes: a tool_calls row and one reason row.
@@ -25,7 +28,22 @@ from pathlib import Path
 
 from proxy.store import tables
 from proxy.store.db import create_engine, migrate
-from proxy.store.writer import StoreWriter
+from proxy.store.writer import StoreWriter, insert_rows
+
+
+class InlineRollups(StoreWriter):
+    """The writer before issue 27: a batch's rollups in the transaction that releases its waiters."""
+
+    async def _write(self, batch) -> None:  # type: ignore[no-untyped-def]
+        grouped: dict[str, list[dict]] = {}
+        for item in batch:
+            grouped.setdefault(item.table.name, []).append(item.row)
+        async with self._engine.begin() as conn:
+            await insert_rows(conn, grouped)
+        self.rows_written += len(batch)
+        for item in batch:
+            if item.waiter is not None and not item.waiter.done():
+                item.waiter.set_result(None)
 
 
 def _call(i: int) -> tuple[dict, dict]:
@@ -61,10 +79,11 @@ async def run(url: str, rows: int) -> float:
     return rows / elapsed
 
 
-async def releases(url: str, concurrency: int, total: int) -> tuple[float, float, float]:
+async def releases(url: str, concurrency: int, total: int, writer_class: type[StoreWriter] = StoreWriter,
+                   ) -> tuple[float, float, float]:
     engine = create_engine(url)
     await migrate(engine)
-    writer = StoreWriter(engine)
+    writer = writer_class(engine)
     await writer.start()
     waits: list[float] = []
     remaining = [total]
@@ -95,11 +114,18 @@ async def releases(url: str, concurrency: int, total: int) -> tuple[float, float
             len(waits) / elapsed)
 
 
-def _print_releases(name: str, url: str, levels: list[int], total: int) -> None:
+def _print_releases(name: str, url: str, levels: list[int], total: int, rounds: int = 2) -> None:
+    print(f"{name:<9} release wait      {'inline p50':>10} {'p99':>7} {'calls/s':>8} | {'after p50':>9} {'p99':>7} "
+          f"{'calls/s':>8} | after/inline p50 p99")
     for concurrency in levels:
-        p50, p99, rate = asyncio.run(releases(url, concurrency, total))
-        print(f"{name:<9} audit before release c={concurrency:<3} added p50 {p50:6.2f} ms  p99 {p99:6.2f} ms  "
-              f"{rate:8,.0f} calls/s")
+        found: dict[str, list[tuple[float, float, float]]] = {"inline": [], "after": []}
+        for _ in range(rounds):  # interleaved, so both see the same load
+            found["inline"].append(asyncio.run(releases(url, concurrency, total, InlineRollups)))
+            found["after"].append(asyncio.run(releases(url, concurrency, total)))
+        inline, after = (tuple(statistics.median(x) for x in zip(*found[k], strict=True)) for k in ("inline", "after"))
+        ratios = f"{after[0] / inline[0]:5.2f}x {after[1] / inline[1]:5.2f}x"
+        print(f"{name:<9} c={concurrency:<3}           {inline[0]:7.2f} ms {inline[1]:7.2f} {inline[2]:8,.0f} | "
+              f"{after[0]:6.2f} ms {after[1]:7.2f} {after[2]:8,.0f} | {ratios}")
 
 
 async def _pg_database(admin: str, create: bool, name: str) -> None:
