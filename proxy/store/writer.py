@@ -282,6 +282,9 @@ class StoreWriter:
         if marker is not None:
             self._unrolled.append((marker, grouped))
             self._settled.clear()
+            # Let the released requests run first: one that queues its next rows at once is written before
+            # the rollups (`_should_roll_up`).
+            await asyncio.sleep(0)
 
     def _should_roll_up(self) -> bool:
         # Rows someone waits for go first; the rollups then trail by a few batches at most.
