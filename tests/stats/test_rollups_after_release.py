@@ -27,8 +27,12 @@ class _KilledBeforeRollups(StoreWriter):
         self._settled.set()
 
 
-async def _write(writer: StoreWriter, store: Store, batches: int) -> None:
-    """Queue the rows in several batches, each waited for as the release point waits."""
+async def _write(writer: StoreWriter, seed: int, batches: int) -> None:
+    """Start the writer and queue generated traffic in several batches, each waited for as the release point
+    waits."""
+    store = Store()
+    build_traffic(store, random.Random(seed))
+    await writer.start()
     rows = {name: list(batch) for name, batch in store.rows.items()}
     for part in range(batches):
         writer.put_many((tables.metadata.tables[name], row) for name, batch in rows.items()
@@ -51,11 +55,8 @@ async def _assert_figures_equal_rows(engine: AsyncEngine) -> None:
 
 
 async def test_rollups_killed_between_the_two_transactions_are_applied_at_the_next_start(engine: AsyncEngine):
-    store = Store()
-    build_traffic(store, random.Random(11))
     killed = _KilledBeforeRollups(engine)
-    await killed.start()
-    await _write(killed, store, batches=5)
+    await _write(killed, 11, batches=5)
     await killed.stop()
     assert await _pending(engine) == 5  # every released batch is in the rows, none in the rollups
 
@@ -71,11 +72,8 @@ async def test_rollups_killed_between_the_two_transactions_are_applied_at_the_ne
 
 
 async def test_the_writer_rolls_up_right_after_release_and_a_marker_counts_once(engine: AsyncEngine):
-    store = Store()
-    build_traffic(store, random.Random(12))
     writer = StoreWriter(engine)
-    await writer.start()
-    await _write(writer, store, batches=4)
+    await _write(writer, 12, batches=4)
     await writer.rollups_settled()
     assert await _pending(engine) == 0
     await _assert_figures_equal_rows(engine)
