@@ -8,6 +8,7 @@ on whatever app includes it.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -26,7 +27,16 @@ from proxy.stats.variants import variant_stats
 __all__ = ["router"]
 
 # Admin routes that answer errors in the one shape on any app (tests mount this router alone).
-router = APIRouter(route_class=ShapedErrorRoute, dependencies=[ADMIN])
+async def _rollups_settled(request: Request) -> None:
+    # The writer adds a batch to the rollups in the transaction after its rows: wait for that step, so a
+    # figure never reads rows that the rollups do not count yet.
+    writer = getattr(getattr(request.app.state, "proxy", None), "writer", None)
+    if writer is not None:
+        with contextlib.suppress(TimeoutError):  # a store that cannot roll up now still answers, from what it has
+            await writer.rollups_settled(5.0)
+
+
+router = APIRouter(route_class=ShapedErrorRoute, dependencies=[ADMIN, Depends(_rollups_settled)])
 
 
 class _NotFound(ProxyError):

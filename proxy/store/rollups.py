@@ -1,8 +1,9 @@
-"""Hourly rollups of the store's additive figures, kept in the same transaction as the rows they count.
+"""Hourly rollups of the store's additive figures, applied in the transaction right after the rows they count.
 
 `/stats/models` over a million calls cannot read a million rows in 200 ms, so the writer adds each batch's
 counts to one row per hour and key (calls by verdict, reason codes, requests by attempts and concurrency,
-the sessions seen, latency bins) and extends the sessions' error runs (`proxy.store.runs`). The readers in
+the sessions seen, latency bins) and extends the sessions' error runs (`proxy.store.runs`), in its own
+transaction after the one that committed the rows (`proxy.store.pending_rollups`). The readers in
 `proxy.store.figures` sum whole hours from here and read only the partial hours at a window's edges from the
 rows themselves. `rebuild` computes everything from the rows: the migration that adds the rollups runs it,
 and so does `allowlist-proxy db rebuild-rollups` after rows were changed by hand.
@@ -158,6 +159,8 @@ def rebuild(conn: Connection) -> None:
     present = [t for t in ROLLUP_TABLES if inspect(conn).has_table(t.name)]
     for table in (*present, runs.error_runs):
         conn.execute(delete(table))
+    if inspect(conn).has_table(tables.stats_pending.name):
+        conn.execute(delete(tables.stats_pending))  # every row is counted below, pending or not
     rollup = Rollup(with_session_calls=tables.stats_session_calls in present)
     t, r = tables.tool_calls.c, tables.requests.c
     call_columns = (t.created_at, t.model, t.policy_name, t.route, t.decision, t.primary_reason, t.reasons,

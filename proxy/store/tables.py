@@ -281,3 +281,17 @@ request_journal = Table(
     Index("ix_request_journal_owner", "owner"),
 )
 __all__ += ["request_journal"]
+
+# -- rollups after release (migration 0014) -----------------------------------------------------------------
+# The rows of a batch whose hourly rollups are not applied yet: written in the transaction that commits the rows
+# (audit before release), deleted in the following one that adds them to the rollups. Whatever is left here
+# after a crash is rolled up at the next start (proxy/store/pending_rollups.py).
+stats_pending = Table(
+    "stats_pending",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("created_at", Float, nullable=False),
+    Column("tool_call_ids", Text, nullable=False),  # JSON list
+    Column("request_ids", Text, nullable=False),  # JSON list
+)
+__all__ += ["stats_pending"]

@@ -39,11 +39,11 @@ from proxy.stats.prometheus import (
     STORE_UP,
     STORE_WRITE_FAILURES,
 )
-from proxy.store import rollups, tables
+from proxy.store import pending_rollups, rollups, tables
 from proxy.store.dialect import insert_ignore
 from proxy.store.safe_text import safe_row
 
-__all__ = ["StoreFailure", "StoreWriter", "insert_rows"]
+__all__ = ["StoreFailure", "StoreWriter", "insert_audit_rows", "insert_rows"]
 
 log = get_logger("proxy.store.writer")
 
@@ -52,6 +52,8 @@ _TABLE_ORDER = {t.name: i for i, t in enumerate(
     (tables.sessions, tables.session_lineage, tables.request_journal, tables.requests, tables.tool_calls,
      tables.tool_call_reasons)
 )}
+# Batches committed before their rollups are added, at most (rollups wait while rows someone waits for are queued).
+_MAX_UNROLLED = 8
 # Rows of these tables may be written again by another request or replica: first one wins.
 _INSERT_OR_IGNORE = {"sessions", "session_lineage", "request_journal"}
 
@@ -95,6 +97,10 @@ class StoreWriter:
         self.failures = 0
         self.failing: str | None = None  # why the store cannot record now; None while it can
         self._last_probe = 0.0
+        self._unrolled: list[tuple[str, dict[str, list[dict[str, Any]]]]] = []  # committed, not rolled up yet
+        self._settled = asyncio.Event()  # set while _unrolled is empty
+        self._settled.set()
+        self._rollups_behind = False
 
     @property
     def depth(self) -> int:
@@ -157,7 +163,8 @@ class StoreWriter:
             if self._sqlite_file is not None and self._sqlite_file.exists():
                 st = self._sqlite_file.stat()
                 self._sqlite_identity = (st.st_dev, st.st_ino)
-            await self.probe()
+            if await self.probe():
+                await self._catch_up_quietly()
             STORE_UP.set(0 if self.failing is not None else 1)
             self._task = asyncio.create_task(self._run(), name="store-writer")
 
@@ -207,6 +214,8 @@ class StoreWriter:
     async def _run(self) -> None:
         backoff = 0.1
         while True:
+            if self._should_roll_up():
+                await self._roll_up()
             if not self._queue:
                 self._idle.set()
                 if self._closing:
@@ -257,6 +266,8 @@ class StoreWriter:
                     self._in_flight = []
             backoff = 0.1
             self._mark_ok()
+            if self._rollups_behind:
+                await self._catch_up_quietly()
             STORE_QUEUE_DEPTH.set(len(self._queue))
 
     async def _write(self, batch: list[_Item]) -> None:
@@ -265,9 +276,50 @@ class StoreWriter:
         for item in batch:
             grouped.setdefault(item.table.name, []).append(item.row)
         async with self._engine.begin() as conn:
-            await insert_rows(conn, grouped)
+            marker = await insert_audit_rows(conn, grouped)
         self.rows_written += len(batch)
-        _wake_waiters(batch)
+        _wake_waiters(batch)  # released here: the rollups follow in a transaction of their own
+        if marker is not None:
+            self._unrolled.append((marker, grouped))
+            self._settled.clear()
+            # Let the released requests run first: one that queues its next rows at once is written before
+            # the rollups (`_should_roll_up`).
+            await asyncio.sleep(0)
+
+    def _should_roll_up(self) -> bool:
+        # Rows someone waits for go first; the rollups then trail by a few batches at most.
+        return bool(self._unrolled) and (self._closing or not self._queue or len(self._unrolled) >= _MAX_UNROLLED
+                                         or not any(item.waiter is not None for item in self._queue))
+
+    async def _roll_up(self) -> None:
+        """Add the committed batches to the rollups in one transaction. Never raises: their rows are in, so a
+        failure here leaves the markers for `catch_up` rather than failing (and re-inserting) the batches."""
+        unrolled, self._unrolled = self._unrolled, []
+        try:
+            async with self._engine.begin() as conn:
+                for marker, grouped in unrolled:
+                    await conn.run_sync(pending_rollups.apply, marker, grouped.get("tool_calls", []),
+                                        grouped.get("requests", []))
+        except Exception as exc:  # the rows are committed; their rollups wait for the next catch-up
+            self._rollups_behind = True
+            log.error("store.rollups_behind", error=_error(exc))
+        finally:
+            self._settled.set()
+
+    async def catch_up_rollups(self) -> int:
+        """Apply the rollups that a crash (or a failed rollup step) left behind; the number of batches."""
+        async with self._engine.begin() as conn:
+            applied = await conn.run_sync(pending_rollups.catch_up)
+        self._rollups_behind = False
+        if applied:
+            log.info("store.rollups_caught_up", batches=applied)
+        return int(applied)
+
+    async def rollups_settled(self, timeout: float | None = 30.0) -> None:
+        """Wait until the rollups cover every batch committed so far (a stats read then sees them exact)."""
+        if not self._settled.is_set():
+            self._wakeup.set()
+            await asyncio.wait_for(self._settled.wait(), timeout)
 
     async def _write_one_by_one(self, batch: list[_Item]) -> None:
         for item in batch:
@@ -287,6 +339,13 @@ class StoreWriter:
                 self._lose(item.table, f"row refused: {_error(exc)}")
                 log.error("store.row_rejected", table=item.table.name, error=_error(exc), row=_brief(item.row))
                 _fail_waiters([item], f"the store refused a row of {item.table.name}")
+
+    async def _catch_up_quietly(self) -> None:
+        try:
+            await self.catch_up_rollups()
+        except Exception as exc:  # tried again after the next batch
+            self._rollups_behind = True
+            log.error("store.rollups_behind", error=_error(exc))
 
     # -- health
 
@@ -351,9 +410,20 @@ def _error(exc: BaseException) -> str:
 
 
 async def insert_rows(conn: AsyncConnection, rows: Mapping[str, list[dict[str, Any]]]) -> None:
-    """Insert rows by table name, in the order readers rely on, and fold them into the stats' rollups in the
-    same transaction (so the rollups never count a row that is not there, or miss one that is). A request's
-    final row replaces its journal entry in the same transaction."""
+    """Insert rows and fold them into the stats' rollups in the same transaction (imports and tests; the
+    writer splits the two, see `insert_audit_rows`)."""
+    await insert_audit_rows(conn, rows, pending=False)
+    calls, reqs = rows.get("tool_calls", []), rows.get("requests", [])
+    if calls or reqs:
+        await conn.run_sync(rollups.apply_rows, calls, reqs)
+
+
+async def insert_audit_rows(conn: AsyncConnection, rows: Mapping[str, list[dict[str, Any]]], *,
+                            pending: bool = True) -> str | None:
+    """Insert rows by table name, in the order readers rely on; a request's final row replaces its journal entry
+    in the same transaction. With `pending`, a `stats_pending` marker names the rows whose rollups are still to
+    be added (so a crash before they are cannot lose them); its id is returned, None when there is nothing to
+    roll up."""
     for name in sorted(rows, key=lambda n: _TABLE_ORDER.get(n, 99)):
         if rows[name]:
             table = tables.metadata.tables[name]
@@ -363,8 +433,11 @@ async def insert_rows(conn: AsyncConnection, rows: Mapping[str, list[dict[str, A
     if reqs:
         journal = tables.request_journal
         await conn.execute(delete(journal).where(journal.c.id.in_([r["id"] for r in reqs])))
-    if calls or reqs:
-        await conn.run_sync(rollups.apply_rows, calls, reqs)
+    if not pending or not (calls or reqs):
+        return None
+    marker = pending_rollups.marker_row(calls, reqs)
+    await conn.execute(tables.stats_pending.insert(), marker)
+    return str(marker["id"])
 
 
 def _brief(row: dict[str, Any]) -> dict[str, Any]:

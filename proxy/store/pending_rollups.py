@@ -1,0 +1,59 @@
+"""The rollups of a batch, applied in the transaction after the one that commits its rows.
+
+Audit before release needs only the rows; the hourly rollups and error runs (`proxy.store.rollups`) cost
+several times the insert, so the writer commits the rows with a `stats_pending` marker naming them, releases
+the waiters, and applies the rollups in its next transaction, deleting the marker there. The delete decides who
+applies a marker: a replica or a start-up catching up finds it gone and adds nothing, so a batch is never
+counted twice. A marker left by a proxy that died between the two transactions is applied at the next start
+(`catch_up`), so the rollups trail the rows by at most one batch while the writer runs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, delete, select
+
+from proxy.store import rollups, tables
+
+__all__ = ["apply", "catch_up", "marker_row"]
+
+_IDS_PER_QUERY = 500  # under SQLite's old limit of 999 parameters
+
+
+def marker_row(calls: Sequence[Mapping[str, Any]], reqs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    return {"id": uuid.uuid4().hex, "created_at": time.time(),
+            "tool_call_ids": json.dumps([c["id"] for c in calls]), "request_ids": json.dumps([r["id"] for r in reqs])}
+
+
+def apply(conn: Connection, marker_id: str, calls: Sequence[Mapping[str, Any]],
+          reqs: Sequence[Mapping[str, Any]]) -> bool:
+    """Add the marker's rows to the rollups, unless someone else already did; True when this call did."""
+    pending = tables.stats_pending
+    if conn.execute(delete(pending).where(pending.c.id == marker_id)).rowcount != 1:
+        return False
+    rollups.apply_rows(conn, calls, reqs)
+    return True
+
+
+def catch_up(conn: Connection) -> int:
+    """Apply every marker left in the store, oldest first; the number applied."""
+    pending = tables.stats_pending
+    applied = 0
+    for marker in conn.execute(select(pending).order_by(pending.c.created_at, pending.c.id)).all():
+        calls = _rows(conn, tables.tool_calls, json.loads(marker.tool_call_ids))
+        reqs = _rows(conn, tables.requests, json.loads(marker.request_ids))
+        applied += apply(conn, marker.id, calls, reqs)
+    return applied
+
+
+def _rows(conn: Connection, table: Any, ids: list[str]) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for start in range(0, len(ids), _IDS_PER_QUERY):
+        chunk = ids[start:start + _IDS_PER_QUERY]
+        found.extend(dict(row._mapping) for row in conn.execute(select(table).where(table.c.id.in_(chunk))))
+    return found

@@ -1,0 +1,83 @@
+"""The writer releases a batch once its rows are committed and adds it to the rollups in the next transaction:
+a proxy killed between the two leaves a `stats_pending` marker, and the next start rolls those rows up, so the
+figures equal the rows again, each batch counted once."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from proxy.store import figures, pending_rollups, queries, rollups, tables
+from proxy.store.writer import StoreWriter
+
+from .builder import Store
+from .test_rollups import build_traffic, run_keys, stored_runs, windows
+
+pytestmark = pytest.mark.each_database
+
+
+class _KilledBeforeRollups(StoreWriter):
+    """A writer whose process dies right after releasing each batch: the rollup step never runs."""
+
+    async def _roll_up(self) -> None:
+        self._unrolled = []
+        self._settled.set()
+
+
+async def _write(writer: StoreWriter, seed: int, batches: int) -> None:
+    """Start the writer and queue generated traffic in several batches, each waited for as the release point
+    waits."""
+    store = Store()
+    build_traffic(store, random.Random(seed))
+    await writer.start()
+    rows = {name: list(batch) for name, batch in store.rows.items()}
+    for part in range(batches):
+        writer.put_many((tables.metadata.tables[name], row) for name, batch in rows.items()
+                        for row in batch[part::batches])
+        await writer.commit(30)
+
+
+async def _pending(engine: AsyncEngine) -> int:
+    async with engine.connect() as conn:
+        return int((await conn.execute(select(func.count()).select_from(tables.stats_pending))).scalar_one())
+
+
+async def _assert_figures_equal_rows(engine: AsyncEngine) -> None:
+    async with engine.connect() as conn:
+        for f in windows(random.Random(5), 12):
+            assert await figures.call_counts(conn, f) == await queries.call_counts(conn, f), f
+            assert await figures.reason_counts(conn, f) == await queries.reason_counts(conn, f), f
+            assert await figures.request_counts(conn, f) == await queries.request_counts(conn, f), f
+            assert await figures.attempt_histograms(conn, f) == await queries.attempt_histograms(conn, f), f
+
+
+async def test_rollups_killed_between_the_two_transactions_are_applied_at_the_next_start(engine: AsyncEngine):
+    killed = _KilledBeforeRollups(engine)
+    await _write(killed, 11, batches=5)
+    await killed.stop()
+    assert await _pending(engine) == 5  # every released batch is in the rows, none in the rollups
+
+    restarted = StoreWriter(engine)
+    await restarted.start()  # catches up before it writes anything
+    await restarted.stop()
+    assert await _pending(engine) == 0
+    await _assert_figures_equal_rows(engine)
+    reference = run_keys(await stored_runs(engine))
+    async with engine.begin() as conn:
+        await conn.run_sync(rollups.rebuild)
+    assert run_keys(await stored_runs(engine)) == reference
+
+
+async def test_the_writer_rolls_up_right_after_release_and_a_marker_counts_once(engine: AsyncEngine):
+    writer = StoreWriter(engine)
+    await _write(writer, 12, batches=4)
+    await writer.rollups_settled()
+    assert await _pending(engine) == 0
+    await _assert_figures_equal_rows(engine)
+    async with engine.begin() as conn:  # a start-up catching up finds nothing left to add
+        assert await conn.run_sync(pending_rollups.catch_up) == 0
+    await writer.stop()
+    await _assert_figures_equal_rows(engine)
