@@ -16,7 +16,7 @@ from tests.conftest import MODEL, ROOT, chat
 
 DATA = Path(__file__).parent / "sessions_data"
 TOOLS = Path(__file__).parent / "policy" / "client_tools"
-PROJECT = "/srv/work/app"
+PROJECT = "/srv/projects/app"
 SQLITE_ONLY = pytest.mark.parametrize("backend", ["sqlite"])
 # Per client: a read of a file by absolute path, as its tool takes it.
 READS = {
