@@ -315,7 +315,8 @@ DEFAULT_PROTECTED_WRITE: tuple[str, ...] = (
 DEFAULT_PROTECTED_READ: tuple[str, ...] = (
     ".env", ".env.*", "*.pem", "*.key", "id_rsa*", "id_ed25519*", "id_ecdsa*", "id_dsa*", ".netrc", ".npmrc",
     ".pypirc", ".git-credentials", ".aws/credentials", ".aws/config", ".config/gcloud/", ".azure/",
-    ".kube/config", ".docker/config.json",
+    ".kube/config", ".docker/config.json", "application_default_credentials.json", ".pgpass", ".vault-token",
+    "*.p12", "*.pfx",
 )
 ProtectedPattern = Annotated[str, StringConstraints(min_length=1, max_length=300, pattern=r"^[^\x00]+$")]
 

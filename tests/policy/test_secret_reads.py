@@ -1,8 +1,7 @@
 """Secrets are not readable by default (issue 24): every read capability, including the ones that read a
 file's content without naming it as a path: a grep whose `include` glob selects secret files prints their
-lines (`grep {pattern: ".", include: "*.pem"}` prints a private key whole). The reads list of
-i24-protect2 judges a grep's `path` but not its `include` (probed at its commit 224fbe0); these cases stay
-xfail until both land."""
+lines (`grep {pattern: ".", include: "*.pem"}` prints a private key whole). The reads list
+judges a grep's `path` but not yet its `include`: those cases stay strict xfail until it does."""
 
 from __future__ import annotations
 
@@ -36,10 +35,11 @@ def _judge(policy: Policy, client: str, tool: str, arguments: dict[str, Any]) ->
 SECRET_INCLUDES = [".env", "*.env", ".env.*", "*.pem", "**/*.key", "id_rsa*", "{*.pem,*.txt}", "*.{pem,txt}",
                    ".e?v", ".en[v]", "**/.aws/credentials", ".netrc"]
 # Cloud credential files kept inside a project under their tool's file name.
-CREDENTIAL_FILES = ["application_default_credentials.json"]
+CREDENTIAL_FILES = ["application_default_credentials.json", "deploy/.pgpass", ".vault-token", "certs/client.p12",
+                    "sign.pfx"]
 
 
-@pytest.mark.xfail(reason="needs i24-protect2 and a fix there: grep include globs are not judged against the "
+@pytest.mark.xfail(reason="known hole (issue 24, open): grep include globs are not judged against the "
                           "protected reads", strict=True)
 @pytest.mark.parametrize("include", SECRET_INCLUDES)
 def test_a_grep_whose_include_selects_secrets_is_refused(policy: Policy, include: str) -> None:
@@ -51,8 +51,6 @@ def test_a_grep_over_ordinary_files_passes(policy: Policy, include: str) -> None
     assert _judge(policy, "opencode", "grep", {"pattern": ".", "include": include}) == ()
 
 
-@pytest.mark.xfail(reason="needs i24-protect2 and a fix there: gcloud's credential file outside .config/gcloud",
-                   strict=True)
 @pytest.mark.parametrize("path", CREDENTIAL_FILES)
 def test_a_cloud_credential_file_is_not_read(policy: Policy, path: str) -> None:
     assert "protected_path" in _judge(policy, "opencode", "read", {"filePath": path})
