@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 from .lexer import WORD_PATTERN, split_words, unquote_word, unquote_words
-from .schema import Policy
+from .schema import Policy, compiled_for
 from .text import visible_non_ascii
 
 __all__ = ["Matcher", "matcher_for"]
@@ -56,7 +56,6 @@ class Matcher:
 
     def __init__(self, policy: Policy) -> None:
         rules = policy.bash
-        self.rules = rules
         self.max_length = rules.max_command_length
         self.scripts_dir = rules.scripts_dir
         self.listed: dict[str, frozenset[str]] = {
@@ -112,13 +111,4 @@ class Matcher:
 
 
 def matcher_for(policy: Policy) -> Matcher:
-    # Read the private slot directly: pydantic's attribute fallback for private attributes costs more
-    # than the whole decision.
-    private = policy.__pydantic_private__
-    compiled = private.get("_compiled") if private is not None else None
-    # `model_copy(update=...)` copies private attributes too: rebuild when the rules are not the ones
-    # this matcher was compiled from.
-    if compiled is None or compiled.rules is not policy.bash:
-        compiled = Matcher(policy)
-        policy._compiled = compiled
-    return compiled
+    return compiled_for(policy, "_compiled", policy.bash, Matcher)

@@ -17,7 +17,7 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
-from .schema import Policy
+from .schema import Policy, compiled_for
 
 __all__ = ["READ", "WRITE", "own_files", "protected_for", "protected_problem", "register_own_files"]
 
@@ -161,12 +161,7 @@ class Protected:
 
 
 def protected_for(policy: Policy) -> Protected:
-    private = policy.__pydantic_private__
-    compiled = private.get("_protected") if private is not None else None
-    if compiled is None or compiled.source is not policy.protected:
-        compiled = Protected(policy)
-        policy._protected = compiled
-    return compiled
+    return compiled_for(policy, "_protected", policy.protected, Protected)
 
 
 def protected_problem(policy: Policy, path: str, roots: tuple[str, ...] = (), *, write: bool = True) -> str | None:

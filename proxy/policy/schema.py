@@ -7,7 +7,8 @@ is refused, so a typo never silently loosens a policy.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     AliasChoices,
@@ -405,3 +406,19 @@ class Policy(_Strict):
         if isinstance(self.feedback, str):
             return self.feedback if capability == "shell" else DEFAULT_OTHER_FEEDBACK
         return str(getattr(self.feedback, capability, self.feedback.other))
+
+
+_Built = TypeVar("_Built")
+
+
+def compiled_for(policy: Policy, slot: str, source: object, build: Callable[[Policy], _Built]) -> _Built:
+    """What `build` makes of `policy`, kept in its private `slot` and made again only when `source` (the part
+    of the policy it was made from) was replaced: `model_copy(update=...)` copies private attributes too.
+    The slot is read directly: pydantic's attribute fallback for private attributes costs more than a
+    whole shell decision."""
+    private = policy.__pydantic_private__
+    kept = private.get(slot) if private is not None else None
+    if kept is None or kept[0] is not source:
+        kept = (source, build(policy))
+        setattr(policy, slot, kept)
+    return kept[1]
