@@ -30,21 +30,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.enforce.actions import unjudgeable_call
-from proxy.enforce.exchange import (
-    Exchange,
-    Outcome,
-    RouteShape,
-    judged_json,
-    open_exchange,
-    serve,
-    upstream_events,
-    whole_attempt,
-)
+from proxy.enforce.attempts import upstream_events, whole_attempt
+from proxy.enforce.exchange import Exchange, Outcome
 from proxy.enforce.feedback_turns import blocked_message, retry_messages
-from proxy.enforce.judging import JudgedCall
-from proxy.enforce.record import Usage
+from proxy.enforce.prelude import RouteShape, open_exchange
 from proxy.enforce.relay import StreamedAttempts
+from proxy.enforce.serve import judged_json, serve
 from proxy.errors import BlockedTurn, ProxyError, UpstreamProtocolError, UpstreamUnjudgeable, error_response
+from proxy.record import JudgedCall, Usage
 from proxy.services import Services
 from proxy.toolcalls import ToolCall
 from proxy.upstream import strict

@@ -28,9 +28,8 @@ from starlette.responses import JSONResponse, Response
 from proxy.dialects.base import Dialect, DialectExchange, DialectStream, handle
 from proxy.enforce.actions import unjudgeable_call
 from proxy.enforce.feedback_turns import blocked_message
-from proxy.enforce.judging import JudgedCall
-from proxy.enforce.record import Usage
 from proxy.errors import BadRequest, BlockedTurn, ProxyError
+from proxy.record import JudgedCall, Usage
 from proxy.services import Services
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.openai import structured_call

@@ -15,7 +15,6 @@ from proxy.banner import render, startup_report
 from proxy.config import Settings
 from proxy.dialects.passthrough import forward, list_models
 from proxy.dialects.routes import JUDGED, passthrough_refusal
-from proxy.enforce.exchange import pick_policy
 from proxy.http.auth import ADMIN
 from proxy.http.dashboard import router as dashboard_router
 from proxy.http.error_handlers import install_error_handlers
@@ -80,7 +79,7 @@ router = APIRouter()
 @router.get("/v1/models")
 async def _models(request: Request) -> Response:
     services = services_of(request)
-    if refused := passthrough_refusal("GET", "/v1/models", pick_policy(request, services)):
+    if refused := passthrough_refusal("GET", "/v1/models", services.policy_for(request.headers)):
         return refused
     return await list_models(request, services)
 
@@ -89,7 +88,7 @@ async def _models(request: Request) -> Response:
 async def _forward(request: Request, path: str) -> Response:
     # Only what the policy's passthrough_routes lists; the routes that carry tool calls are judged above.
     services = services_of(request)
-    if refused := passthrough_refusal(request.method, "/v1/" + path, pick_policy(request, services)):
+    if refused := passthrough_refusal(request.method, "/v1/" + path, services.policy_for(request.headers)):
         return refused
     return await forward(request, services, "/" + path)
 

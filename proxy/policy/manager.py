@@ -20,6 +20,7 @@ from typing import Any
 import structlog
 import yaml
 
+from ..errors import BadRequest
 from ..stats.prometheus import POLICY_RELOAD_FAILURES, POLICY_VALID
 from .errors import PolicyError
 from .loader import LoadedPolicy, load_policy_file
@@ -130,6 +131,16 @@ class PolicyManager:
         if name == current.name:
             return current
         return self._siblings.get(name)
+
+    def pick(self, wanted: str | None, *, by_header: bool) -> LoadedPolicy:
+        """The one policy-selection rule: the main policy, unless `by_header` (the `policy_header` setting) and
+        the request's `x-allowlist-policy` header names another loaded policy (a name none has is a 400)."""
+        if not wanted or not by_header:
+            return self._current
+        found = self.get(wanted)
+        if found is None:
+            raise BadRequest(f"x-allowlist-policy names no loaded policy: {wanted!r}", param="x-allowlist-policy")
+        return found
 
     # -- loading --------------------------------------------------------------------------------------
 

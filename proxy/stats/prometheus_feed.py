@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from proxy.enforce.record import RequestRecord
 from proxy.policy.verdict import Verdict
+from proxy.record import RequestRecord
 from proxy.stats.prometheus import BLOCKED_TURNS, FIRST_TOKEN_LATENCY, LOOPS, REQUEST_LATENCY, TOKENS
 
 __all__ = ["LOOP_TRACKER", "LoopTracker", "observe_request"]

@@ -30,8 +30,8 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from proxy.enforce.record import RequestRecord
 from proxy.logs import get_logger
+from proxy.record import RequestRecord
 from proxy.stats.prometheus import STORE_WRITE_FAILURES
 from proxy.throughput.live_store import LatencyCell, latency_percentiles, read_windows, upsert_windows
 from proxy.throughput.tables import (
