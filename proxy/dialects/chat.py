@@ -15,6 +15,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy import strict
 from proxy.dialects.shapes import choice_problem
 from proxy.enforce.actions import unjudgeable_call
 from proxy.enforce.attempts import whole_attempt
@@ -37,7 +38,6 @@ from proxy.toolcalls import (
     openai_call,
     openai_call_delta,
 )
-from proxy.upstream import strict
 from proxy.upstream.sse import DONE, SSEDecoder, SSEEvent
 from proxy.upstream.text_frame import TextFrame
 

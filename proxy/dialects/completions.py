@@ -21,6 +21,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from proxy import strict
 from proxy.dialects.shapes import choice_problem
 from proxy.enforce.actions import judge_output, unjudgeable_call
 from proxy.enforce.attempts import upstream_events, whole_attempt
@@ -36,7 +37,6 @@ from proxy.toolcalls import CompletedCall, ToolCall
 from proxy.toolcalls.families import XmlRules
 from proxy.toolcalls.registry import content_formats
 from proxy.toolcalls.scanner import ContentScanner, scan_text
-from proxy.upstream import strict
 from proxy.upstream.sse import DONE, SSEEvent
 
 __all__ = ["REJECTED_CODE", "completions"]

@@ -9,8 +9,8 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from proxy.enforce.payload import read_body
 from proxy.errors import ProxyError
-from proxy.http.body import read_body
 from proxy.logs import get_logger
 from proxy.services import Services
 from proxy.stats.prometheus import REQUESTS

@@ -11,6 +11,7 @@ from typing import Any, Generic, TypeVar
 import httpx
 from starlette.responses import Response
 
+from proxy import strict
 from proxy.enforce.exchange import Exchange
 from proxy.enforce.finish import finish_exchange
 from proxy.errors import (
@@ -18,7 +19,6 @@ from proxy.errors import (
     ProxyError,
     UpstreamUnjudgeable,
 )
-from proxy.upstream import strict
 from proxy.upstream.client import response_headers
 from proxy.upstream.sse import SSEDecoder, SSEEvent
 

@@ -10,11 +10,10 @@ from typing import Any
 from starlette.requests import Request
 
 from proxy.enforce.exchange import Exchange
-from proxy.enforce.payload import normalize_stream, read_payload
+from proxy.enforce.payload import normalize_stream, read_body, read_payload
 from proxy.errors import (
     BadRequest,
 )
-from proxy.http.body import read_body
 from proxy.record import RequestRecord
 from proxy.services import Services
 

@@ -8,10 +8,10 @@ from typing import Any, TypeVar
 import httpx
 from starlette.responses import Response, StreamingResponse
 
+from proxy import strict
 from proxy.enforce.attempts import open_stream_attempt
 from proxy.enforce.exchange import Exchange
 from proxy.enforce.finish import finish_exchange
-from proxy.upstream import strict
 
 __all__ = ["event_stream", "judged_json", "serve"]
 

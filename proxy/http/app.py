@@ -22,7 +22,6 @@ from proxy.http.host_origin import HostOriginGuard
 from proxy.http.stats_routes import router as stats_router
 from proxy.logs import configure_logging, get_logger
 from proxy.services import Services
-from proxy.stats.overview import router as overview_router
 from proxy.stats.prometheus import REGISTRY
 
 __all__ = ["create_app"]
@@ -58,7 +57,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(router)
     app.include_router(dashboard_router)
     app.include_router(stats_router)
-    app.include_router(overview_router)
     return app
 
 
