@@ -10,14 +10,14 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from proxy import events
 from proxy.config import Settings
 from proxy.errors import StoreUnavailable
 from proxy.logs import get_logger
 from proxy.policy import LoadedPolicy, PolicyManager, default_policy_path
 from proxy.record import RequestRecord
 from proxy.sessions.resolve import SessionResolver
-from proxy.stats.prometheus import IN_FLIGHT, REQUESTS, UPSTREAM_ERRORS
-from proxy.stats.prometheus_feed import observe_request
+from proxy.stats.prometheus import observe_request
 from proxy.stats.webhook import Webhook
 from proxy.store.db import create_engine, migrate
 from proxy.store.journal import OwnerLock, recover
@@ -128,12 +128,12 @@ class Services:
     def enter(self, model: str) -> int:
         """Counts the request in; returns the concurrency it started at (itself included)."""
         self.in_flight[model] += 1
-        IN_FLIGHT.labels(model).inc()
+        events.emit(events.InFlight(model, 1))
         return self.in_flight[model]
 
     def _leave(self, model: str) -> None:
         self.in_flight[model] -= 1
-        IN_FLIGHT.labels(model).dec()
+        events.emit(events.InFlight(model, -1))
         if self.in_flight[model] <= 0:
             del self.in_flight[model]
 
@@ -145,9 +145,6 @@ class Services:
             return
         self._leave(record.model)
         queue_request(self.writer, record)
-        REQUESTS.labels(record.model, record.route, str(record.status)).inc()
-        if record.outcome == "upstream_error":
-            UPSTREAM_ERRORS.labels(record.model, str(record.status)).inc()
         for listener in self.listeners:
             listener(record)
         # A blocked turn or an upstream failure is what an operator filtering on `warning` wants to see.

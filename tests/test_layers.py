@@ -15,12 +15,7 @@ from tests.conftest import ROOT
 PACKAGE = ROOT / "proxy"
 
 # Imports allowed to run back up, each with its reason: (importing module, imported module).
-ALLOWED_UPWARD: dict[tuple[str, str], str] = {
-    ("proxy.policy.manager", "proxy.stats.prometheus"): "policy reload counters, until metrics listen",
-    ("proxy.store.writer", "proxy.stats.prometheus"): "store write counters, until metrics listen",
-    ("proxy.store.recorder", "proxy.stats.prometheus"): "release-wait counters, until metrics listen",
-    ("proxy.throughput.live", "proxy.stats.prometheus"): "store write counters, until metrics listen",
-}
+ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
 
 
 def layers() -> dict[str, int]:

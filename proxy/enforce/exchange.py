@@ -17,6 +17,7 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy import events
 from proxy.enforce.actions import judge_output
 from proxy.enforce.body_splice import splice_body
 from proxy.enforce.feedback_turns import turn_allowed
@@ -34,8 +35,6 @@ from proxy.policy.profiles import ToolSet
 from proxy.record import JudgedCall, RequestRecord
 from proxy.services import Services
 from proxy.sessions.project_root import stated_root
-from proxy.stats.prometheus import BUDGET_EXHAUSTED, RETRIES, TOOL_CALLS, UNGOVERNED_TEXT
-from proxy.stats.prometheus_feed import LOOP_TRACKER
 from proxy.store.recorder import queue_calls, release_calls
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.families import XmlRules
@@ -113,7 +112,7 @@ class Exchange:
             return []
         reasons = ungoverned_reasons(client, text)
         if reasons:
-            UNGOVERNED_TEXT.labels(self.record.model, client.name).inc()
+            events.emit(events.UngovernedText(self.record.model, client.name))
             log.warning("text_actions.ungoverned", client=client.name, reasons=reasons, session=self.record.session.id)
         return judge_text(self.policy, client, text, tools=self.toolset, session_id=self.record.session.id)
 
@@ -122,7 +121,7 @@ class Exchange:
         there are counted ungoverned, never passed unseen."""
         client = self.text_client
         if client is not None and client.formats and any(TEXT_FORMATS[f].read(text).calls for f in client.formats):
-            UNGOVERNED_TEXT.labels(self.record.model, client.name).inc()
+            events.emit(events.UngovernedText(self.record.model, client.name))
             log.warning("text_actions.ungoverned", client=client.name, reasons=["route does not judge text actions"],
                         session=self.record.session.id)
 
@@ -214,9 +213,9 @@ class Exchange:
         if attempt > self.budget:
             self.record.budget_exhausted = True
             self.record.note_blocked(judged, self.policy.policy, self.toolset)
-            BUDGET_EXHAUSTED.labels(self.record.model).inc()
+            events.emit(events.BudgetSpent(self.record.model))
             return Outcome.BLOCKED
-        RETRIES.labels(self.record.model).inc()
+        events.emit(events.AttemptRetried(self.record.model))
         return Outcome.RETRY
 
     def settle_truncated(self, attempt: int, judged: list[JudgedCall]) -> None:
@@ -230,8 +229,9 @@ class Exchange:
         record, loop_min = self.record, self.policy.policy.loop_min_attempts
         for item in judged:
             verdict = item.verdict
-            TOOL_CALLS.labels(record.model, verdict.decision, verdict.reasons[0] if verdict.reasons else "").inc()
-            LOOP_TRACKER.observe(record.session.id, record.model, verdict, loop_min)
+            events.emit(events.CallJudged(record.model, record.session.id, verdict.decision,
+                                          verdict.reasons[0] if verdict.reasons else "", verdict.is_error,
+                                          verdict.loop_key, loop_min))
 
     async def unless_client_leaves(self, start: Callable[[], Awaitable[T]]) -> T:
         """Await `start()` (an upstream attempt) unless the client disconnects first: then the attempt is cancelled

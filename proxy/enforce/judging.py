@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
+from proxy import events
 from proxy.logs import get_logger
 from proxy.policy import LoadedPolicy, judge_call
 from proxy.policy.judge import call_command
@@ -23,7 +24,6 @@ from proxy.policy.repair import repair_call
 from proxy.policy.variants import variant_for
 from proxy.policy.verdict import REJECT, REPAIRED, Verdict
 from proxy.record import JudgedCall, RequestRecord
-from proxy.stats.prometheus import UNGOVERNED_REQUESTS
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.openai import structured_call
 
@@ -50,7 +50,7 @@ def request_tools(policy: LoadedPolicy, record: RequestRecord, payload: Mapping[
     record.profiles = ",".join(tools.profiles)[:256] or None
     record.project_root = ",".join(tools.roots)[:1024] or None
     if tools.offered and not tools.governed():
-        UNGOVERNED_REQUESTS.labels(record.model).inc()
+        events.emit(events.UngovernedRequest(record.model))
         session = record.session.id
         if session not in _UNGOVERNED_TOLD:
             _UNGOVERNED_TOLD[session] = None
