@@ -24,11 +24,7 @@ from proxy.enforce.feedback_turns import turn_allowed
 from proxy.enforce.judging import request_tools
 from proxy.enforce.text_clients import TextClient, judge_text, recognise, ungoverned_reasons
 from proxy.enforce.tool_choice import demands_call
-from proxy.errors import (
-    ClientGone,
-    ProxyError,
-    error_response,
-)
+from proxy.errors import ClientGone, ProxyError, error_response
 from proxy.logs import get_logger
 from proxy.policy import LoadedPolicy
 from proxy.policy.profiles import ToolSet
@@ -43,8 +39,8 @@ from proxy.upstream.client import response_headers
 
 __all__ = ["Exchange", "Outcome"]
 
-T = TypeVar("T")
 
+T = TypeVar("T")
 
 log = get_logger("proxy.enforce.exchange")
 
