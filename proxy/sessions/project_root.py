@@ -4,10 +4,13 @@ Agent clients name files by absolute path and say in their own request text wher
 system prompt (` - Primary working directory: DIR`, older `Working directory: DIR`), Cline's
 (`Working Directory: DIR`, older `Current Working Directory (DIR)`), Qwen Code's context message that opens the
 conversation (`I'm currently working in the directory: DIR`), Codex's `<environment_context>` input item
-(`<cwd>DIR</cwd>`). Only those parts are read, in the position the client puts them: the instructions, the
-system or developer messages before the conversation, and a context message the client writes as the first
-user turn (Codex's environment context, Qwen Code's preamble). Never a model's output or a tool's result: a
-model that writes "Working directory: /" in its answer, or a file that says so, changes nothing.
+(`<cwd>DIR</cwd>`), Continue's `<env>` block (`Working directory: DIR`), Kilo's `<environment_details>` block
+that it appends to the user's first message (`Working directory: DIR`; its `Workspace root folder:` is not
+read). Only those parts are read, in the position the client puts them: the instructions, the system or
+developer messages before the conversation, a context message the client writes as the first user turn
+(Codex's environment context, Qwen Code's preamble), and the `<environment_details>` block of the first user
+turn. Never a model's output or a tool's result: a model that writes "Working directory: /" in its answer, or
+a file that says so, changes nothing.
 
 A stated root is learned only when it names a project: `/`, a top-level folder (`/tmp`, `/home`, `/srv`) or a
 home directory itself (`/root`, `/home/NAME`, `/Users/NAME`) would let every file of the machine or the user
@@ -35,6 +38,8 @@ _LINE_PATTERNS = tuple(re.compile(p, re.MULTILINE) for p in (
 _CODEX_CWD = re.compile(r"<cwd>(/[^<\n]*)</cwd>")
 # Context messages a client writes as the conversation's first user turn (never typed by the model).
 _CONTEXT_OPENERS = ("<environment_context>", "This is the Qwen Code. We are setting up the context")
+# A block a client appends to the user's own message (Kilo 7): read alone, never the user's words around it.
+_DETAILS_BLOCK = re.compile(r"^<environment_details>\n(.*?)^</environment_details>$", re.MULTILINE | re.DOTALL)
 _HOME_PARENTS = frozenset({"/home", "/Users", "/var/home"})
 
 
@@ -77,6 +82,8 @@ def _client_parts(route: str, payload: Mapping[str, Any]) -> Iterator[str]:
             yield text
             break  # the context message opens the conversation; what follows is the conversation
         else:
+            if role == "user":
+                yield from (block.group(1) for block in _DETAILS_BLOCK.finditer(text))
             break
 
 

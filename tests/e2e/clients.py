@@ -1,4 +1,4 @@
-"""Runs the real Qwen Code, Codex, Claude Code and Cline CLIs headless in a throw-away world, pointed at
+"""Runs the real Qwen Code, Codex, Claude Code, Cline, Continue and Kilo CLIs headless in a throw-away world, pointed at
 a base URL (the proxy), each configured the way README "Pointing an agent at it" shows.
 
 The world: its own HOME, a project with `scripts/` and a notes file, a secret file outside the project,
@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.harness import run_cli
+import yaml
+
+from tests.e2e.harness import opencode_config, run_cli
 
 __all__ = ["CLIENTS", "AgentWorld", "ClientRun", "ClientSpec", "find_client"]
 
@@ -71,6 +73,12 @@ class ClientSpec:
         if self.name == "claude-code":
             # As root Claude Code refuses to skip permissions: allow the two tools the test uses.
             return [binary, "--allowedTools", "Bash,Read", "-p", prompt]
+        if self.name == "continue":
+            # Headless mode leaves out the tools that would ask (Bash among them) unless allowed.
+            return [binary, "--config", str(world.home / ".continue" / "config.yaml"), "--allow", "Bash", "-p",
+                    prompt]
+        if self.name == "kilo":
+            return [binary, "run", "--format", "json", "-m", f"allowlist-proxy/{MODEL}", prompt]
         return [binary, "--json", "-t", "90", prompt]  # cline: act mode, auto-approve
 
 
@@ -79,6 +87,8 @@ CLIENTS = {
     "codex": ClientSpec("codex", "@openai/codex", "0.171.0", "codex"),
     "claude-code": ClientSpec("claude-code", "@anthropic-ai/claude-code", "2.1.197", "claude"),
     "cline": ClientSpec("cline", "cline", "3.0.65", "cline"),
+    "continue": ClientSpec("continue", "@continuedev/cli", "1.5.47", "cn"),
+    "kilo": ClientSpec("kilo", "@kilocode/cli", "7.7.7", "kilo"),
 }
 
 
@@ -164,6 +174,14 @@ class AgentWorld:
                                   timeout=60, stdin=subprocess.DEVNULL)
             if done.returncode != 0:
                 raise AssertionError(f"cline auth failed: {done.stdout}\n{done.stderr}")
+        elif name == "continue":  # an OpenAI-compatible model of Continue's config.yaml
+            (self.home / ".continue").mkdir(exist_ok=True)
+            (self.home / ".continue" / "config.yaml").write_text(yaml.safe_dump({
+                "name": "allowlist-proxy", "version": "1.0.0", "schema": "v1",
+                "models": [{"name": MODEL, "provider": "openai", "model": MODEL, "apiBase": base_url,
+                            "apiKey": "none", "roles": ["chat", "edit", "apply"]}]}, sort_keys=False))
+        elif name == "kilo":  # Kilo reads OpenCode's provider config: docs/opencode.json as the project's kilo.json
+            (self.project / "kilo.json").write_text(json.dumps(opencode_config(base_url), indent=2))
 
     def env(self, base_url: str) -> dict[str, str]:
         keep = {k: v for k, v in os.environ.items() if k in ("LANG", "LC_ALL", "TMPDIR")}
@@ -178,6 +196,10 @@ class AgentWorld:
             env.update(OPENAI_BASE_URL=base_url, OPENAI_API_KEY="none", OPENAI_MODEL=MODEL)
         elif name == "codex":
             env.update(ALLOWLIST_PROXY_KEY="none", CODEX_HOME=str(self.home / ".codex"))
+        elif name == "kilo":  # nothing but the provider's baseURL: no catalogue fetches, updates or telemetry
+            env.update({f"KILO_DISABLE_{what}": "1" for what in (
+                "MODELS_FETCH", "AUTOUPDATE", "SHARE", "LSP_DOWNLOAD", "DEFAULT_PLUGINS", "CLAUDE_CODE",
+                "EXTERNAL_SKILLS", "CODEBASE_INDEXING", "SESSION_INGEST")}, KILO_TELEMETRY_LEVEL="off")
         elif name == "claude-code":
             env.update(ANTHROPIC_BASE_URL=base_url.removesuffix("/v1"), ANTHROPIC_API_KEY="none",
                        ANTHROPIC_MODEL=MODEL, ANTHROPIC_SMALL_FAST_MODEL=MODEL,

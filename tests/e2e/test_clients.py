@@ -1,6 +1,6 @@
-"""Qwen Code, Codex, Claude Code, Cline and an openai-SDK agent, unchanged, through the real proxy on the
-shipped strict policy (plus the project's root), in front of a scripted model that streams each client's
-dialect and picks the client's own shell and read tools from the offered tools.
+"""Qwen Code, Codex, Claude Code, Cline, Continue, Kilo and an openai-SDK agent, unchanged, through the real
+proxy on the shipped strict policy (plus the project's root), in front of a scripted model that streams each
+client's dialect and picks the client's own shell and read tools from the offered tools.
 
 The model first proposes `uv run scripts/search.py x | head -5`, then the allowed command; then an
 absolute read of a secret outside the project, then an absolute read inside it. Asserted from what really
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy.policy.profiles import offered_tools
+from proxy.policy.offered import Offered, offered_tools, properties
 from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
 from tests.conftest import ROOT, RunningProxy
 from tests.e2e.clients import CLIENTS, MODEL, NOTES_MARKER, SECRET_MARKER, AgentWorld, find_client
@@ -35,29 +35,27 @@ PROMPT = "Search the notes for x, then read the notes."
 Call = tuple[str, dict[str, Any]]
 
 
-def _shell_call(tool: str, command: str, project: Path) -> Call:
+def _shell_call(tool: str, command: str, project: Path, offered: Offered) -> Call:
     arguments: dict[str, Any] = {
         "run_shell_command": {"command": command, "is_background": False, "description": "search"},
         "exec_command": {"cmd": command, "workdir": str(project)},  # an absolute workdir inside the root
-        "Bash": {"command": command, "description": "search"},
         "run_commands": {"commands": [command]},
-        "run_shell": {"command": command},
-    }[tool]
+    }.get(tool) or {"command": command}
+    if "description" in properties(offered.schema):  # Claude Code's and Kilo's bash ask for one
+        arguments["description"] = "search"
     return tool, arguments
 
 
-def _read_call(tool: str, path: Path) -> Call:
-    arguments: dict[str, Any] = {
-        "read_file": {"file_path": str(path)},
-        "Read": {"file_path": str(path)},
-        "read_files": {"files": [{"path": str(path)}]},
-        "read_text": {"path": str(path)},
-    }[tool]
-    return tool, arguments
+def _read_call(tool: str, path: Path, offered: Offered) -> Call:
+    if tool == "read_files":
+        return tool, {"files": [{"path": str(path)}]}
+    # Claude Code's `Read` names it file_path, Continue's `Read` filepath, Kilo's `read` filePath.
+    key = next(k for k in ("file_path", "filepath", "filePath", "path") if k in properties(offered.schema))
+    return tool, {key: str(path)}
 
 
-SHELL_TOOLS = ("run_shell_command", "exec_command", "Bash", "run_commands", "run_shell")
-READ_TOOLS = ("read_file", "Read", "read_files", "read_text")
+SHELL_TOOLS = ("run_shell_command", "exec_command", "Bash", "bash", "run_commands", "run_shell")
+READ_TOOLS = ("read_file", "Read", "read", "read_files", "read_text")
 
 
 def _text(message: dict[str, Any]) -> str:
@@ -76,10 +74,11 @@ def scripted_model(world_project: Path, secret: Path, notes: Path) -> Callable[[
         shell = next((t for t in SHELL_TOOLS if t in offered), None)
         if shell is None:  # a title or side request
             return Reply(content="E2E")
-        steps = [[_shell_call(shell, PIPED, world_project), _shell_call(shell, ALLOWED, world_project)]]
+        steps = [[_shell_call(shell, PIPED, world_project, offered[shell]),
+                  _shell_call(shell, ALLOWED, world_project, offered[shell])]]
         read = next((t for t in READ_TOOLS if t in offered), None)
         if read is not None:
-            steps.append([_read_call(read, secret), _read_call(read, notes)])
+            steps.append([_read_call(read, secret, offered[read]), _read_call(read, notes, offered[read])])
         done = refused = 0
         for message in body.get("messages") or []:
             if message.get("role") != "tool":
