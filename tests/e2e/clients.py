@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ import yaml
 
 from tests.e2e.harness import opencode_config, run_cli
 
-__all__ = ["CLIENTS", "AgentWorld", "ClientRun", "ClientSpec", "find_client"]
+__all__ = ["AI_SDK", "CLIENTS", "AgentWorld", "ClientRun", "ClientSpec", "find_ai_sdk", "find_client"]
 
 MODEL = "qwen3.5-27b"
 NOTES_MARKER = "NOTES-MARKER-7f3a: the read inside the project went through"
@@ -107,6 +108,27 @@ def find_client(spec: ClientSpec) -> tuple[Path | None, str]:
     if version != spec.version:
         return None, f"{spec.package} is {version}, the suite needs {spec.version}"
     return binary, version
+
+
+# The Vercel AI SDK packages an SDK-built agent needs, at the versions scripts/install-ai-sdk.sh pins.
+AI_SDK = {"ai": "6.0.333", "@ai-sdk/openai-compatible": "2.0.92", "zod": "4.6.7"}
+
+
+def find_ai_sdk() -> tuple[Path | None, str]:
+    """node_modules holding the pinned AI SDK ($ALLOWLIST_PROXY_AI_SDK, else ~/.cache/allowlist-proxy-ai-sdk's),
+    or None and why not."""
+    if shutil.which("node") is None:
+        return None, "node not found"
+    modules = Path(os.environ.get("ALLOWLIST_PROXY_AI_SDK")
+                   or Path.home() / ".cache" / "allowlist-proxy-ai-sdk" / "node_modules")
+    for package, version in AI_SDK.items():
+        manifest = modules / package / "package.json"
+        if not manifest.exists():
+            return None, f"{package} not found in {modules}: run scripts/install-ai-sdk.sh"
+        found = json.loads(manifest.read_text()).get("version")
+        if found != version:
+            return None, f"{package} is {found} in {modules}, the suite needs {version}"
+    return modules, "ok"
 
 
 @dataclass

@@ -55,7 +55,7 @@ def _read_call(tool: str, path: Path, offered: Offered) -> Call:
 
 
 SHELL_TOOLS = ("run_shell_command", "exec_command", "Bash", "bash", "run_commands", "run_shell")
-READ_TOOLS = ("read_file", "Read", "read", "read_files", "read_text")
+READ_TOOLS = ("read_file", "Read", "read", "read_files", "read_text", "readFile")
 
 
 def _text(message: dict[str, Any]) -> str:
@@ -136,9 +136,12 @@ def _assert_governed(proxy: RunningProxy, upstream: ScriptedUpstream, logs: Call
     if reads:
         assert NOTES_MARKER in sent, "the read inside the project did not reach the model"
     stats = _model_stats(proxy)
-    assert stats["sessions"] == 1
-    assert stats["reasons"].get("pipe") == 1
-    assert stats["reasons"].get("absolute_path") == (1 if reads else None)
+    assert stats["sessions"] == 1, stats
+    # The model's calls: the pipe (refused), the command, then the read outside (refused) and the one inside.
+    expected = {"pipe": 1, "absolute_path": 1} if reads else {"pipe": 1}
+    assert (stats["tool_calls"], stats["errors"], stats["primary_reasons"]) == (2 * len(expected), len(expected),
+                                                                               expected), stats
+    assert stats["loops"]["count"] == 0 and stats["recovery_rate"] == 1.0, stats
     if profile is not None:
         recorded = {r[0] for r in proxy.rows("SELECT profiles FROM requests WHERE profiles IS NOT NULL")}
         assert profile in ",".join(recorded)
