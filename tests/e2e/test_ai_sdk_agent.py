@@ -1,6 +1,6 @@
 """An agent built with the Vercel AI SDK as its docs show (`ToolLoopAgent` over `@ai-sdk/openai-compatible`,
-streamed, a `bash` and a `readFile` tool of its own: tests/e2e/drivers/ai-sdk_agent.mjs), unchanged, through the
-real proxy on the shipped strict policy plus the project's root, in front of the scripted model of
+streamed or whole, a `bash` and a `readFile` tool of its own: tests/e2e/drivers/ai-sdk_agent.mjs), unchanged,
+through the real proxy on the shipped strict policy plus the project's root, in front of the scripted model of
 test_clients.py. No profile names its tools: `bash {command}` is judged as a shell and `readFile {path}` as a
 path by their schemas alone.
 """
@@ -37,9 +37,9 @@ def _modules() -> Path:
     return modules
 
 
-def _run_agent(modules: Path, world: AgentWorld, base_url: str) -> dict[str, Any]:
+def _run_agent(modules: Path, world: AgentWorld, base_url: str, mode: str = "stream") -> dict[str, Any]:
     env = {"PATH": f"{world.bin}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}", "HOME": str(world.home)}
-    done = subprocess.run(["node", str(DRIVER), str(modules), base_url, MODEL, str(world.project), PROMPT],
+    done = subprocess.run(["node", str(DRIVER), str(modules), base_url, MODEL, str(world.project), PROMPT, mode],
                           cwd=world.project, env=env, capture_output=True, text=True, timeout=60)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     assert done.returncode == 0 and lines, f"the AI SDK agent failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
@@ -47,18 +47,20 @@ def _run_agent(modules: Path, world: AgentWorld, base_url: str) -> dict[str, Any
     return result
 
 
-def test_ai_sdk_agent_is_governed(tmp_path: Path, upstream: ScriptedUpstream, start_proxy: Callable[..., RunningProxy],
+@pytest.mark.parametrize("mode", ["stream", "generate"])
+def test_ai_sdk_agent_is_governed(mode: str, tmp_path: Path, upstream: ScriptedUpstream,
+                                  start_proxy: Callable[..., RunningProxy],
                                   rooted_policy: Callable[[Path], Path]) -> None:
     modules = _modules()
     world = AgentWorld(tmp_path / "ai-sdk", CLIENTS["qwen-code"], Path("/nonexistent"))
     upstream.responder = scripted_model(world.project, world.secret, world.notes)
     proxy = start_proxy(upstream.url, policy=rooted_policy(world.project))
-    result = _run_agent(modules, world, proxy.url + "/v1")
+    result = _run_agent(modules, world, proxy.url + "/v1", mode)
     context = f"{json.dumps(result)}\n--- upstream requests\n{_requests_text(upstream)[-6000:]}"
     try:
         # What the SDK ran: the allowed command, then the read inside; the proxy's retries are not its steps.
         assert result["steps"] == [["bash"], ["readFile"], []] and result["text"] == "Finished.", result
-        assert all(body.get("stream") is True for body in upstream.requests)
+        assert all(bool(body.get("stream")) == (mode == "stream") for body in upstream.requests)
         _assert_governed(proxy, upstream, world.calls, reads=True, profile=HEURISTIC_PROFILE)
     except AssertionError as error:
         raise AssertionError(f"{error}\n{context}") from None

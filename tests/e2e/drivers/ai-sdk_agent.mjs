@@ -1,13 +1,14 @@
 // An agent built with the Vercel AI SDK the way its docs build one: a ToolLoopAgent over
-// @ai-sdk/openai-compatible, streamed, with a bash tool and a read tool of its own (zod input schemas).
-// Usage: node ai-sdk_agent.mjs NODE_MODULES BASE_URL MODEL PROJECT PROMPT
+// @ai-sdk/openai-compatible with a bash tool and a read tool of its own (zod input schemas), run streamed
+// (`agent.stream`) or whole (`agent.generate`).
+// Usage: node ai-sdk_agent.mjs NODE_MODULES BASE_URL MODEL PROJECT PROMPT stream|generate
 // Prints one JSON line: the answer's text and the tools each step called.
 import { execFile } from "child_process";
 import { readFile } from "fs/promises";
 import { createRequire } from "module";
 import path from "path";
 
-const [modules, baseURL, modelId, project, prompt] = process.argv.slice(2);
+const [modules, baseURL, modelId, project, prompt, mode] = process.argv.slice(2);
 const require = createRequire(path.join(modules, "driver.js"));
 const { ToolLoopAgent, stepCountIs, tool } = require("ai");
 const { createOpenAICompatible } = require("@ai-sdk/openai-compatible");
@@ -41,8 +42,14 @@ const agent = new ToolLoopAgent({
   stopWhen: stepCountIs(8),
 });
 
-const result = await agent.stream({ prompt });
 let text = "";
-for await (const delta of result.textStream) text += delta;
-const steps = await result.steps;
+let steps;
+if (mode === "generate") {
+  const result = await agent.generate({ prompt });
+  ({ text, steps } = result);
+} else {
+  const result = await agent.stream({ prompt });
+  for await (const delta of result.textStream) text += delta;
+  steps = await result.steps;
+}
 console.log(JSON.stringify({ text, steps: steps.map((step) => step.toolCalls.map((call) => call.toolName)) }));
