@@ -20,7 +20,7 @@ from proxy.policy.profiles import HEURISTIC_PROFILE
 from proxy.testing.scripted_upstream import ScriptedUpstream
 from tests.conftest import RunningProxy
 from tests.e2e.clients import CLIENTS, MODEL, AgentWorld, find_ai_sdk
-from tests.e2e.test_clients import PROMPT, _assert_governed, _requests_text, scripted_model
+from tests.e2e.test_clients import NARRATION, PROMPT, _assert_governed, _requests_text, scripted_model
 from tests.e2e.test_clients import rooted_policy as rooted_policy  # a fixture, asked for by name
 
 pytestmark = pytest.mark.e2e
@@ -59,7 +59,11 @@ def test_ai_sdk_agent_is_governed(mode: str, tmp_path: Path, upstream: ScriptedU
     context = f"{json.dumps(result)}\n--- upstream requests\n{_requests_text(upstream)[-6000:]}"
     try:
         # What the SDK ran: the allowed command, then the read inside; the proxy's retries are not its steps.
-        assert result["steps"] == [["bash"], ["readFile"], []] and result["text"] == "Finished.", result
+        assert result["steps"] == [["bash"], ["readFile"], []], result
+        # Each step's narration once: a refused first attempt's text is not sent again with the delivered one.
+        assert result["texts"] == [NARRATION, NARRATION, "Finished."], result
+        if mode == "stream":
+            assert result["text"] == NARRATION * 2 + "Finished.", result
         assert all(bool(body.get("stream")) == (mode == "stream") for body in upstream.requests)
         _assert_governed(proxy, upstream, world.calls, reads=True, profile=HEURISTIC_PROFILE)
     except AssertionError as error:

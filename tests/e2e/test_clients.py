@@ -31,6 +31,9 @@ pytestmark = pytest.mark.e2e
 PIPED = "uv run scripts/search.py x | head -5"
 ALLOWED = "uv run scripts/search.py x"
 PROMPT = "Search the notes for x, then read the notes."
+# Said before each call: a streamed turn whose first attempt is refused sends it once, so the client's history
+# (the next request) matches what the proxy delivered, and the conversation stays one session.
+NARRATION = "Let me do that."
 
 Call = tuple[str, dict[str, Any]]
 
@@ -89,7 +92,7 @@ def scripted_model(world_project: Path, secret: Path, notes: Path) -> Callable[[
                 done, refused = done + 1, 0
         if done >= len(steps) or refused >= len(steps[done]):
             return Reply(content="Finished.")
-        return Reply(content="", tool_calls=[steps[done][refused]])
+        return Reply(content=NARRATION, tool_calls=[steps[done][refused]])
 
     return respond
 

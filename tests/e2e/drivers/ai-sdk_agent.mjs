@@ -2,7 +2,7 @@
 // @ai-sdk/openai-compatible with a bash tool and a read tool of its own (zod input schemas), run streamed
 // (`agent.stream`) or whole (`agent.generate`).
 // Usage: node ai-sdk_agent.mjs NODE_MODULES BASE_URL MODEL PROJECT PROMPT stream|generate
-// Prints one JSON line: the answer's text and the tools each step called.
+// Prints one JSON line: the answer's text, and each step's text and the tools it called.
 import { execFile } from "child_process";
 import { readFile } from "fs/promises";
 import { createRequire } from "module";
@@ -52,4 +52,5 @@ if (mode === "generate") {
   for await (const delta of result.textStream) text += delta;
   steps = await result.steps;
 }
-console.log(JSON.stringify({ text, steps: steps.map((step) => step.toolCalls.map((call) => call.toolName)) }));
+const calls = steps.map((step) => step.toolCalls.map((call) => call.toolName));
+console.log(JSON.stringify({ text, steps: calls, texts: steps.map((step) => step.text) }));
