@@ -2,6 +2,7 @@
 # Installs the agent CLIs that tests/e2e/test_clients.py drives - Qwen Code, Codex, Claude Code, Cline,
 # Continue and Kilo - outside the repository, pinned, with the machine's npm.
 #   AGENT_CLIS_CACHE  where they go (default: ~/.cache/allowlist-proxy-e2e-clients); kept between runs
+# Packages given as arguments (name@version) are installed instead of the CLIs (scripts/install-ai-sdk.sh).
 # Exits 0 with a message when npm is missing or an install fails, so those tests skip with a reason
 # instead (set E2E_REQUIRE_CLIENTS=1 for pytest to fail then).
 set -uo pipefail
@@ -18,6 +19,7 @@ packages=(
   # at the same version: 7.8.1 names a 7.8.1 binary that does not exist.
   "@kilocode/cli@7.7.7"
 )
+if [ $# -gt 0 ]; then packages=("$@"); fi
 
 installed() {  # package@version -> whether node_modules holds exactly that version
   local spec="$1" name="${1%@*}" version="${1##*@}"
@@ -28,7 +30,7 @@ installed() {  # package@version -> whether node_modules holds exactly that vers
 missing=()
 for spec in "${packages[@]}"; do installed "$spec" || missing+=("$spec"); done
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "agent CLIs already in $cache"
+  echo "${packages[*]} already in $cache"
   exit 0
 fi
 if ! command -v npm >/dev/null 2>&1; then

@@ -18,13 +18,14 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import pytest
 import yaml
 
 from tests.e2e.harness import opencode_config, run_cli
 
-__all__ = ["AI_SDK", "CLIENTS", "AgentWorld", "ClientRun", "ClientSpec", "find_ai_sdk", "find_client"]
+__all__ = ["AI_SDK", "CLIENTS", "AgentWorld", "ClientRun", "ClientSpec", "find_ai_sdk", "find_client", "required"]
 
 MODEL = "qwen3.5-27b"
 NOTES_MARKER = "NOTES-MARKER-7f3a: the read inside the project went through"
@@ -129,6 +130,20 @@ def find_ai_sdk() -> tuple[Path | None, str]:
         if found != version:
             return None, f"{package} is {found} in {modules}, the suite needs {version}"
     return modules, "ok"
+
+
+T = TypeVar("T")
+
+
+def required(found: tuple[T | None, str]) -> T:
+    """What a find_* function found, else skip the test with its reason; under E2E_REQUIRE_CLIENTS=1 (CI installs
+    the clients) fail it."""
+    value, detail = found
+    if value is None:
+        if os.environ.get("E2E_REQUIRE_CLIENTS") == "1":
+            pytest.fail(detail)
+        pytest.skip(detail)
+    return value
 
 
 @dataclass

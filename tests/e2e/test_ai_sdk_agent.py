@@ -19,22 +19,13 @@ import pytest
 from proxy.policy.profiles import HEURISTIC_PROFILE
 from proxy.testing.scripted_upstream import ScriptedUpstream
 from tests.conftest import RunningProxy
-from tests.e2e.clients import CLIENTS, MODEL, AgentWorld, find_ai_sdk
+from tests.e2e.clients import CLIENTS, MODEL, AgentWorld, find_ai_sdk, required
 from tests.e2e.test_clients import NARRATION, PROMPT, _assert_governed, _requests_text, scripted_model
 from tests.e2e.test_clients import rooted_policy as rooted_policy  # a fixture, asked for by name
 
 pytestmark = pytest.mark.e2e
 
 DRIVER = Path(__file__).parent / "drivers" / "ai-sdk_agent.mjs"
-
-
-def _modules() -> Path:
-    modules, detail = find_ai_sdk()
-    if modules is None:
-        if os.environ.get("E2E_REQUIRE_CLIENTS") == "1":
-            pytest.fail(detail)
-        pytest.skip(detail)
-    return modules
 
 
 def _run_agent(modules: Path, world: AgentWorld, base_url: str, mode: str = "stream") -> dict[str, Any]:
@@ -51,7 +42,7 @@ def _run_agent(modules: Path, world: AgentWorld, base_url: str, mode: str = "str
 def test_ai_sdk_agent_is_governed(mode: str, tmp_path: Path, upstream: ScriptedUpstream,
                                   start_proxy: Callable[..., RunningProxy],
                                   rooted_policy: Callable[[Path], Path]) -> None:
-    modules = _modules()
+    modules = required(find_ai_sdk())
     world = AgentWorld(tmp_path / "ai-sdk", CLIENTS["qwen-code"], Path("/nonexistent"))
     upstream.responder = scripted_model(world.project, world.secret, world.notes)
     proxy = start_proxy(upstream.url, policy=rooted_policy(world.project))

@@ -11,7 +11,6 @@ proxy's `/stats/models`.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +22,7 @@ import yaml
 from proxy.policy.offered import Offered, offered_tools, properties
 from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
 from tests.conftest import ROOT, RunningProxy
-from tests.e2e.clients import CLIENTS, MODEL, NOTES_MARKER, SECRET_MARKER, AgentWorld, find_client
+from tests.e2e.clients import CLIENTS, MODEL, NOTES_MARKER, SECRET_MARKER, AgentWorld, find_client, required
 from tests.e2e.responders import is_refusal
 
 pytestmark = pytest.mark.e2e
@@ -154,11 +153,7 @@ def _assert_governed(proxy: RunningProxy, upstream: ScriptedUpstream, logs: Call
 def test_agent_cli_is_governed_unchanged(client: str, tmp_path: Path, upstream: ScriptedUpstream, start_proxy,
                                          rooted_policy: Callable[[Path], Path]) -> None:
     spec = CLIENTS[client]
-    binary, detail = find_client(spec)
-    if binary is None:
-        if os.environ.get("E2E_REQUIRE_CLIENTS") == "1":  # CI installs them: missing is a failure there
-            pytest.fail(detail)
-        pytest.skip(detail)
+    binary = required(find_client(spec))
     world = AgentWorld(tmp_path / client, spec, binary)
     upstream.responder = scripted_model(world.project, world.secret, world.notes)
     proxy = start_proxy(upstream.url, policy=rooted_policy(world.project))
@@ -179,11 +174,7 @@ def test_agent_cli_reads_its_own_project_on_the_shipped_policy(client: str, tmp_
     """No root configured: the proxy learns it from what the client states about its working directory, so the
     read inside the project passes, the one outside is refused, and the run is one session."""
     spec = CLIENTS[client]
-    binary, detail = find_client(spec)
-    if binary is None:
-        if os.environ.get("E2E_REQUIRE_CLIENTS") == "1":
-            pytest.fail(detail)
-        pytest.skip(detail)
+    binary = required(find_client(spec))
     world = AgentWorld(tmp_path / client, spec, binary)
     upstream.responder = scripted_model(world.project, world.secret, world.notes)
     proxy = start_proxy(upstream.url, policy=ROOT / "policies" / "strict.yaml")

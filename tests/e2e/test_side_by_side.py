@@ -5,7 +5,6 @@ from `/stats/models`: two sessions, each with its refused pipe and refused read,
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,8 +14,8 @@ import pytest
 
 from proxy.testing.scripted_upstream import ScriptedUpstream
 from tests.conftest import RunningProxy
-from tests.e2e.clients import CLIENTS, AgentWorld, find_client
-from tests.e2e.test_ai_sdk_agent import _modules, _run_agent
+from tests.e2e.clients import CLIENTS, AgentWorld, find_ai_sdk, find_client, required
+from tests.e2e.test_ai_sdk_agent import _run_agent
 from tests.e2e.test_clients import PROMPT, _model_stats, _requests_text, scripted_model
 from tests.e2e.test_clients import rooted_policy as rooted_policy  # a fixture, asked for by name
 
@@ -27,18 +26,13 @@ RUNS = 2
 
 def _continue(tmp_path: Path) -> tuple[AgentWorld, Callable[[str], Any]]:
     spec = CLIENTS["continue"]
-    binary, detail = find_client(spec)
-    if binary is None:
-        if os.environ.get("E2E_REQUIRE_CLIENTS") == "1":
-            pytest.fail(detail)
-        pytest.skip(detail)
-    world = AgentWorld(tmp_path / "continue", spec, binary)
+    world = AgentWorld(tmp_path / "continue", spec, required(find_client(spec)))
 
     return world, lambda base_url: world.run(base_url, PROMPT)
 
 
 def _ai_sdk(tmp_path: Path) -> tuple[AgentWorld, Callable[[str], Any]]:
-    modules = _modules()
+    modules = required(find_ai_sdk())
     world = AgentWorld(tmp_path / "ai-sdk", CLIENTS["qwen-code"], Path("/nonexistent"))
     return world, lambda base_url: _run_agent(modules, world, base_url)
 
