@@ -149,7 +149,9 @@ def _assert_governed(proxy: RunningProxy, upstream: ScriptedUpstream, logs: Call
         assert profile in ",".join(recorded)
 
 
-@pytest.mark.parametrize("client", sorted(CLIENTS))
+# Kilo runs only on the shipped policy below (its run there shows all of this and the learned root): its own
+# start-up takes 10-30 s of a loaded machine.
+@pytest.mark.parametrize("client", sorted(set(CLIENTS) - {"kilo"}))
 def test_agent_cli_is_governed_unchanged(client: str, tmp_path: Path, upstream: ScriptedUpstream, start_proxy,
                                          rooted_policy: Callable[[Path], Path]) -> None:
     spec = CLIENTS[client]
