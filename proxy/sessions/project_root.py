@@ -30,7 +30,7 @@ __all__ = ["stated_root", "too_broad"]
 
 _LINE_PATTERNS = tuple(re.compile(p, re.MULTILINE) for p in (
     r"^ ?- Primary working directory: (/[^\n]*)$",  # Claude Code 2.x
-    r"^Working directory: (/[^\n]*)$",  # Claude Code 1.x
+    r"^Working directory: (/[^\n]*)$",  # Claude Code 1.x, Continue 1.5 (`<env>`), Kilo 7 (`<environment_details>`)
     r"^\d+\. Working Directory: (/[^\n]*)$",  # Cline 3.x
     r"^Current Working Directory \((/[^\n)]*)\)",  # Cline 2.x
     r"^I'm currently working in the directory: (/[^\n]*)$",  # Qwen Code, Gemini CLI
