@@ -1,5 +1,5 @@
-"""Runs the real Qwen Code, Codex, Claude Code, Cline, Continue and Kilo CLIs headless in a throw-away world, pointed at
-a base URL (the proxy), each configured the way README "Pointing an agent at it" shows.
+"""Runs the real Qwen Code, Codex, Claude Code, Cline, Continue and Kilo CLIs headless in a throw-away world,
+pointed at a base URL (the proxy), each configured the way README "Pointing an agent at it" shows.
 
 The world: its own HOME, a project with `scripts/` and a notes file, a secret file outside the project,
 and stub `uv`, `head` and `tail` first on PATH - also in the login profile, since Codex and Claude Code

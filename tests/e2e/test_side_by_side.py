@@ -27,7 +27,6 @@ RUNS = 2
 def _continue(tmp_path: Path) -> tuple[AgentWorld, Callable[[str], Any]]:
     spec = CLIENTS["continue"]
     world = AgentWorld(tmp_path / "continue", spec, required(find_client(spec)))
-
     return world, lambda base_url: world.run(base_url, PROMPT)
 
 
