@@ -8,9 +8,9 @@ conversation (`I'm currently working in the directory: DIR`), Codex's `<environm
 that it appends to the user's first message (`Working directory: DIR`; its `Workspace root folder:` is not
 read). Only those parts are read, in the position the client puts them: the instructions, the system or
 developer messages before the conversation, a context message the client writes as the first user turn
-(Codex's environment context, Qwen Code's preamble), and the `<environment_details>` block of the first user
-turn. Never a model's output or a tool's result: a model that writes "Working directory: /" in its answer, or
-a file that says so, changes nothing.
+(Codex's environment context, Qwen Code's preamble), and the `<environment_details>` part the client appends
+after the user's words in the first user turn. Never a model's output or a tool's result: a model that writes
+"Working directory: /" in its answer, or a file that says so, changes nothing.
 
 A stated root is learned only when it names a project: `/`, a top-level folder (`/tmp`, `/home`, `/srv`) or a
 home directory itself (`/root`, `/home/NAME`, `/Users/NAME`) would let every file of the machine or the user
@@ -38,8 +38,8 @@ _LINE_PATTERNS = tuple(re.compile(p, re.MULTILINE) for p in (
 _CODEX_CWD = re.compile(r"<cwd>(/[^<\n]*)</cwd>")
 # Context messages a client writes as the conversation's first user turn (never typed by the model).
 _CONTEXT_OPENERS = ("<environment_context>", "This is the Qwen Code. We are setting up the context")
-# A block a client appends to the user's own message (Kilo 7): read alone, never the user's words around it.
-_DETAILS_BLOCK = re.compile(r"^<environment_details>\n(.*?)^</environment_details>$", re.MULTILINE | re.DOTALL)
+# A block a client appends to the user's first message as a text part of its own (Kilo 7).
+_DETAILS_PART = re.compile(r"<environment_details>\n(.*)\n</environment_details>", re.DOTALL)
 _HOME_PARENTS = frozenset({"/home", "/Users", "/var/home"})
 
 
@@ -83,8 +83,21 @@ def _client_parts(route: str, payload: Mapping[str, Any]) -> Iterator[str]:
             break  # the context message opens the conversation; what follows is the conversation
         else:
             if role == "user":
-                yield from (block.group(1) for block in _DETAILS_BLOCK.finditer(text))
+                yield from _appended_details(item.get("content"))
             break
+
+
+def _appended_details(content: Any) -> Iterator[str]:
+    """The `<environment_details>` block a client appends to the user's message as a part of its own, after the
+    user's words: never a block written inside those words, which a model writes too when it prompts a
+    sub-agent (Kilo's `task`), nor one in a message of a single part."""
+    if not isinstance(content, list):
+        return
+    for part in content[1:]:
+        if isinstance(part, Mapping) and part.get("type") in (None, "text", "input_text"):
+            found = _DETAILS_PART.fullmatch(str(part.get("text") or "").strip())
+            if found is not None:
+                yield found.group(1)
 
 
 def stated_root(route: str, payload: Mapping[str, Any]) -> str | None:
