@@ -76,8 +76,11 @@ def scripted_model(world_project: Path, secret: Path, notes: Path) -> Callable[[
         shell = next((t for t in SHELL_TOOLS if t in offered), None)
         if shell is None:  # a title or side request
             return Reply(content="E2E")
-        steps = [[_shell_call(shell, PIPED, world_project, offered[shell]),
-                  _shell_call(shell, ALLOWED, world_project, offered[shell])]]
+        # Kilo's second shell tool, which no profile names (its command is optional), proposes the pipe.
+        piped = (("background_process", {"action": "start", "command": PIPED, "workdir": str(world_project),
+                                          "description": "search"}) if "background_process" in offered
+                 else _shell_call(shell, PIPED, world_project, offered[shell]))
+        steps = [[piped, _shell_call(shell, ALLOWED, world_project, offered[shell])]]
         read = next((t for t in READ_TOOLS if t in offered), None)
         if read is not None:
             steps.append([_read_call(read, secret, offered[read]), _read_call(read, notes, offered[read])])
