@@ -14,9 +14,10 @@ import structlog
 from .content import content_findings, path_value_problem
 from .explain import explain_command, parse_error_verdict
 from .matcher import matcher_for
+from .on_disk import searched_secret
 from .paths import patch_paths
 from .profiles import HEURISTIC_PROFILE, Rule, ToolSet, call_rules, misfit_rules, profile_table
-from .protected import protected_problem
+from .protected import glob_problem, protected_for, protected_problem
 from .reasons import order_reasons
 from .schema import Policy, ShellMap
 from .script_args import argument_problem
@@ -178,6 +179,7 @@ def _judge_rule(policy: Policy, rule: Rule, arguments: Mapping[str, Any], roots:
                     problem = path_value_problem(path, roots) or protected_problem(policy, path, roots, write=write)
                     if problem is not None:
                         found.add((problem,), f"{problem}:{tool}.{label}")
+    _judge_search(policy, rule, arguments, roots, found)
     for spec in tool_map.urls:
         for label, value in _values(arguments, spec):
             for url in _paths(value):
@@ -191,6 +193,33 @@ def _judge_rule(policy: Policy, rule: Rule, arguments: Mapping[str, Any], roots:
             for path in patch_paths(value):
                 problem = ((path_value_problem(path, roots) or protected_problem(policy, path, roots))
                            if "\x00" not in path else "path_escape")
+                if problem is not None:
+                    found.add((problem,), f"{problem}:{tool}.{label}")
+
+
+def _judge_search(policy: Policy, rule: Rule, arguments: Mapping[str, Any], roots: tuple[str, ...],
+                  found: _Findings) -> None:
+    """Filter globs (`globs`: what they could select) and searched directories (`searches`: read paths, and
+    the protected files on this machine the search's filters select; left out, the project root)."""
+    tool_map, tool = rule.map, rule.tool
+    if not (tool_map.globs or tool_map.searches):
+        return
+    filters: list[str] = []
+    for spec in tool_map.globs:
+        for label, value in _values(arguments, spec):
+            for glob in _paths(value):
+                filters.append(glob)
+                problem = glob_problem(policy, glob, roots)
+                if problem is not None:
+                    found.add((problem,), f"{problem}:{tool}.{label}")
+    for spec in tool_map.searches:
+        for label, value in _values(arguments, spec) or [(spec, ".")]:
+            for directory in _paths(value):
+                problem = (path_value_problem(directory, roots)
+                           or protected_problem(policy, directory, roots, write=False))
+                if problem is None and roots and searched_secret(protected_for(policy), directory.strip() or ".",
+                                                                 filters, roots):
+                    problem = "protected_path"
                 if problem is not None:
                     found.add((problem,), f"{problem}:{tool}.{label}")
 

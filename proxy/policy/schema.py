@@ -216,18 +216,24 @@ class ToolMap(_Strict):
         default_factory=list, description="arguments holding file paths the tool only reads")
     patch: list[ArgPath] = Field(default_factory=list, description="arguments holding patch text naming files")
     urls: list[ArgPath] = Field(default_factory=list, description="arguments holding URLs (judged by `urls:`)")
+    globs: list[ArgPath] = Field(default_factory=list, description=(
+        "arguments holding glob filters that choose the files the tool reads or lists (a grep's `include`, a "
+        "glob tool's `pattern`): refused when they could select a protected read"))
+    searches: list[ArgPath] = Field(default_factory=list, description=(
+        "arguments holding a directory whose files' contents the tool reads (a grep's `path`; left out: the "
+        "project root), judged as a read path and by the protected files found under it"))
     known: list[ArgPath] = Field(default_factory=list, description=(
         "arguments named like a command, file or URL that carry none (OpenCode's `task.command` names a slash "
         "command); any other such argument the offered schema has is judged by its classification"))
 
-    @field_validator("paths", "read_paths", "patch", "urls", "known", mode="before")
+    @field_validator("paths", "read_paths", "patch", "urls", "globs", "searches", "known", mode="before")
     @classmethod
     def _one_or_list(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
 
     def arguments(self) -> list[str]:
         """The top-level argument names this map reads."""
-        specs = [*self.paths, *self.read_paths, *self.patch, *self.urls]
+        specs = [*self.paths, *self.read_paths, *self.patch, *self.urls, *self.globs, *self.searches]
         if self.shell is not None:
             specs.append(self.shell.source)
         return [re.split(r"[.\[]", spec, maxsplit=1)[0] for spec in specs]
@@ -235,7 +241,7 @@ class ToolMap(_Strict):
     def claimed(self) -> list[str]:
         """Every argument this map says what it is: the ones it judges, the shell's workdir, environment
         and interpreter, and `known`."""
-        specs = [*self.paths, *self.read_paths, *self.patch, *self.urls, *self.known]
+        specs = [*self.paths, *self.read_paths, *self.patch, *self.urls, *self.globs, *self.searches, *self.known]
         if self.shell is not None:
             specs += [s for s in (self.shell.source, self.shell.workdir, self.shell.env, self.shell.interpreter) if s]
         return specs
@@ -243,7 +249,7 @@ class ToolMap(_Strict):
     @property
     def governed(self) -> bool:
         return (self.shell is not None or bool(self.paths) or bool(self.read_paths) or bool(self.patch)
-                or bool(self.urls))
+                or bool(self.urls) or bool(self.globs) or bool(self.searches))
 
 
 class Profile(_Strict):

@@ -1,7 +1,8 @@
 """Secrets are not readable by default (issue 24): every read capability, including the ones that read a
 file's content without naming it as a path: a grep whose `include` glob selects secret files prints their
-lines (`grep {pattern: ".", include: "*.pem"}` prints a private key whole). The reads list
-judges a grep's `path` but not yet its `include`: those cases stay strict xfail until it does."""
+lines (`grep {pattern: ".", include: "*.pem"}` prints a private key whole). Filter globs (the profile
+key `globs`) are judged by what they could select; a directory search (`searches`) by the protected files
+on disk below it that its filter selects."""
 
 from __future__ import annotations
 
@@ -39,8 +40,6 @@ CREDENTIAL_FILES = ["application_default_credentials.json", "deploy/.pgpass", ".
                     "sign.pfx"]
 
 
-@pytest.mark.xfail(reason="known hole (issue 24, open): grep include globs are not judged against the "
-                          "protected reads", strict=True)
 @pytest.mark.parametrize("include", SECRET_INCLUDES)
 def test_a_grep_whose_include_selects_secrets_is_refused(policy: Policy, include: str) -> None:
     assert "protected_path" in _judge(policy, "opencode", "grep", {"pattern": ".", "include": include})

@@ -1,0 +1,104 @@
+"""Secrets a directory search would read, as the files on this machine show them.
+
+A grep over `.` opens every file below it that its filter selects, `server.key` and `.env` included,
+whatever the call names. Where the searched directory is under a project root that exists on this
+machine (the proxy beside the agent), the protected reads below it are listed and the search is refused
+when its filter selects one; an ordinary `grep pattern .` in a project without secrets, or a search of
+`src/`, passes. Where the directory cannot be seen (no root known, the agent on another machine), the
+search is judged by its names only (a documented limit, docs/policy.md).
+
+The listing skips what no search of the project's own files needs and no tool can place a secret into:
+`.git/` and virtual environments (a `pyvenv.cfg` beside them; both are protected from writing), and
+`node_modules/`. Symbolic links are not followed (ripgrep does not follow them either); a link whose
+name or target is protected counts as protected. A listing is kept `_KEPT_SECONDS`; one with more than
+`_MAX_ENTRIES` entries is not finished and the search is refused (search a narrower directory).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+
+from .globs import compile_glob, matches
+from .protected import Protected, fold
+
+__all__ = ["searched_secret"]
+
+_KEPT_SECONDS = 5.0
+_KEPT_DIRECTORIES = 64
+_MAX_ENTRIES = 20_000
+_SKIPPED = frozenset({".git", "node_modules"})
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _listing(protected: Protected, directory: str, root: str) -> tuple[str, ...] | None:
+    """The protected reads below `directory` (paths relative to it), or None when there are too many
+    entries to list."""
+    if protected.read is None:
+        return ()
+    search = protected.read.search
+    base = os.path.relpath(directory, root)
+    base = "" if base == "." else base + "/"
+    found: list[str] = []
+    pending = [""]
+    count = 0
+    while pending:
+        below = pending.pop()
+        try:
+            entries = list(os.scandir(os.path.join(directory, below)))
+        except OSError:
+            continue
+        count += len(entries)
+        if count > _MAX_ENTRIES:
+            return None
+        for entry in entries:
+            relative = below + entry.name
+            if search(fold(base + relative)):
+                found.append(relative)
+                continue
+            try:
+                if entry.is_symlink():
+                    if search(fold(os.path.realpath(entry.path))):
+                        found.append(relative)
+                elif entry.is_dir() and entry.name not in _SKIPPED and not os.path.exists(
+                        os.path.join(entry.path, "pyvenv.cfg")):
+                    pending.append(relative + "/")
+            except OSError:
+                continue
+    return tuple(found)
+
+
+def _kept_listing(protected: Protected, directory: str, root: str) -> tuple[str, ...] | None:
+    now = time.monotonic()
+    kept = protected.inventories.get(directory)
+    if kept is not None and now - kept[0] < _KEPT_SECONDS:
+        return kept[1]
+    listing = _listing(protected, directory, root)
+    if len(protected.inventories) >= _KEPT_DIRECTORIES:
+        protected.inventories.clear()
+    protected.inventories[directory] = (now, listing)
+    return listing
+
+
+def searched_secret(protected: Protected, directory: str, filters: Iterable[str], roots: tuple[str, ...]) -> bool:
+    """Whether a search of `directory` (a path the path rules accepted) with these filter globs (none: every
+    file) would read a protected file that exists on this machine."""
+    globs = [compile_glob(text) for text in filters]
+    for root in roots:
+        if not os.path.isdir(root):
+            continue
+        real_root = os.path.realpath(root)
+        place = os.path.realpath(directory if directory.startswith("/") else os.path.join(root, directory))
+        if not _inside(place, real_root) or not os.path.isdir(place):
+            continue  # a file is judged by the read rules; a missing directory holds nothing to read
+        listing = _kept_listing(protected, place, real_root)
+        if listing is None:
+            return True
+        for path in listing:
+            if not globs or any(matches(glob, fold(path)) for glob in globs):
+                return True
+    return False
