@@ -19,6 +19,7 @@ from collections.abc import Iterable
 
 from .content import path_value_problem
 from .globs import GlobSet, Patterns, compile_glob, pattern_tokens, selects
+from .imported import imported_modules
 from .schema import Policy, compiled_for
 
 __all__ = ["READ", "WRITE", "fold", "glob_problem", "own_files", "protected_for", "protected_problem",
@@ -110,6 +111,7 @@ class Protected:
         write = list(rules.write)
         if rules.scripts_dir:
             write.append("/" + policy.bash.scripts_dir.strip("/") + "/")
+        self.scripts_dir = policy.bash.scripts_dir.strip("/") if rules.scripts_dir else None
         self.write = _compile([*write, *rules.read])  # a writing tool reads the file too
         self.read = _compile(rules.read)
         self._read_patterns: Patterns | None = None
@@ -166,6 +168,17 @@ class Protected:
                 escapes = True  # `link/x` with `link -> /etc`: the write lands outside the project
         return relative, absolute, escapes
 
+    def _imported(self, relative: list[str], roots: tuple[str, ...]) -> bool:
+        """Whether a path (its forms relative to a root) is one of the project's modules the scripts import
+        (proxy/policy/imported.py)."""
+        assert self.scripts_dir is not None
+        for root in roots:
+            if os.path.isdir(root):
+                modules = imported_modules(root, self.scripts_dir, fold)
+                if any(form == m or form.startswith(m + "/") for form in relative for m in modules):
+                    return True
+        return False
+
     def problem(self, path: str, *, write: bool, roots: tuple[str, ...] = ()) -> bool:
         """Whether `path` is protected for this access (a write checks both lists: a writing tool reads)."""
         patterns = self.write if write else self.read
@@ -174,6 +187,8 @@ class Protected:
             return False
         relative, absolute, escapes = self._candidates(path, roots)
         if escapes or (patterns is not None and any(patterns.search(form) for form in relative)):
+            return True
+        if write and self.scripts_dir is not None and self._imported(relative, roots):
             return True
         if own:
             return any(_is_own(a) for a in absolute)

@@ -310,12 +310,31 @@ class PathRules(_Strict):
 # file something other than the model runs or loads on its own. Gitignore-like: `/x` from a project root
 # only, `x` at any depth, everything beneath a match included.
 DEFAULT_PROTECTED_WRITE: tuple[str, ...] = (
-    "pyproject.toml", "uv.lock", "uv.toml", ".python-version", "setup.py", "setup.cfg",
-    ".venv/", "*.pth", "sitecustomize.py", "usercustomize.py",
-    ".git/", ".gitattributes", ".gitmodules", ".envrc", ".vscode/", ".idea/",
-    ".opencode/", "opencode.json", "opencode.jsonc", ".claude/", "CLAUDE.md", ".codex/", ".qwen/", "QWEN.md",
-    ".clinerules", ".clinerules/", ".continue/", ".continuerc.json", ".kilocode/", ".mcp.json", ".cursor/",
-    ".cursorrules", ".roo/", ".windsurf/", ".gemini/", "GEMINI.md", "AGENTS.md", ".agents/",
+    # uv and the build backends it runs (hatchling's and pdm's build hooks)
+    "pyproject.toml", "uv.lock", "uv.toml", ".python-version", ".python-versions", "setup.py", "setup.cfg",
+    "hatch_build.py", "pdm_build.py",
+    # Python: an environment and what its interpreter loads at start or instead of a source (a `.pyc` whose
+    # header holds the source's mtime and size is imported in its place)
+    ".venv/", "pyvenv.cfg", "site-packages/", "dist-packages/", "*.pth", "*._pth", "sitecustomize.py",
+    "usercustomize.py", "__pycache__/", "*.pyc", "*.pyo", ".pdbrc",
+    # git (`.git` as a directory, or as a file naming another git dir), its attribute filters, submodules, LFS
+    ".git/", ".gitattributes", ".gitmodules", ".lfsconfig", ".pre-commit-config.yaml",
+    # the shell and tool managers on entering the directory; a shell's or git's start-up files where the
+    # project root is the home directory (containers often make it so)
+    ".envrc", "mise.toml", ".mise.toml", ".mise.local.toml", ".mise/", ".tool-versions",
+    "/.bashrc", "/.bash_profile", "/.bash_login", "/.profile", "/.bash_logout", "/.zshrc", "/.zshenv",
+    "/.zprofile", "/.zlogin", "/.gitconfig", "/.config/", "/.local/",
+    # package managers' own settings that load code (`.npmrc` is a protected read as well)
+    ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", "bunfig.toml",
+    # editors: tasks, settings, language servers, project-local init files, dev containers
+    ".vscode/", ".idea/", ".zed/", ".helix/", ".nvim.lua", ".nvimrc", ".exrc", ".devcontainer/",
+    ".devcontainer.json",
+    # agent clients: config, plugins, hooks, commands, and the instructions they load into every request
+    ".opencode/", "opencode.json", "opencode.jsonc", ".kilo/", "kilo.json", "kilo.jsonc", ".claude/",
+    "CLAUDE.md", "CLAUDE.local.md", ".codex/", ".qwen/", "QWEN.md", ".clinerules", ".clinerules/", ".continue/",
+    ".continuerc.json", ".kilocode/", ".mcp.json", ".cursor/", ".cursorrules", ".roo/", ".windsurf/", ".gemini/",
+    "GEMINI.md", "AGENTS.md", ".agents/", ".aider.conf.yml", ".goosehints",
+    # the proxy's own files by their usual names (the loaded ones wherever they are: `own_files`)
     "allowlist-proxy*.yaml", "allowlist-proxy*.toml",
 )
 # Secrets no read capability may open: an allowed read followed by an allowed fetch is exfiltration.
