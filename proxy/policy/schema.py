@@ -111,6 +111,11 @@ class UrlRules(_Strict):
         default_factory=lambda: ["http", "https"])
     allow_hosts: list[HostPattern] = Field(default_factory=list)
     deny_hosts: list[HostPattern] = Field(default_factory=list)
+    # Resolve a host name when judging and refuse it when any answer is a refused address (proxy/policy/
+    # resolve.py): off unless a policy turns it on (the shipped policies do); a lookup slower than the
+    # timeout is refused.
+    resolve: bool = False
+    resolve_timeout_ms: int = Field(default=250, ge=1, le=5000)
 
 
 ArgKind = Literal["path", "url", "int", "any"]
