@@ -6,6 +6,7 @@ commands a shell tool runs, the path rules for the files a file tool opens, `oth
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +14,7 @@ import structlog
 
 from .content import content_findings, path_value_problem
 from .explain import explain_command, parse_error_verdict
+from .globs import compile_glob
 from .matcher import matcher_for
 from .on_disk import searched_secret
 from .paths import patch_paths
@@ -22,7 +24,7 @@ from .reasons import order_reasons
 from .schema import Policy, ShellMap
 from .script_args import argument_problem
 from .shell_forms import commands_of
-from .urls import url_problem
+from .urls import is_url, url_problem
 from .verdict import ALLOW, MALFORMED, REJECT, Verdict
 
 __all__ = ["judge_call", "judge_command", "shell_command", "tool_set"]
@@ -64,6 +66,7 @@ def tool_set(policy: Policy) -> ToolSet:
 
 
 _MISSING = object()
+_GLOB_CHARS = re.compile(r"[*?\[{]")
 _POSIX_SHELLS = frozenset({"bash", "sh", "dash", "zsh"})
 
 
@@ -278,7 +281,11 @@ def _judge_call(policy: Policy, tool: str, arguments: dict[str, Any] | None, off
         judged = frozenset(spec for rule in rules for spec in rule.judges)
 
         def protected(value: str) -> str | None:
-            return protected_problem(policy, value, roots)
+            problem = protected_problem(policy, value, roots)
+            if problem is None and _GLOB_CHARS.search(value) and not is_url(value):
+                # A one-word value with wildcards may be a filter (`*.pem`, `{.env,x}`): judged as one.
+                problem = "protected_path" if protected_for(policy).glob_selects(compile_glob(value), value) else None
+            return problem
 
         for problem, label in content_findings(arguments, roots, policy.urls, judged, protected):
             found.add((problem,), f"{problem}:{tool}.{label}")

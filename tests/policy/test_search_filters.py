@@ -168,3 +168,47 @@ def test_a_project_the_proxy_cannot_see_is_judged_by_names(policy: Policy, tmp_p
     assert _judge(policy, "grep", {"pattern": "BEGIN", "path": "."}, roots=(str(missing),)) == ()
     assert _judge(policy, "grep", {"pattern": "BEGIN", "path": "."}) == ()
     assert _judge(policy, "grep", {"pattern": "BEGIN", "path": "certs/server.key"}) == ("protected_path",)
+
+
+# -- tools no profile describes ---------------------------------------------------------------------------
+
+
+def _offered(policy: Policy, name: str, properties: dict[str, Any]) -> Any:
+    from proxy.policy.profiles import ToolSet
+    payload = {"tools": [{"type": "function", "function": {"name": name, "parameters": {
+        "type": "object", "properties": properties}}}]}
+    return ToolSet.for_request(policy, payload, {})
+
+
+@pytest.mark.parametrize(("properties", "argument"), [
+    ({"pattern": {"type": "string"}, "path": {"type": "string"}, "glob": {"type": "string"}}, "glob"),
+    ({"query": {"type": "string"}, "include": {"type": "string"}}, "include"),
+    ({"regex": {"type": "string"}, "filePattern": {"type": "string"}}, "filePattern"),
+    ({"dir_path": {"type": "string"}, "pattern": {"type": "string", "description": "Unix shell regex, where * "
+                                                                                  "matches everything."}},
+     "pattern"),
+    ({"patterns": {"type": "array", "items": {"type": "string"}, "description": "glob patterns of the files"}},
+     "patterns"),
+])
+def test_a_filter_of_a_tool_no_profile_knows_is_judged(policy: Policy, properties: dict[str, Any],
+                                                       argument: str) -> None:
+    tools = _offered(policy, "mystery_search", properties)
+    def judge(value: str) -> tuple[str, ...]:
+        sent = [value] if properties[argument].get("type") == "array" else value
+        return judge_call(policy, "mystery_search", {argument: sent}, offered_tools={"mystery_search"},
+                          tools=tools).reasons
+    assert judge("**/*.pem") == ("protected_path",)
+    assert judge("{.env,x}") == ("protected_path",)
+    assert judge("*.py") == ()
+
+
+def test_a_one_word_wildcard_value_of_an_unknown_tool_is_judged_as_a_filter(policy: Policy) -> None:
+    tools = _offered(policy, "mystery", {"target": {"type": "string"}, "note": {"type": "string"}})
+    def judge(value: str) -> tuple[str, ...]:
+        return judge_call(policy, "mystery", {"target": value}, offered_tools={"mystery"}, tools=tools).reasons
+    assert judge("{.env,notes.txt}") == ("protected_path",)
+    assert judge("**/id_ed25519*") == ("protected_path",)
+    assert judge("*.py") == ()
+    assert judge("https://docs.python.org/3/search.html?q=glob*") == ()
+    assert judge_call(policy, "mystery", {"note": "read the *.pem files"}, offered_tools={"mystery"},
+                      tools=tools).reasons == ()  # free text that mentions a glob is not one
