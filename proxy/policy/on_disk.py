@@ -9,9 +9,10 @@ search is judged by its names only (a documented limit, docs/policy.md).
 
 The listing skips what no search of the project's own files needs and no tool can place a secret into:
 `.git/` and virtual environments (a `pyvenv.cfg` beside them; both are protected from writing), and
-`node_modules/`. Symbolic links are not followed (ripgrep does not follow them either); a link whose
-name or target is protected counts as protected. A listing is kept `_KEPT_SECONDS`; one with more than
-`_MAX_ENTRIES` entries is not finished and the search is refused (search a narrower directory).
+`node_modules/`. A link counts by its name and by where it leads (some search tools follow links): a
+linked directory inside the project is listed, one leading out of it counts as protected. A listing is
+kept `_KEPT_SECONDS`; one with more than `_MAX_ENTRIES` entries is not finished and the search is
+refused (search a narrower directory).
 """
 
 from __future__ import annotations
@@ -37,19 +38,21 @@ def _inside(path: str, root: str) -> bool:
 
 def _listing(protected: Protected, directory: str, root: str) -> tuple[str, ...] | None:
     """The protected reads below `directory` (paths relative to it), or None when there are too many
-    entries to list."""
+    entries to list. A file is protected by its own path and by the path a link leads to; a linked
+    directory inside the project is listed where it leads (a search tool may follow it), one leading out
+    of the project counts as protected (as a path through it would)."""
     if protected.read is None:
         return ()
     search = protected.read.search
-    base = os.path.relpath(directory, root)
-    base = "" if base == "." else base + "/"
     found: list[str] = []
-    pending = [""]
+    # (the directory on disk, its path relative to the root, its path below the searched directory)
+    pending = [(directory, os.path.relpath(directory, root), "")]
+    seen = {directory}
     count = 0
     while pending:
-        below = pending.pop()
+        place, from_root, below = pending.pop()
         try:
-            entries = list(os.scandir(os.path.join(directory, below)))
+            entries = list(os.scandir(place))
         except OSError:
             continue
         count += len(entries)
@@ -57,19 +60,32 @@ def _listing(protected: Protected, directory: str, root: str) -> tuple[str, ...]
             return None
         for entry in entries:
             relative = below + entry.name
-            if search(fold(base + relative)):
+            if search(fold(entry.name if from_root == "." else f"{from_root}/{entry.name}")):
                 found.append(relative)
                 continue
             try:
                 if entry.is_symlink():
-                    if search(fold(os.path.realpath(entry.path))):
+                    real = os.path.realpath(entry.path)
+                    if not _inside(real, root):
+                        if os.path.isdir(real) or search(fold(real)):
+                            found.append(relative)  # out of the project: a secret there is out of sight
+                        continue
+                    target = os.path.relpath(real, root)
+                    if search(fold(target)):
                         found.append(relative)
-                elif entry.is_dir() and entry.name not in _SKIPPED and not os.path.exists(
-                        os.path.join(entry.path, "pyvenv.cfg")):
-                    pending.append(relative + "/")
+                    elif os.path.isdir(real) and real not in seen and not _skipped(real):
+                        seen.add(real)
+                        pending.append((real, target, relative + "/"))
+                elif entry.is_dir() and not _skipped(entry.path):
+                    seen.add(entry.path)
+                    pending.append((entry.path, fold(os.path.relpath(entry.path, root)), relative + "/"))
             except OSError:
                 continue
     return tuple(found)
+
+
+def _skipped(directory: str) -> bool:
+    return os.path.basename(directory) in _SKIPPED or os.path.exists(os.path.join(directory, "pyvenv.cfg"))
 
 
 def _kept_listing(protected: Protected, directory: str, root: str) -> tuple[str, ...] | None:

@@ -212,3 +212,17 @@ def test_a_one_word_wildcard_value_of_an_unknown_tool_is_judged_as_a_filter(poli
     assert judge("https://docs.python.org/3/search.html?q=glob*") == ()
     assert judge_call(policy, "mystery", {"note": "read the *.pem files"}, offered_tools={"mystery"},
                       tools=tools).reasons == ()  # free text that mentions a glob is not one
+
+
+def test_a_linked_directory_is_listed_where_it_leads(policy: Policy, tmp_path: Path) -> None:
+    project = _project(tmp_path, ["vault/db.key"])
+    (project / "src" / "vault").symlink_to(project / "vault")  # inside the project: listed there
+    assert _search(policy, project, {"pattern": "x", "path": "src"}) == ("protected_path",)
+    assert _search(policy, project, {"pattern": "x", "path": "src", "include": "*.py"}) == ()
+    other = _project(tmp_path / "b", [])
+    (tmp_path / "home" / "docs").mkdir(parents=True)
+    (other / "src" / "home").symlink_to(tmp_path / "home")  # out of the project: out of sight, refused
+    assert _search(policy, other, {"pattern": "x", "path": "src"}) == ("protected_path",)
+    (other / "src" / "home").unlink()
+    (other / "src" / "loop").symlink_to(other / "src")  # a cycle ends
+    assert _search(policy, other, {"pattern": "x", "path": "src"}) == ()
