@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 __all__ = ["GlobSet", "Patterns", "compile_glob", "literal_form", "matches", "pattern_tokens", "selects"]
 
-_MAX_ALTERNATIVES = 64
+_MAX_ALTERNATIVES = 32
 _MAX_LENGTH = 1000
 _RANGE = re.compile(r"^(?:-?[0-9]+|.)\.\.(?:-?[0-9]+|.)(?:\.\.-?[0-9]+)?$")
 _EXTGLOB = frozenset("?*+@!")
@@ -150,14 +150,14 @@ def _letters(tokens: Iterable[Token]) -> Counter[str]:
 @dataclass(frozen=True, slots=True)
 class _Pattern:
     tokens: Tokens
-    letters: Counter[str]
+    letters: tuple[tuple[str, int], ...]
     need: int  # of its literal characters a filter must name: half, at least one (none: a bare `*`)
 
     @classmethod
     def of(cls, tokens: Tokens) -> _Pattern:
         letters = _letters(tokens)
         total = sum(letters.values())
-        return cls(tokens, letters, max(1, (total + 1) // 2) if total else 0)
+        return cls(tokens, tuple(letters.items()), max(1, (total + 1) // 2) if total else 0)
 
 
 def _targets(left: Tokens, letters: Counter[str], right: _Pattern) -> bool:
@@ -165,7 +165,7 @@ def _targets(left: Tokens, letters: Counter[str], right: _Pattern) -> bool:
     of the pattern's literal characters (one at least) matched by the filter's own. `*.pem`, `.e?v`,
     `*.en[v]` and `id_rs*` target secrets; `*.py` (which could match `.env.py`) and `*` do not: a filter
     that names nothing in particular selects no more than the unfiltered search."""
-    if right.need and sum((letters & right.letters).values()) < right.need:
+    if right.need and sum(min(letters.get(char, 0), count) for char, count in right.letters) < right.need:
         return False  # too few of the pattern's characters anywhere in the filter
     return coverage(left, right.tokens) >= right.need
 
@@ -357,9 +357,12 @@ def literal_form(tokens: Iterable[Token]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Patterns:
-    """Protected patterns as token sequences: the files they name (at any depth unless anchored), and the
-    directories written as such (`.azure/`), which a filter selects by naming the directory."""
+    """Protected patterns as token sequences: file names of one segment (`*.pem`, compared with a filter's
+    last segment only: a file pattern names the file, not a directory above it), files of several segments
+    (`.aws/credentials`, at any depth unless anchored), and the directories written as such (`.azure/`),
+    which a filter selects by naming the directory."""
 
+    names: tuple[_Pattern, ...]
     files: tuple[_Pattern, ...]
     directories: tuple[_Pattern, ...]
 
@@ -367,13 +370,24 @@ class Patterns:
 def pattern_tokens(folded: Iterable[tuple[str, bool]]) -> Patterns:
     """Folded protected patterns (gitignore-like: `*` and `?` within a segment, a leading `/` anchors one),
     each with whether it was written as a directory."""
+    names: list[_Pattern] = []
     files: list[_Pattern] = []
     directories: list[_Pattern] = []
     for pattern, directory in folded:
         body = tuple(STAR if c == "*" else ANY if c == "?" else c for c in pattern.strip("/"))
+        if not directory and "/" not in body:
+            names.append(_Pattern.of(body))
+            continue
         forms = [body] if pattern.startswith("/") else [body, (GLOBSTAR, "/", *body)]
         (directories if directory else files).extend(map(_Pattern.of, forms))
-    return Patterns(tuple(files), tuple(directories))
+    return Patterns(tuple(names), tuple(files), tuple(directories))
+
+
+def _last_segment(tokens: Tokens) -> Tokens:
+    for index in range(len(tokens) - 1, -1, -1):
+        if tokens[index] == "/":
+            return tokens[index + 1:]
+    return tokens
 
 
 def _named_prefixes(tokens: Tokens) -> list[Tokens]:
@@ -391,6 +405,10 @@ def _named_prefixes(tokens: Tokens) -> list[Tokens]:
 
 def selects(globs: GlobSet, patterns: Patterns) -> bool:
     """Whether the filter targets a file a protected pattern names, or names a protected directory."""
+    for last in {_last_segment(alternative) for alternative in globs.alternatives}:
+        letters = _letters(last)
+        if any(_targets(last, letters, pattern) for pattern in patterns.names):
+            return True
     for alternative in globs.alternatives:
         letters = _letters(alternative)
         if any(_targets(alternative, letters, pattern) for pattern in patterns.files):

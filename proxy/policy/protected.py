@@ -116,6 +116,7 @@ class Protected:
         self.read = _compile(rules.read)
         self._read_patterns: Patterns | None = None
         self._globs: dict[str, bool] = {}
+        self.glob_problems: dict[tuple[str, tuple[str, ...]], str | None] = {}
         # Per searched directory: when it was walked, and the protected reads found (proxy/policy/on_disk.py).
         self.inventories: dict[str, tuple[float, tuple[str, ...] | None]] = {}
 
@@ -209,8 +210,15 @@ def glob_problem(policy: Policy, glob: str, roots: tuple[str, ...] = ()) -> str 
     """`absolute_path`, `path_escape` or `protected_path` for a filter glob of a read or search tool: each of
     its alternatives read as a path (wildcards as plain names: `../*` climbs out), and what it could
     select judged against `protected.read` (proxy/policy/globs.py)."""
+    protected = protected_for(policy)
+    key = (glob, roots)
+    if key in protected.glob_problems:  # agents repeat their filters
+        return protected.glob_problems[key]
     compiled = compile_glob(glob)
-    for spelling in compiled.spellings:
-        if (problem := path_value_problem(spelling, roots)) is not None:
-            return problem
-    return "protected_path" if protected_for(policy).glob_selects(compiled, glob) else None
+    problem = next(filter(None, (path_value_problem(spelling, roots) for spelling in compiled.spellings)), None)
+    if problem is None and protected.glob_selects(compiled, glob):
+        problem = "protected_path"
+    if len(protected.glob_problems) >= _KEPT_GLOBS:
+        protected.glob_problems.clear()
+    protected.glob_problems[key] = problem
+    return problem
