@@ -53,3 +53,19 @@ def test_a_grep_over_ordinary_files_passes(policy: Policy, include: str) -> None
 @pytest.mark.parametrize("path", CREDENTIAL_FILES)
 def test_a_cloud_credential_file_is_not_read(policy: Policy, path: str) -> None:
     assert "protected_path" in _judge(policy, "opencode", "read", {"filePath": path})
+
+
+# Each client's filter argument, offered as the client offers its tools (captured catalogues).
+CLIENT_FILTERS = [("opencode", "grep", "include", {"pattern": "."}), ("opencode", "glob", "pattern", {}),
+                  ("kilo", "grep", "include", {"pattern": "."}), ("kilo", "glob", "pattern", {}),
+                  ("qwen-code", "grep_search", "glob", {"pattern": "."}), ("qwen-code", "glob", "pattern", {}),
+                  ("continue", "Search", "file_pattern", {"pattern": "."}),
+                  ("langchain", "file_search", "pattern", {"dir_path": "."})]
+
+
+@pytest.mark.parametrize(("client", "tool", "argument", "other"), CLIENT_FILTERS)
+@pytest.mark.parametrize("glob", ["*.env", "{.env,x}", "**/.env*", "**/id_rsa*", "*.p12"])
+def test_each_clients_filter_that_selects_secrets_is_refused(policy: Policy, client: str, tool: str, argument: str,
+                                                             other: dict[str, Any], glob: str) -> None:
+    assert _judge(policy, client, tool, {**other, argument: glob}) == ("protected_path",)
+    assert _judge(policy, client, tool, {**other, argument: "**/*.py"}) == ()
