@@ -8,8 +8,9 @@ when its filter selects one; an ordinary `grep pattern .` in a project without s
 search is judged by its names only (a documented limit, docs/policy.md).
 
 The listing skips what no search of the project's own files needs and no tool can place a secret into:
-`.git/` and virtual environments (a `pyvenv.cfg` beside them; both are protected from writing), and
-`node_modules/`. A link counts by its name and by where it leads (some search tools follow links): a
+`.git/` (the agents' search tools leave it out; a direct read of its `config`, which may hold a remote
+URL's token, is a protected read), virtual environments (a `pyvenv.cfg` beside them; protected from
+writing) and `node_modules/`. A link counts by its name and by where it leads (some search tools follow links): a
 linked directory inside the project is listed, one leading out of it counts as protected. A listing is
 kept `_KEPT_SECONDS`; one with more than `_MAX_ENTRIES` entries is not finished and the search is
 refused (search a narrower directory).

@@ -348,6 +348,14 @@ DEFAULT_PROTECTED_READ: tuple[str, ...] = (
     ".pypirc", ".git-credentials", ".aws/credentials", ".aws/config", ".config/gcloud/", ".azure/",
     ".kube/config", ".docker/config.json", "application_default_credentials.json", ".pgpass", ".vault-token",
     "*.p12", "*.pfx",
+    # key stores and a home directory's secret folders, where the project root is one
+    ".ssh/", ".gnupg/", ".password-store/", "*.kdbx", "*.jks", "*.keystore", ".htpasswd",
+    # tools' credential files: a remote URL's token in git's config, database, S3, Docker, Terraform, Cargo,
+    # RubyGems, Composer, GitHub CLI, Streamlit, Google service accounts and OAuth clients
+    ".git/config", ".my.cnf", ".s3cfg", ".boto", ".dockercfg", ".terraformrc", "terraform.rc", "*.tfstate",
+    "*.tfstate.backup", ".cargo/credentials", ".cargo/credentials.toml", ".gem/credentials",
+    ".composer/auth.json", ".config/gh/hosts.yml", ".streamlit/secrets.toml", "service-account*.json",
+    "credentials.json", "client_secret*.json",
 )
 ProtectedPattern = Annotated[str, StringConstraints(min_length=1, max_length=300, pattern=r"^[^\x00]+$")]
 

@@ -68,14 +68,20 @@ def test_ordinary_files_stay_writable(path: str) -> None:
 @pytest.mark.parametrize("path", [".env", ".env.local", "deploy/.ENV.production", "certs/server.pem", "tls.key",
                                   "id_rsa", ".ssh/id_ed25519.pub", ".netrc", ".npmrc", ".pypirc",
                                   ".git-credentials", ".aws/credentials", ".aws/config", ".config/gcloud/x.json",
-                                  ".azure/a", ".kube/config", ".docker/config.json"])
+                                  ".azure/a", ".kube/config", ".docker/config.json",
+                                  # a remote URL's token, home-directory key folders, tools' credentials
+                                  ".git/config", ".ssh/deploy_key", ".gnupg/private-keys-v1.d/x.key",
+                                  "vault.kdbx", "release.jks", ".htpasswd", ".my.cnf", ".s3cfg",
+                                  "infra/terraform.tfstate", ".terraformrc", ".cargo/credentials.toml",
+                                  ".config/gh/hosts.yml", ".streamlit/secrets.toml", "service-account-prod.json",
+                                  "credentials.json", "client_secret_123.json"])
 def test_secrets_unreadable(path: str) -> None:
     assert _reasons("read", {"filePath": path}) == ("protected_path",)
     assert _reasons("grep", {"pattern": "x", "path": path}) == ("protected_path",)
 
 
 def test_protected_files_stay_readable() -> None:
-    for path in ("pyproject.toml", "scripts/search.py", ".git/config", "AGENTS.md"):
+    for path in ("pyproject.toml", "scripts/search.py", ".git/HEAD", "AGENTS.md"):
         assert _reasons("read", {"filePath": path}) == (), path
 
 
