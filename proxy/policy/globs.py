@@ -1,16 +1,20 @@
 """Glob filters of read and search tools (a grep's `include`, a glob tool's `pattern`): which files they
-could select.
+select, and whether they name a protected read.
 
-A filter is judged by what it could match, not by its spelling: `*.pem`, `{.env,x}`, `**/.en[v]*` and
-`!*.py` (ripgrep's exclusion: every other file) all select a protected read. Both the filter and the
-protected patterns become token sequences over a whole relative path (`*` and `?` within a segment, `**`
-across segments, `[...]` classes, literals), and the question "is there a path both match?" is answered
-on their product automaton. Everything a tool reads differently is over-approximated, never under:
-braces are expanded (nested; a range `{1..9}` becomes `**`; a glob of more than `_MAX_ALTERNATIVES`
-alternatives is not read, and refused), extended
-globs (`@(a|b)`, `!(x)`) become `*`, the filter may sit at any depth below the searched directory
-(ripgrep and gitignore match a slashless glob against every file name), and both sides are compared
-folded (NFKC, case, trailing dots and spaces per segment) as protected paths are.
+A filter and the protected patterns become token sequences over a relative path (`*` and `?` within a
+segment, `**` across segments, `[...]` classes, literals), compared on their product automaton. Read as
+a tool would read it, or wider, never narrower: braces are expanded (nested; a range `{1..9}` becomes
+`**`; more than `_MAX_ALTERNATIVES` alternatives or `_MAX_GLOBSTARS` `**/` are not read, and refused),
+extended globs (`@(a|b)`, `!(x)`) become `*`, ripgrep's `!GLOB` (exclude) and an empty filter select
+every file, `**/` also matches no directory, a filter may sit at any depth below the searched directory
+(ripgrep and gitignore match a slashless glob against every file name), and both sides are folded (NFKC,
+case, trailing dots and spaces per segment) as protected paths are.
+
+`selects` asks whether a filter *names* a protected read: some path matches both with at least half of
+the pattern's literal characters matched by the filter's own (`*.pem`, `{.env,x}`, `.e?v`, `id_rs*`).
+A bare intersection would refuse `*.py` (it can match `.env.py`); `*` and `**/*` name nothing and select
+no more than the unfiltered search, which the listing of the files on disk judges (proxy/policy/on_disk.py).
+`matches` asks whether a filter selects one concrete file.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 __all__ = ["GlobSet", "Patterns", "compile_glob", "literal_form", "matches", "pattern_tokens", "selects"]
 
 _MAX_ALTERNATIVES = 32
+_MAX_GLOBSTARS = 4
 _MAX_LENGTH = 1000
 _RANGE = re.compile(r"^(?:-?[0-9]+|.)\.\.(?:-?[0-9]+|.)(?:\.\.-?[0-9]+)?$")
 _EXTGLOB = frozenset("?*+@!")
@@ -333,10 +338,13 @@ def compile_glob(glob: str) -> GlobSet:
         return GlobSet(((GLOBSTAR,),), (), complete=False)
     alternatives: list[Tokens] = []
     for tokens in expanded:
-        tidy = _tidy(tokens)
-        alternatives.append(tidy)
-        if tidy[:2] != (GLOBSTAR, "/") and tidy[:1] != (GLOBSTAR,):
-            alternatives.append((GLOBSTAR, "/", *tidy))  # below the searched directory, at any depth
+        forms = _no_directories(_tidy(tokens))
+        if forms is None:
+            return GlobSet(((GLOBSTAR,),), (), complete=False)
+        for tidy in forms:
+            alternatives.append(tidy)
+            if tidy[:2] != (GLOBSTAR, "/") and tidy[:1] != (GLOBSTAR,):
+                alternatives.append((GLOBSTAR, "/", *tidy))  # below the searched directory, at any depth
     spellings = tuple(literal_form(tokens) for tokens in expanded)
     return GlobSet(tuple(alternatives), spellings)
 
@@ -345,6 +353,19 @@ def matches(glob: GlobSet, folded_path: str) -> bool:
     """Whether a filter selects one file (its folded path below the searched directory)."""
     path = tuple(folded_path)
     return any(intersects(alternative, [path]) for alternative in glob.alternatives)
+
+
+def _no_directories(tokens: Tokens) -> list[Tokens] | None:
+    """The glob, and with each `**/` also matching no directory at all (`**/.env` matches `.env`, `a/**/b`
+    matches `a/b`): every choice of them; None for more than `_MAX_GLOBSTARS`."""
+    places = [i for i in range(len(tokens) - 1) if tokens[i] is GLOBSTAR and tokens[i + 1] == "/"
+              and (i == 0 or tokens[i - 1] == "/")]
+    if len(places) > _MAX_GLOBSTARS:
+        return None
+    out = [tokens]
+    for place in reversed(places):
+        out += [t[:place] + t[place + 2:] for t in out]
+    return out
 
 
 def literal_form(tokens: Iterable[Token]) -> str:

@@ -226,3 +226,22 @@ def test_a_linked_directory_is_listed_where_it_leads(policy: Policy, tmp_path: P
     (other / "src" / "home").unlink()
     (other / "src" / "loop").symlink_to(other / "src")  # a cycle ends
     assert _search(policy, other, {"pattern": "x", "path": "src"}) == ()
+
+
+def test_read_many_files_reads_below_the_root(policy: Policy, tmp_path: Path) -> None:
+    project = _project(tmp_path, [".env"])
+    assert _search(policy, project, {"paths": ["**/*"]}, tool="read_many_files") == ("protected_path",)
+    assert _search(policy, project, {"paths": ["src/**/*.py", "README.md"]}, tool="read_many_files") == ()
+
+
+@pytest.mark.parametrize(("glob", "path", "selected"), [
+    ("**/.env", ".env", True), ("src/**/*.py", "src/a.py", True), ("a/**/**/b", "a/b", True),
+    ("**/*", "server.key", True), ("x/**/y", "x/z/y", True), ("x/**/y", "xy", False),
+])
+def test_a_globstar_directory_may_be_none(glob: str, path: str, selected: bool) -> None:
+    assert matches(compile_glob(glob), path) is selected
+
+
+def test_a_filter_with_too_many_globstars_is_refused(policy: Policy) -> None:
+    assert glob_problem(policy, "**/a/**/b/**/c/**/d/**/*.py") == "protected_path"
+    assert glob_problem(policy, "**/a/**/b/**/*.py") is None
