@@ -323,12 +323,12 @@ DEFAULT_PROTECTED_WRITE: tuple[str, ...] = (
     ".venv/", "pyvenv.cfg", "site-packages/", "dist-packages/", "*.pth", "*._pth", "sitecustomize.py",
     "usercustomize.py", "__pycache__/", "*.pyc", "*.pyo", ".pdbrc",
     # git (`.git` as a directory, or as a file naming another git dir), its attribute filters, submodules, LFS
-    ".git/", ".gitattributes", ".gitmodules", ".lfsconfig", ".pre-commit-config.yaml",
+    ".git/", ".gitattributes", ".gitmodules", ".lfsconfig", ".pre-commit-config.yaml", ".hg/", ".jj/",
     # the shell and tool managers on entering the directory; a shell's or git's start-up files where the
     # project root is the home directory (containers often make it so)
     ".envrc", "mise.toml", ".mise.toml", ".mise.local.toml", ".mise/", ".tool-versions",
     "/.bashrc", "/.bash_profile", "/.bash_login", "/.profile", "/.bash_logout", "/.zshrc", "/.zshenv",
-    "/.zprofile", "/.zlogin", "/.gitconfig", "/.config/", "/.local/",
+    "/.zprofile", "/.zlogin", "/.gitconfig", "/.hgrc", "/.config/", "/.local/",
     # package managers' own settings that load code (`.npmrc` is a protected read as well)
     ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", "bunfig.toml",
     # editors: tasks, settings, language servers, project-local init files, dev containers
@@ -338,7 +338,9 @@ DEFAULT_PROTECTED_WRITE: tuple[str, ...] = (
     ".opencode/", "opencode.json", "opencode.jsonc", ".kilo/", "kilo.json", "kilo.jsonc", ".claude/",
     "CLAUDE.md", "CLAUDE.local.md", ".codex/", ".qwen/", "QWEN.md", ".clinerules", ".clinerules/", ".continue/",
     ".continuerc.json", ".kilocode/", ".mcp.json", ".cursor/", ".cursorrules", ".roo/", ".windsurf/", ".gemini/",
-    "GEMINI.md", "AGENTS.md", ".agents/", ".aider.conf.yml", ".goosehints",
+    "GEMINI.md", "AGENTS.md", ".agents/", ".aider.conf.yml", ".goosehints", ".github/copilot-instructions.md",
+    ".github/instructions/", ".github/prompts/", ".junie/", ".amazonq/", ".augment/", ".crush/", "crush.json",
+    ".crush.json",
     # the proxy's own files by their usual names (the loaded ones wherever they are: `own_files`)
     "allowlist-proxy*.yaml", "allowlist-proxy*.toml",
 )

@@ -43,6 +43,10 @@ def _reasons(tool: str, arguments: dict) -> tuple[str, ...]:
     ".nvim.lua", ".exrc", ".devcontainer/devcontainer.json", ".devcontainer.json",
     # Agent clients' config and the instructions they load into every request.
     ".kilo/config.json", "kilo.json", "CLAUDE.local.md", ".aider.conf.yml", ".goosehints",
+    ".github/copilot-instructions.md", ".github/instructions/py.instructions.md", ".junie/guidelines.md",
+    ".crush.json",
+    # Other version control: Mercurial loads `[extensions]` and runs `[hooks]` from `.hg/hgrc`.
+    ".hg/hgrc", ".jj/repo/config.toml", ".hgrc",
 ])
 def test_protected_writes(path: str) -> None:
     for tool, arguments in (("write", {"filePath": path, "content": "x"}),
