@@ -424,11 +424,21 @@ def _named_prefixes(tokens: Tokens) -> list[Tokens]:
     return out
 
 
+def _hidden_files(segment: Tokens) -> bool:
+    """`.*`, `.??*`, `.[!.]*`: a filter that names every hidden file, where most secrets live (`.env`,
+    `.netrc`, `.pgpass`), by its leading dot alone."""
+    return len(segment) > 1 and segment[0] == "." and all(
+        isinstance(t, _Loop) or (isinstance(t, _Chars) and t.negated) for t in segment[1:])
+
+
 def selects(globs: GlobSet, patterns: Patterns) -> bool:
     """Whether the filter targets a file a protected pattern names, or names a protected directory."""
     for last in {_last_segment(alternative) for alternative in globs.alternatives}:
         letters = _letters(last)
         if any(_targets(last, letters, pattern) for pattern in patterns.names):
+            return True
+        if _hidden_files(last) and any(p.tokens[:1] == (".",) and intersects(last, [p.tokens])
+                                       for p in patterns.names):
             return True
     for alternative in globs.alternatives:
         letters = _letters(alternative)

@@ -37,10 +37,12 @@ SECRET_GLOBS = [
     "{.env,x}", "**/.env*", "**/id_rsa*", ".env.local", ".env.prod*", ".e*.local", "*.Env", ".ENV.", "*.pem ",
     "**/*.p12", "*.{pfx,md}", "{src/*.py,**/*.key}", "{a,{b,*.pem}}", "*_rsa", "id_ed25519*", ".[e]nv",
     "*.[Pp][Ee][Mm]", "**/.aws/credentials", "**/.azure/*", "./.netrc", "deploy//.pgpass", "**/.vault-token",
-    "**/.git-credentials", "*.?em", "ｉｄ_ｒｓａ",
+    "**/.git-credentials", "*.?em", "ｉｄ_ｒｓａ", "**/.*", ".??*", ".[!.]*", "*.k?y", "id_*", "**/.git/config",
+    "**/.ssh/*", "*.tfstate", "**/credentials.json",
 ]
 ORDINARY_GLOBS = ["*.py", "**/*.py", "src/**/*.ts", "*.{js,ts,tsx}", "*.json", "*.md", "Dockerfile", "*test*",
-                  "*", "**/*", "", "*.yaml", "package.json", "*.ke"]
+                  "*", "**/*", "", "*.yaml", "package.json", "*.ke", "*.*", "*.tf", "*.toml", "*.yml", "*.config",
+                  "docs/**", ".github/**/*.yml", "*.lock"]
 
 
 def _judge(policy: Policy, tool: str, arguments: dict[str, Any], roots: tuple[str, ...] = ()) -> tuple[str, ...]:
