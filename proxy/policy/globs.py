@@ -2,13 +2,13 @@
 select, and whether they name a protected read.
 
 A filter and the protected patterns become token sequences over a relative path (`*` and `?` within a
-segment, `**` across segments, `[...]` classes, literals), compared on their product automaton. Read as
-a tool would read it, or wider, never narrower: braces are expanded (nested; a range `{1..9}` becomes
-`**`; more than `_MAX_ALTERNATIVES` alternatives or `_MAX_GLOBSTARS` `**/` are not read, and refused),
-extended globs (`@(a|b)`, `!(x)`) become `*`, ripgrep's `!GLOB` (exclude) and an empty filter select
-every file, `**/` also matches no directory, a filter may sit at any depth below the searched directory
-(ripgrep and gitignore match a slashless glob against every file name), and both sides are folded (NFKC,
-case, trailing dots and spaces per segment) as protected paths are.
+segment, `**` across segments, `[...]` classes, literals), compared on their product automaton. Read as a
+tool would read it, or wider, never narrower: braces are expanded (nested; a range `{1..9}` becomes `**`;
+more than `_MAX_ALTERNATIVES` alternatives or `_MAX_GLOBSTARS` `**/` are not read, and refused), extended
+globs are read as braces (`@(a|b)` as `{a,b}`, `!(x)` as `*`), ripgrep's `!GLOB` (exclude) and an empty
+filter select every file, `**/` also matches no directory, a filter may sit at any depth below the searched
+directory (ripgrep and gitignore match a slashless glob against every file name), and both sides are folded
+(NFKC, case, trailing dots and spaces per segment) as protected paths are.
 
 `selects` asks whether a filter *names* a protected read: some path matches both with at least half of
 the pattern's literal characters matched by the filter's own (`*.pem`, `{.env,x}`, `.e?v`, `id_rs*`).
@@ -31,7 +31,6 @@ _MAX_ALTERNATIVES = 32
 _MAX_GLOBSTARS = 4
 _MAX_LENGTH = 1000
 _RANGE = re.compile(r"^(?:-?[0-9]+|.)\.\.(?:-?[0-9]+|.)(?:\.\.-?[0-9]+)?$")
-_EXTGLOB = frozenset("?*+@!")
 
 
 # A token: a literal character, one character of a set, or a loop (`*` within a segment, `**` across).
@@ -185,6 +184,21 @@ _Alt = tuple[tuple["_Item", ...], ...]
 _Item = Token | _Alt
 
 
+_INNERMOST_EXTGLOB = re.compile(r"([?*+@!])\(([^()]*)\)")
+
+
+def _extglob_as_braces(match: re.Match[str]) -> str:
+    """An extended glob as braces that match at least as much: `@(a|b)` one of, `?(a|b)` maybe one of,
+    `+(a|b)` / `*(a|b)` one of (or none) followed by anything, `!(x)` anything."""
+    kind, inner = match.group(1), match.group(2)
+    choices = inner.split("|")
+    if kind == "!":
+        return "*"
+    if kind in "?*":
+        choices = ["", *choices]
+    return "{" + ",".join(choices) + "}" + ("*" if kind in "+*" else "")
+
+
 class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
@@ -198,10 +212,7 @@ class _Parser:
             if inside and char in ",}":
                 break
             nxt = text[self.pos + 1] if self.pos + 1 < len(text) else ""
-            if char in _EXTGLOB and nxt == "(" and (close := text.find(")", self.pos)) > 0:
-                items.append(STAR)  # `@(a|b)`, `!(x)`, `+(x)`: some run of characters within the segment
-                self.pos = close + 1
-            elif char == "\\" and nxt:
+            if char == "\\" and nxt:
                 items.append(nxt)
                 self.pos += 2
             elif char == "*":
@@ -324,6 +335,15 @@ class GlobSet:
     complete: bool = True
 
 
+def _rewrite_extglobs(text: str) -> str:
+    for _ in range(16):  # innermost first; deeper nesting than this is left as written
+        rewritten = _INNERMOST_EXTGLOB.sub(_extglob_as_braces, text)
+        if rewritten == text:
+            break
+        text = rewritten
+    return text
+
+
 def compile_glob(glob: str) -> GlobSet:
     """A filter as the paths it could select. An empty filter, or ripgrep's `!GLOB` (exclude), selects
     every file: as `**`."""
@@ -332,7 +352,7 @@ def compile_glob(glob: str) -> GlobSet:
         text = "**"
     if len(text) > _MAX_LENGTH:
         return GlobSet(((GLOBSTAR,),), (), complete=False)
-    items = _Parser(text).sequence(inside=False)
+    items = _Parser(_rewrite_extglobs(text)).sequence(inside=False)
     expanded = _expand(items, _MAX_ALTERNATIVES)
     if expanded is None:
         return GlobSet(((GLOBSTAR,),), (), complete=False)

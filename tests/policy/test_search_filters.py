@@ -247,3 +247,12 @@ def test_a_globstar_directory_may_be_none(glob: str, path: str, selected: bool) 
 def test_a_filter_with_too_many_globstars_is_refused(policy: Policy) -> None:
     assert glob_problem(policy, "**/a/**/b/**/c/**/d/**/*.py") == "protected_path"
     assert glob_problem(policy, "**/a/**/b/**/*.py") is None
+
+
+@pytest.mark.parametrize(("glob", "reason"), [
+    ("*.@(pem|txt)", "protected_path"), ("@(.env|x)", "protected_path"), ("+(id_rsa|x)", "protected_path"),
+    ("?(.)env", "protected_path"), ("@(src|@(lib|.ssh))/*", "protected_path"), ("*.@(py|ts)", None),
+    ("!(*.py)", None),
+])
+def test_extended_globs_are_read_as_their_alternatives(policy: Policy, glob: str, reason: str | None) -> None:
+    assert glob_problem(policy, glob) == reason
