@@ -256,3 +256,12 @@ def test_a_filter_with_too_many_globstars_is_refused(policy: Policy) -> None:
 ])
 def test_extended_globs_are_read_as_their_alternatives(policy: Policy, glob: str, reason: str | None) -> None:
     assert glob_problem(policy, glob) == reason
+
+
+def test_a_script_path_argument_with_wildcards_is_judged_as_a_filter() -> None:
+    from proxy.policy import judge_command
+    ruled = Policy.model_validate({"name": "t", "bash": {"scripts": {"index": {"args": {"positional": "path"}}}}})
+    assert judge_command(ruled, 'uv run scripts/index.py ".e?v"').reasons == ("argument", "protected_path")
+    assert judge_command(ruled, 'uv run scripts/index.py "certs/*.{pem,crt}"').reasons == (
+        "argument", "protected_path")
+    assert judge_command(ruled, 'uv run scripts/index.py "docs/*.md"').reasons == ()
