@@ -156,12 +156,17 @@ class _Pattern:
     tokens: Tokens
     letters: tuple[tuple[str, int], ...]
     need: int  # of its literal characters a filter must name: half, at least one (none: a bare `*`)
+    last: Tokens  # its last segment: a filter whose last segment cannot match it names other files
+    plain_last: str | None  # that segment when it is a plain name (most are)
 
     @classmethod
     def of(cls, tokens: Tokens) -> _Pattern:
         letters = _letters(tokens)
         total = sum(letters.values())
-        return cls(tokens, tuple(letters.items()), max(1, (total + 1) // 2) if total else 0)
+        last = _last_segment(tokens)
+        plain = "".join(t for t in last if isinstance(t, str))
+        return cls(tokens, tuple(letters.items()), max(1, (total + 1) // 2) if total else 0, last,
+                   plain if len(plain) == len(last) else None)
 
 
 def _targets(left: Tokens, letters: Counter[str], right: _Pattern) -> bool:
@@ -461,11 +466,45 @@ def selects(globs: GlobSet, patterns: Patterns) -> bool:
                                        for p in patterns.names):
             return True
     for alternative in globs.alternatives:
-        letters = _letters(alternative)
-        if any(_targets(alternative, letters, pattern) for pattern in patterns.files):
+        if _targets_any(alternative, patterns.files):
             return True
-        if patterns.directories and any(_targets(prefix, _letters(prefix), pattern)
-                                        for prefix in _named_prefixes(alternative)
-                                        for pattern in patterns.directories):
+        if patterns.directories and any(_targets_any(prefix, patterns.directories)
+                                        for prefix in _named_prefixes(alternative)):
+            return True
+    return False
+
+
+def _regex(tokens: Tokens) -> re.Pattern[str]:
+    """A filter's tokens as a regex over one string (for matching plain names quickly)."""
+    parts = []
+    for token in tokens:
+        if isinstance(token, str):
+            parts.append(re.escape(token))
+        elif isinstance(token, _Loop):
+            parts.append(".*" if token.chars.slash else "[^/]*")
+        elif token.negated:
+            parts.append("[^/]")
+        else:
+            parts.append("[" + "".join(re.escape(c) for c in sorted(token.chars)) + "]")
+    return re.compile("".join(parts), re.DOTALL)
+
+
+def _targets_any(tokens: Tokens, candidates: Sequence[_Pattern]) -> bool:
+    """`_targets` over several-segment patterns, each first checked by its last segment alone (skipped
+    where the filter's last segment holds a `**`, which may span segments)."""
+    last = _last_segment(tokens)
+    spans = GLOBSTAR in last
+    regex = None if spans else _regex(last)
+    letters: Counter[str] | None = None
+    for pattern in candidates:
+        if regex is not None:
+            if pattern.plain_last is not None:  # one regex match
+                if regex.fullmatch(pattern.plain_last) is None:
+                    continue
+            elif not intersects(last, [pattern.last]):
+                continue
+        if letters is None:
+            letters = _letters(tokens)
+        if _targets(tokens, letters, pattern):
             return True
     return False
