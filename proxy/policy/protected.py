@@ -91,14 +91,17 @@ def _segment(text: str) -> str:
 def _compile(patterns: Iterable[str]) -> re.Pattern[str] | None:
     """All patterns as one regex searched over a folded relative path: one search per path, not one per
     pattern and segment."""
-    parts = []
+    anchored: list[str] = []
+    anywhere: list[str] = []
     for pattern in patterns:
         folded = fold(pattern)
         segments = [s for s in folded.split("/") if s]
         if not segments:
             continue
-        body = "/".join(map(_segment, segments))
-        parts.append(("^" if folded.startswith("/") else "(?:^|/)") + body + "(?:/|$)")
+        (anchored if folded.startswith("/") else anywhere).append("/".join(map(_segment, segments)))
+    # The shared start and end written once: the engine tries the alternatives only where a segment starts.
+    parts = [f"{start}(?:{'|'.join(bodies)})(?:/|$)" for start, bodies in (("^", anchored), ("(?:^|/)", anywhere))
+             if bodies]
     return re.compile("|".join(parts)) if parts else None
 
 
