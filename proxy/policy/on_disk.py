@@ -103,7 +103,20 @@ def _kept_listing(protected: Protected, directory: str, root: str) -> tuple[str,
 
 def searched_secret(protected: Protected, directory: str, filters: Iterable[str], roots: tuple[str, ...]) -> bool:
     """Whether a search of `directory` (a path the path rules accepted) with these filter globs (none: every
-    file) would read a protected file that exists on this machine."""
+    file) would read a protected file that exists on this machine; the answer is kept as its listing is."""
+    key = (directory, tuple(filters), roots)
+    now = time.monotonic()
+    kept = protected.searches.get(key)
+    if kept is not None and now - kept[0] < _KEPT_SECONDS:
+        return kept[1]
+    found = _searched_secret(protected, directory, key[1], roots)
+    if len(protected.searches) >= _KEPT_DIRECTORIES * 16:
+        protected.searches.clear()
+    protected.searches[key] = (now, found)
+    return found
+
+
+def _searched_secret(protected: Protected, directory: str, filters: Iterable[str], roots: tuple[str, ...]) -> bool:
     globs = [compile_glob(text) for text in filters]
     for root in roots:
         if not os.path.isdir(root):

@@ -122,6 +122,7 @@ class Protected:
         self.glob_problems: dict[tuple[str, tuple[str, ...]], str | None] = {}
         # Per searched directory: when it was walked, and the protected reads found (proxy/policy/on_disk.py).
         self.inventories: dict[str, tuple[float, tuple[str, ...] | None]] = {}
+        self.searches: dict[tuple[str, tuple[str, ...], tuple[str, ...]], tuple[float, bool]] = {}
 
     def glob_selects(self, glob: GlobSet, key: str) -> bool:
         """Whether a filter glob could select a protected read (kept per glob: agents repeat their filters)."""

@@ -112,6 +112,7 @@ def _project(tmp_path: Path, files: list[str]) -> Path:
 
 def _search(policy: Policy, project: Path, arguments: dict[str, Any], tool: str = "grep") -> tuple[str, ...]:
     protected_for(policy).inventories.clear()  # listings are kept a few seconds; each case lists anew
+    protected_for(policy).searches.clear()
     return _judge(policy, tool, arguments, roots=(str(project),))
 
 
