@@ -216,10 +216,12 @@ def _judge_search(policy: Policy, rule: Rule, arguments: Mapping[str, Any], root
                 if problem is not None:
                     found.add((problem,), f"{problem}:{tool}.{label}")
     for spec in tool_map.searches:
-        for label, value in _values(arguments, spec) or [(spec, ".")]:
+        given = _values(arguments, spec)
+        for label, value in given or [(spec, ".")]:
             for directory in _paths(value):
+                # Left out, the search is of the project root: no path to judge, only what lies below it.
                 problem = (path_value_problem(directory, roots)
-                           or protected_problem(policy, directory, roots, write=False))
+                           or protected_problem(policy, directory, roots, write=False)) if given else None
                 if problem is None and roots and searched_secret(protected_for(policy), directory.strip() or ".",
                                                                  filters, roots):
                     problem = "protected_path"
