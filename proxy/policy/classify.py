@@ -358,8 +358,11 @@ def _tool_maps(walk: _Walk) -> tuple[ToolMap, ...]:
         if workdir is not None:
             paths.remove(workdir)
         shells.append(ShellMap.model_validate({kind: spec, "workdir": workdir}))
+    # A path beside a filter glob is where the filter applies (`{path, glob}`: a search): what lies below it
+    # on this machine is judged too (proxy/policy/on_disk.py).
+    searches = [spec for spec in paths if "[" not in spec] if walk.globs else []
     first = ToolMap(shell=shells[0] if shells else None, paths=paths, urls=walk.urls, patch=walk.patch,
-                    globs=walk.globs)
+                    globs=walk.globs, searches=searches)
     return (first, *(ToolMap(shell=shell) for shell in shells[1:]))
 
 

@@ -266,3 +266,16 @@ def test_a_script_path_argument_with_wildcards_is_judged_as_a_filter() -> None:
     assert judge_command(ruled, 'uv run scripts/index.py "certs/*.{pem,crt}"').reasons == (
         "argument", "protected_path")
     assert judge_command(ruled, 'uv run scripts/index.py "docs/*.md"').reasons == ()
+
+
+def test_an_unknown_search_tool_is_judged_by_what_lies_below_its_path(policy: Policy, tmp_path: Path) -> None:
+    project = _project(tmp_path, ["certs/server.key"])
+    rooted = policy.model_copy(update={"paths": policy.paths.model_copy(update={"project_root": [str(project)]})})
+    tools = _offered(rooted, "rg_search", {"pattern": {"type": "string"}, "path": {"type": "string"},
+                                           "glob": {"type": "string"}})
+    protected_for(rooted).searches.clear()
+    def judge(arguments: dict[str, Any]) -> tuple[str, ...]:
+        return judge_call(rooted, "rg_search", arguments, offered_tools={"rg_search"}, tools=tools).reasons
+    assert judge({"pattern": "BEGIN", "path": "."}) == ("protected_path",)
+    assert judge({"pattern": "BEGIN", "path": "src"}) == ()
+    assert judge({"pattern": "BEGIN", "path": ".", "glob": "*.py"}) == ()
