@@ -1,7 +1,7 @@
 """The addresses a URL's host name resolves to, at judging time (`urls.resolve`).
 
 `intranet.corp.example` or an attacker's `x.example` may resolve to `10.0.0.5` or `127.0.0.1`: refused
-by its answer, not its spelling. Lookups run in a few threads of their own and are kept per name
+by its answer, not its spelling. Lookups run in at most `_WORKERS` daemon threads of their own and are kept per name
 (`_KEPT_SECONDS`; a missing name `_KEPT_MISSING_SECONDS`), so an agent's repeated fetches of one site cost
 a dictionary lookup. A lookup that has not answered within the policy's `resolve_timeout_ms` is refused
 (a slow answer is what a rebinding server would give); it goes on in its thread and fills the cache, so
@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
 __all__ = ["NOT_RESOLVED", "clear", "lookup", "resolver"]
@@ -46,7 +46,6 @@ resolver: Callable[[str], tuple[str, ...]] = _getaddrinfo
 _lock = threading.Lock()
 _kept: dict[str, tuple[float, tuple[str, ...]]] = {}
 _pending: dict[str, Future[tuple[str, ...]]] = {}
-_pool: ThreadPoolExecutor | None = None
 
 
 def clear() -> None:
@@ -54,9 +53,9 @@ def clear() -> None:
         _kept.clear()
 
 
-def _store(host: str, future: Future[tuple[str, ...]]) -> None:
+def _run(host: str, future: Future[tuple[str, ...]]) -> None:
     try:
-        answer = future.result()
+        answer = resolver(host)
     except Exception:
         answer = NOT_RESOLVED
     with _lock:
@@ -65,27 +64,24 @@ def _store(host: str, future: Future[tuple[str, ...]]) -> None:
             if len(_kept) >= _KEPT_NAMES:
                 _kept.clear()
             _kept[host] = (time.monotonic(), answer)
+    future.set_result(answer)
 
 
 def lookup(host: str, timeout: float) -> tuple[str, ...]:
     """The addresses of `host` (() when it does not exist), or NOT_RESOLVED when no answer came in time."""
-    global _pool
     now = time.monotonic()
     with _lock:
         kept = _kept.get(host)
         if kept is not None and now - kept[0] < (_KEPT_SECONDS if kept[1] else _KEPT_MISSING_SECONDS):
             return kept[1]
         future = _pending.get(host)
-        started = future is None
         if future is None:
             if len(_pending) >= _WORKERS:
                 return NOT_RESOLVED  # every lookup thread waits on a slow name: refuse, never queue behind it
-            if _pool is None:
-                _pool = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="allowlist-resolve")
-            future = _pool.submit(resolver, host)
+            future = Future()
             _pending[host] = future
-    if started:  # outside the lock: a lookup already done runs its callback here, which takes the lock
-        future.add_done_callback(lambda done: _store(host, done))
+            # A daemon thread: a lookup that hangs never holds up the process's exit (`allowlist-proxy check`).
+            threading.Thread(target=_run, args=(host, future), name="allowlist-resolve", daemon=True).start()
     try:
         return future.result(timeout=timeout)
     except FutureTimeout:
