@@ -112,8 +112,6 @@ def test_smolagents_user_learns_why_a_turn_was_blocked(tmp_path: Path, upstream:
     assert world.calls("head") == [] and world.calls("uv") == []
 
 
-@pytest.mark.xfail(reason="needs i25-sessions: one smolagents conversation without a session header is counted as "
-                          "3 sessions", strict=True)
 def test_smolagents_conversation_is_one_session(tmp_path: Path, upstream: ScriptedUpstream, start_proxy,
                                                 request: pytest.FixtureRequest) -> None:
     _, proxy, result = _governed_run(tmp_path, upstream, start_proxy, request)
