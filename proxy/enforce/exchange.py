@@ -45,7 +45,6 @@ from proxy.stats.prometheus_feed import LOOP_TRACKER
 from proxy.store.recorder import queue_calls, release_calls
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.families import XmlRules
-from proxy.toolcalls.registry import TEXT_FORMATS
 from proxy.upstream import strict
 from proxy.upstream.client import response_headers
 from proxy.upstream.sse import SSEDecoder, SSEEvent
@@ -127,15 +126,6 @@ class Exchange:
             UNGOVERNED_TEXT.labels(self.record.model, client.name).inc()
             log.warning("text_actions.ungoverned", client=client.name, reasons=reasons, session=self.record.session.id)
         return judge_text(self.policy, client, text, tools=self.toolset, session_id=self.record.session.id)
-
-    def text_unjudged(self, text: str) -> None:
-        """A route that does not judge text actions yet (Responses, Messages): a text-acting client's actions
-        there are counted ungoverned, never passed unseen."""
-        client = self.text_client
-        if client is not None and client.formats and any(TEXT_FORMATS[f].read(text).calls for f in client.formats):
-            UNGOVERNED_TEXT.labels(self.record.model, client.name).inc()
-            log.warning("text_actions.ungoverned", client=client.name, reasons=["route does not judge text actions"],
-                        session=self.record.session.id)
 
     @property
     def demands_call(self) -> bool:
