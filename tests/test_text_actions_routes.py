@@ -212,3 +212,43 @@ def test_a_responses_text_spelt_otherwise_where_a_client_reads_it_is_refused(raw
         assert b"passwd" not in response.content and said("responses", response, True) == block(ALLOWED)
         rows = proxy.rows("SELECT decision, reasons FROM tool_calls WHERE delivered = 0")
     assert ("reject", "unjudgeable") in [tuple(r) for r in rows]
+
+
+# ---------------------------------------------------------------- raw completions: refused, never re-asked
+
+
+def _complete(proxy: Any, prompt: str, stream: bool) -> Any:
+    with proxy.client() as client:
+        return client.post("/v1/completions", json={"model": MODEL, "prompt": prompt, "stream": stream,
+                                                    "max_tokens": 200}, headers={"x-session-id": "ses_c"})
+
+
+def _completion_text(response: Any, stream: bool) -> str:
+    if not stream:
+        return "".join(c["text"] for c in response.json()["choices"])
+    return "".join(c.get("text") or "" for e in events_of(response.content) for c in e.get("choices") or [])
+
+
+@SQLITE_ONLY
+@STREAMS
+def test_a_raw_completion_with_a_rejected_text_action_is_refused(upstream, proxy, stream):
+    """A raw completion cannot be re-asked (docs/routes.md): a text-acting client's rejected action refuses the
+    completion as a rejected call does, and its text never reaches the client as an action."""
+    upstream.script(Reply(content=block(PIPED)))
+    response = _complete(proxy, MSWEA_SYSTEM + "\nfix the bug\n", stream)
+    assert b"```mswea_bash_command" not in response.content
+    if stream:
+        assert [e["error"]["code"] for e in events_of(response.content) if "error" in e] == ["tool_call_rejected"]
+    else:
+        assert response.status_code == 403 and response.json()["error"]["code"] == "tool_call_rejected"
+    rows = proxy.rows("SELECT decision, source, delivered FROM tool_calls")
+    assert [tuple(r) for r in rows] == [("reject", "text:mswea_bash_command", 0)]
+
+
+@SQLITE_ONLY
+@STREAMS
+def test_a_raw_completion_with_an_allowed_text_action_passes(upstream, proxy, stream):
+    upstream.script(Reply(content=block(ALLOWED)))
+    response = _complete(proxy, MSWEA_SYSTEM + "\nfix the bug\n", stream)
+    assert response.status_code == 200 and _completion_text(response, stream) == block(ALLOWED)
+    assert [tuple(r) for r in proxy.rows("SELECT decision, delivered FROM tool_calls")] == [("allow", 1)]

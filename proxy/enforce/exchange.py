@@ -24,7 +24,14 @@ from proxy.enforce.body_splice import splice_body
 from proxy.enforce.feedback_turns import turn_allowed
 from proxy.enforce.judging import JudgedCall, request_tools
 from proxy.enforce.record import RequestRecord
-from proxy.enforce.text_clients import TextClient, judge_text, recognise, ungoverned_reasons
+from proxy.enforce.text_clients import (
+    TextClient,
+    judge_text,
+    prompt_text,
+    recognise,
+    recognise_text,
+    ungoverned_reasons,
+)
 from proxy.enforce.tool_choice import demands_call
 from proxy.errors import (
     BadRequest,
@@ -107,7 +114,10 @@ class Exchange:
 
     @functools.cached_property
     def text_client(self) -> TextClient | None:
-        """The text-acting client this request comes from (text_clients.py), recognised by what it wrote."""
+        """The text-acting client this request comes from (text_clients.py), recognised by what it wrote (a raw
+        completion: by its prompt)."""
+        if self.conversation is None and "prompt" in self.payload:
+            return recognise_text(prompt_text(self.payload.get("prompt")))
         return recognise(self.conversation or [])
 
     @property

@@ -23,7 +23,8 @@ from proxy.policy.profiles import ToolSet
 from proxy.policy.verdict import ALLOW, Verdict
 from proxy.toolcalls.registry import TEXT_FORMATS
 
-__all__ = ["TEXT_CLIENTS", "TextClient", "judge_text", "recognise", "ungoverned_reasons"]
+__all__ = ["TEXT_CLIENTS", "TextClient", "judge_text", "prompt_text", "recognise", "recognise_text",
+           "ungoverned_reasons"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +72,21 @@ def _text(content: Any) -> str:
 
 
 def recognise(messages: Iterable[Any]) -> TextClient | None:
-    text = _client_text(messages)
+    return recognise_text(_client_text(messages))
+
+
+def recognise_text(text: str) -> TextClient | None:
     return next((client for client in TEXT_CLIENTS if client.marker.search(text)), None)
+
+
+def prompt_text(prompt: Any) -> str:
+    """A raw completion's prompt (a string or a list of them; token ids carry no text the proxy reads). It has no
+    roles to keep the client's own part apart: recognising a client from it errs only towards judging more."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        return "\n".join(p for p in prompt if isinstance(p, str))
+    return ""
 
 
 def ungoverned_reasons(client: TextClient, text: str) -> list[str]:
