@@ -25,8 +25,9 @@ STREAMS = pytest.mark.parametrize("stream", [False, True])
 MSWEA_SYSTEM = ("You are a helpful assistant that can interact with a computer. Your response must contain exactly "
                 "ONE bash code block, formatted as ```mswea_bash_command ...```. To finish, run "
                 "`echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`.")
-CLINE_SYSTEM = ("You are Cline.\n\n## execute_command\nUsage:\n<execute_command>\n<command>Your command here</command>\n"
-                "<requires_approval>true or false</requires_approval>\n</execute_command>\n")
+CLINE_SYSTEM = ("You are Cline.\n\n## execute_command\nUsage:\n<execute_command>\n"
+                "<command>Your command here</command>\n<requires_approval>true or false</requires_approval>\n"
+                "</execute_command>\n")
 ALLOWED = 'uv run scripts/search.py "rust async"'
 PIPED = "cat /etc/passwd | head"
 

@@ -80,6 +80,11 @@ def test_an_unclosed_block_and_a_code_agent_are_counted_ungoverned(upstream, pro
     _ask(proxy, MSWEA_SYSTEM, False)
     _ask(proxy, "Use final_answer(...). End code with </code>.", False)
     assert (count("mini-swe-agent"), count("smolagents-code")) == (before[0] + 1, before[1] + 1)
+    proxy.flush()
+    with proxy.client() as client:
+        (entry,) = client.get("/stats/models").json()["models"]
+    assert entry["ungoverned_text_actions"] == 2  # stored with the requests: the dashboard's figure
+    assert [r[0] for r in proxy.rows("SELECT ungoverned_text FROM requests")] == [1, 1]
 
 
 def test_an_exact_command_of_the_policy_is_allowed_verbatim_and_only_so():

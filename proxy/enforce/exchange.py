@@ -134,6 +134,7 @@ class Exchange:
         reasons = ungoverned_reasons(client, text)
         if reasons:
             UNGOVERNED_TEXT.labels(self.record.model, client.name).inc()
+            self.record.ungoverned_text += 1
             log.warning("text_actions.ungoverned", client=client.name, reasons=reasons, session=self.record.session.id)
         return judge_text(self.policy, client, text, tools=self.toolset, session_id=self.record.session.id)
 
