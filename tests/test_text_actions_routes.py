@@ -253,3 +253,15 @@ def test_a_raw_completion_with_an_allowed_text_action_passes(upstream, proxy, st
     response = _complete(proxy, MSWEA_SYSTEM + "\nfix the bug\n", stream)
     assert response.status_code == 200 and _completion_text(response, stream) == block(ALLOWED)
     assert [tuple(r) for r in proxy.rows("SELECT decision, delivered FROM tool_calls")] == [("allow", 1)]
+
+
+@SQLITE_ONLY
+@ROUTES
+def test_a_cline_spelling_its_releases_read_differently_is_refused(upstream, proxy, route):
+    """`<path>` closed by `</parameter>`: one release reads `a.txt</parameter><path>/etc/passwd`, a newer one
+    `/etc/passwd`. The proxy judges neither reading: the action is unjudgeable and never reaches Cline."""
+    ambiguous = "<read_file><path>a.txt</parameter><path>/etc/passwd</path></read_file>"
+    upstream.script(Reply(content=ambiguous), Reply(content=cline(ALLOWED)))
+    assert said(route, ask(proxy, route, CLINE_SYSTEM, True), True) == cline(ALLOWED)
+    rows = proxy.rows("SELECT tool_name, decision, reasons FROM tool_calls ORDER BY attempt")
+    assert [tuple(r) for r in rows] == [("read_file", "reject", "unjudgeable"), ("execute_command", "allow", "")]

@@ -17,10 +17,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.enforce.actions import UNJUDGEABLE
 from proxy.enforce.judging import JudgedCall, judge_calls
 from proxy.policy import LoadedPolicy
 from proxy.policy.profiles import ToolSet
-from proxy.policy.verdict import ALLOW, Verdict
+from proxy.policy.verdict import ALLOW, REJECT, Verdict
 from proxy.toolcalls.registry import TEXT_FORMATS
 
 __all__ = ["TEXT_CLIENTS", "TextClient", "judge_text", "prompt_text", "recognise", "recognise_text",
@@ -106,7 +107,9 @@ def judge_text(policy: LoadedPolicy, client: TextClient, text: str, *, tools: To
     for name in client.formats:
         for call in TEXT_FORMATS[name].read(text).calls:
             command = call.arguments.get("command") if call.arguments else None
-            if isinstance(command, str) and command.strip() in exact:
+            if call.error is not None:  # a spelling the client's releases read differently: refused
+                out.append(JudgedCall(call, Verdict(REJECT, (UNJUDGEABLE,), f"{UNJUDGEABLE}:{call.name[:40]}")))
+            elif isinstance(command, str) and command.strip() in exact:
                 out.append(JudgedCall(call, Verdict(ALLOW, (), "exact")))
             else:
                 out += judge_calls(policy, [call], None, tools=tools, session_id=session_id, repair=False)

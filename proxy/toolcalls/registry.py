@@ -81,5 +81,4 @@ def register_text(fmt: TextActionFormat) -> TextActionFormat:
 
 register_text(FencedBlocks("mswea_bash_command", ("mswea_bash_command",), "mswea_bash_command"))
 register_text(FencedBlocks("bash_block", ("bash", "sh", "shell"), "bash_block"))
-register_text(XmlActionTags("cline_xml", ("execute_command", "read_file", "write_to_file", "replace_in_file",
-                                          "list_files", "search_files", "list_code_definition_names")))
+register_text(XmlActionTags("cline_xml"))
