@@ -151,5 +151,6 @@ def test_mini_swe_agent_text_actions_are_governed(tmp_path: Path, upstream: Scri
     assert world.calls("uv") == [["run", "scripts/search.py", "x"]], "the allowed command ran other than once"
     stats = _model_stats(proxy)
     assert stats["reasons"] == {"pipe": 1}
+    assert stats["sessions"] == 1, "one run, one session"
     sources = {r[0] for r in proxy.rows("SELECT source FROM tool_calls")}
     assert sources == {"text:mswea_bash_command"}
