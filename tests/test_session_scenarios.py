@@ -246,12 +246,14 @@ def test_claude_codes_metadata_user_id_names_the_session(upstream, proxy, user_i
     assert proxy.rows("SELECT source FROM sessions")[0][0] == "metadata"
 
 
-def test_interleaved_identical_runs_continue_across_replicas(upstream, start_proxy):
-    """Replicas on one database continue each other's sessions, identical runs included."""
+@pytest.mark.parametrize("rewrites", [False, True])
+def test_interleaved_identical_runs_continue_across_replicas(upstream, start_proxy, rewrites):
+    """Replicas on one database continue each other's sessions, identical runs included, and runs of a client
+    that rewrites its conversation (the delivered call ids it names, `RewritingRun`)."""
     first = start_proxy(upstream.url)
     second = start_proxy(upstream.url, db=first.db_url)
-    upstream.responder = agent
-    runs = [Conversation("chat") for _ in range(3)]
+    upstream.responder = rewriting_agent if rewrites else agent
+    runs: list[Any] = [RewritingRun(True) if rewrites else Conversation("chat") for _ in range(3)]
     with first.client() as a, second.client() as b:
         for turn in range(3):
             for k, run in enumerate(runs):
@@ -415,16 +417,3 @@ def test_a_call_id_a_client_made_itself_links_nothing(upstream, proxy):
                         {"role": "user", "content": "Observation:\nok"}]
             client.post("/v1/chat/completions", json={"model": MODEL, "messages": messages})
     assert session_sizes(proxy) == [1, 1, 1]
-
-
-def test_rewritten_runs_continue_across_replicas(upstream, start_proxy):
-    first = start_proxy(upstream.url)
-    second = start_proxy(upstream.url, db=first.db_url)
-    upstream.responder = rewriting_agent
-    runs = [RewritingRun(True) for _ in range(3)]
-    with first.client() as a, second.client() as b:
-        for turn in range(3):
-            for k, run in enumerate(runs):
-                run.step((a, b)[(turn + k) % 2])
-                (first, second)[(turn + k) % 2].flush()
-    assert session_sizes(first) == [3, 3, 3]

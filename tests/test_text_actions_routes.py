@@ -5,7 +5,6 @@ and never delivered, an allowed one is delivered once, a spent budget ends in th
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,10 +12,11 @@ import pytest
 from proxy.config import Settings
 from proxy.dialects.shapes import parts_text
 from proxy.http.app import create_app
-from proxy.testing.raw_upstream import RawAnswer, RawUpstream
+from proxy.testing.raw_upstream import RawAnswer
 from proxy.testing.scripted_upstream import Reply
 from proxy.testing.server import ServerThread
 from tests.conftest import MODEL, STRICT_POLICY, RunningProxy
+from tests.test_hostile_upstream import raw_upstream as raw_upstream  # a fixture, asked for by name
 from tests.test_hostile_upstream import resp, typed
 
 SQLITE_ONLY = pytest.mark.parametrize("backend", ["sqlite"])
@@ -167,14 +167,6 @@ def test_the_first_attempts_text_is_held_for_a_text_client(upstream, proxy, rout
 
 
 # ---------------------------------------------------------------- every spelling of the text is the one judged
-
-
-@pytest.fixture(scope="module")
-def raw_upstream() -> Iterator[RawUpstream]:
-    upstream = RawUpstream([MODEL])
-    with ServerThread(upstream.app) as server:
-        upstream.url = server.url + "/v1"
-        yield upstream
 
 
 def _message(text: str) -> dict[str, Any]:
