@@ -257,3 +257,25 @@ def test_a_cline_spelling_its_releases_read_differently_is_refused(upstream, pro
     assert said(route, ask(proxy, route, CLINE_SYSTEM, True), True) == cline(ALLOWED)
     rows = proxy.rows("SELECT tool_name, decision, reasons FROM tool_calls ORDER BY attempt")
     assert [tuple(r) for r in rows] == [("read_file", "reject", "unjudgeable"), ("execute_command", "allow", "")]
+
+
+ROO_SYSTEM = ("You are Roo, a highly skilled software engineer.\n\n## execute_command\nUsage:\n<execute_command>\n"
+              "<command>Your command here</command>\n<cwd>Working directory path (optional)</cwd>\n"
+              "</execute_command>\n\n## apply_diff\n")
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize("route", ["chat", "messages"])
+def test_roo_code_is_recognised_and_its_own_tags_judged(upstream, proxy, route):
+    """Roo Code (and Kilo Code's legacy prompt) writes Cline's grammar with names of its own: `<apply_diff>`
+    to a protected file and a command run in `<cwd>/etc</cwd>` are refused, the plain command passes."""
+    protected = "<apply_diff><path>.git/hooks/pre-commit</path><diff>x</diff></apply_diff>"
+    elsewhere = f"<execute_command><command>{ALLOWED}</command><cwd>/etc</cwd></execute_command>"
+    plain = f"<execute_command><command>{ALLOWED}</command></execute_command>"
+    upstream.script(Reply(content=protected), Reply(content=elsewhere), Reply(content=plain))
+    assert said(route, ask(proxy, route, ROO_SYSTEM, False), False) == plain
+    rows = proxy.rows("SELECT tool_name, decision, reasons FROM tool_calls ORDER BY attempt")
+    assert [tuple(r) for r in rows] == [("apply_diff", "reject", "protected_path"),
+                                        ("execute_command", "reject", "absolute_path"),
+                                        ("execute_command", "allow", "")]
+

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from proxy.toolcalls.text_actions import TextActionFormat, TextActions, text_call
 
-__all__ = ["CLINE_PARAMS", "CLINE_TOOLS", "JS_WHITESPACE", "XmlActionTags"]
+__all__ = ["CLINE_PARAMS", "CLINE_TOOLS", "JS_WHITESPACE", "ROO_PARAMS", "ROO_TOOLS", "XmlActionTags"]
 
 # The tool names of Cline's XML protocol over its releases (the union: a name one release knows is an action
 # there), and its parameter names.
@@ -47,8 +47,27 @@ CLINE_PARAMS = (
     "needs_more_exploration", "task_progress", "timeout", "input", "from_ref", "to_ref", "skill_name",
     "prompt_1", "prompt_2", "prompt_3", "prompt_4", "prompt_5", "start_line", "end_line",
 )
+# Roo Code's (and Kilo Code's legacy) XML protocol: Cline's grammar, with names of its own.
+ROO_TOOLS = (
+    "execute_command", "read_file", "write_to_file", "apply_diff", "insert_content", "search_and_replace",
+    "search_files", "list_files", "list_code_definition_names", "browser_action", "use_mcp_tool",
+    "access_mcp_resource", "ask_followup_question", "attempt_completion", "switch_mode", "new_task",
+    "fetch_instructions", "codebase_search", "update_todo_list", "run_slash_command", "generate_image",
+    "list_modes", "skill", "apply_patch", "edit_file", "search_replace",
+)
+ROO_PARAMS = (
+    "command", "path", "content", "line_count", "regex", "file_pattern", "recursive", "action", "url",
+    "coordinate", "text", "server_name", "tool_name", "arguments", "uri", "question", "result", "diff", "mode_slug",
+    "reason", "line", "mode", "message", "cwd", "follow_up", "task", "size", "query", "queries", "args", "skill",
+    "start_line", "end_line", "todos", "prompt", "image", "operations", "patch", "file_path", "old_string",
+    "new_string", "replace_all", "expected_replacements", "artifact_id", "search", "replace", "use_regex",
+    "ignore_case", "offset", "limit", "indentation", "anchor_line", "max_levels", "include_siblings",
+    "include_header", "max_lines", "files", "line_ranges",
+)
 # Values that carry free text (a file, a patch, prose): a tag inside them is text in every release.
-_FREE_TEXT = frozenset({"content", "diff", "input", "result", "response", "question", "context", "text",
+_FREE_TEXT = frozenset({"content", "diff", "input", "result", "response", "question", "context", "text", "args",
+                        "todos", "message", "task", "follow_up", "search", "replace", "old_string", "new_string",
+                        "patch", "operations",
                         "task_progress", "what_happened", "steps_to_reproduce", "additional_context",
                         "api_request_output", "arguments", "options", "prompt", "prompt_1", "prompt_2",
                         "prompt_3", "prompt_4", "prompt_5"})

@@ -85,3 +85,12 @@ def test_what_an_action_also_runs_is_judged_as_such():
     assert _commands(CLINE, text)[3] == ("mcp:fs/write", {"path": "/etc/x"})
     bad = "<use_mcp_tool><server_name>fs</server_name><arguments>not json</arguments></use_mcp_tool>"
     assert all(call.error for call in CLINE.read(bad).calls)
+
+
+def test_roo_tags_are_read_with_roos_names():
+    roo = TEXT_FORMATS["roo_xml"]
+    text = ("<apply_diff><path>.git/hooks/pre-commit</path><diff>x</diff></apply_diff>"
+            "<execute_command><command>uv run scripts/search.py x</command><cwd>/etc</cwd></execute_command>")
+    assert _commands(roo, text) == [("apply_diff", {"path": ".git/hooks/pre-commit", "diff": "x"}),
+                                    ("execute_command", {"command": "uv run scripts/search.py x", "cwd": "/etc"})]
+    assert _commands(CLINE, text)[0] == ("execute_command", {"command": "uv run scripts/search.py x"})
