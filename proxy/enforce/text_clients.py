@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.enforce.actions import UNJUDGEABLE
-from proxy.enforce.judging import JudgedCall, judge_calls
+from proxy.enforce.judging import judge_calls
 from proxy.policy import LoadedPolicy
 from proxy.policy.profiles import ToolSet
 from proxy.policy.verdict import ALLOW, REJECT, Verdict
+from proxy.record import JudgedCall
 from proxy.toolcalls.registry import TEXT_FORMATS
 
 __all__ = ["TEXT_CLIENTS", "TextClient", "judge_text", "prompt_text", "recognise", "recognise_text",

@@ -27,7 +27,6 @@ import re
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, select
@@ -35,12 +34,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.logs import get_logger
+from proxy.record import SessionRef
 from proxy.store import tables
 from proxy.store.recorder import queue_lineage
 from proxy.store.writer import StoreWriter
 
-__all__ = ["DEFAULT_SESSION_HEADERS", "SessionRef", "SessionResolver", "body_session", "call_digest",
-           "conversation_digests", "named_call_keys", "response_digest"]
+__all__ = ["DEFAULT_SESSION_HEADERS", "SessionResolver", "body_session", "call_digest", "conversation_digests",
+           "named_call_keys", "response_digest"]
 
 DEFAULT_SESSION_HEADERS = ("x-session-id", "x-claude-code-session-id", "session-id", "session_id")
 
@@ -55,13 +55,6 @@ _LEGACY_USER_ID = re.compile(r"_session_([0-9A-Za-z-]{8,128})$")
 # session (a client's own `call_1` or a word never does).
 _ID_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{11,127}")
 _MIN_ID = 12
-
-
-@dataclass(frozen=True, slots=True)
-class SessionRef:
-    id: str
-    source: str  # header | metadata (Claude Code's body) | lineage (previous_response_id included)
-    is_new: bool
 
 
 def body_session(payload: Mapping[str, Any] | None) -> str | None:
