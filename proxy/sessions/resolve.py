@@ -16,7 +16,7 @@ In order:
    memory: a delivered call comes back as the text "Calling tools: [{'id': 'chatcmpl-tool-...', ...}]") matches
    no delivered turn, yet names the calls it was given by their ids, which the upstream made unique per call.
    Such a request continues the session that was delivered the latest call it names (structured, or written
-   out in any message's text); runs that share a call id (identical scripted runs) are told apart as in 4.
+   out in an assistant turn's text); runs that share a call id (identical scripted runs) are told apart as in 4.
 """
 
 from __future__ import annotations
@@ -91,14 +91,15 @@ def _distinctive(call_id: Any) -> bool:
 
 
 def _named_ids(message: Mapping[str, Any]) -> list[str]:
-    """The call ids one message names, in order: its calls' ids, the call it answers, ids written in its text."""
+    """The call ids one message names, in order: its calls' ids, the call it answers, and in an assistant turn the
+    ids written in its text (where a rewriting client renders the calls it was given; tool output is not read)."""
     found: list[Any] = []  # unvalidated: filtered below
     calls = message.get("tool_calls")
     for call in calls if isinstance(calls, list) else []:
         if isinstance(call, Mapping):
             found.append(call.get("id"))
     found.append(message.get("tool_call_id"))
-    content = message.get("content")
+    content = message.get("content") if message.get("role") == "assistant" else None
     texts = [content] if isinstance(content, str) else [
         p.get("text") for p in content if isinstance(p, Mapping)] if isinstance(content, list) else []
     for text in texts:
@@ -107,10 +108,13 @@ def _named_ids(message: Mapping[str, Any]) -> list[str]:
     return [i for i in found if _distinctive(i)]
 
 
-def named_call_keys(messages: Sequence[Mapping[str, Any]], lookback: int = 64) -> list[str]:
+def _latest_turns(messages: Sequence[Mapping[str, Any]], lookback: int) -> list[Mapping[str, Any]]:
+    return [m for m in messages if isinstance(m, Mapping) and m.get("role") not in _INSTRUCTION_ROLES][-lookback:]
+
+
+def named_call_keys(messages: Sequence[Mapping[str, Any]], lookback: int = _SHARED_LOOKBACK) -> list[str]:
     """The lineage keys of the call ids the latest `lookback` turns name, the latest last (the strongest)."""
-    turns = [m for m in messages if isinstance(m, Mapping) and m.get("role") not in _INSTRUCTION_ROLES]
-    keys = [call_digest(i) for message in turns[-lookback:] for i in _named_ids(message)]
+    keys = [call_digest(i) for message in _latest_turns(messages, lookback) for i in _named_ids(message)]
     return list(dict.fromkeys(reversed(keys)))[::-1]  # each once, at its latest place
 
 
@@ -247,7 +251,7 @@ class SessionResolver:
         keys = self._keys(messages, payload)
         found = self._local(keys)[0]
         if found is None:
-            found = self._local(named_call_keys(messages or []))[0]
+            found = self._local_named(messages or [])
         return self._lineage_ref(found)
 
     async def aresolve(self, headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]] | None,
@@ -263,11 +267,22 @@ class SessionResolver:
         if self._engine is not None and later:
             found = await self._shared(later) or found
         if found is None:  # no delivered turn extended: a rewritten conversation may name a delivered call
-            named = named_call_keys(messages or [], _SHARED_LOOKBACK)
-            found = self._local(named)[0]
-            if found is None and self._engine is not None and named:
-                found = await self._shared(named[-_SHARED_LOOKBACK:])
+            found = self._local_named(messages or [])
+            if found is None and self._engine is not None:
+                named = named_call_keys(messages or [])
+                found = await self._shared(named[-_SHARED_LOOKBACK:]) if named else None
         return self._lineage_ref(found)
+
+    def _local_named(self, messages: Sequence[Mapping[str, Any]]) -> str | None:
+        """The session of the latest delivered call the conversation names, from this process's memory: read from
+        the latest turn back, so a rewriting client's step costs the scan of its last turn or two."""
+        for message in reversed(_latest_turns(messages, _SHARED_LOOKBACK)):
+            for call_id in reversed(_named_ids(message)):
+                key = call_digest(call_id)
+                if found := self._lineage.get(key):
+                    self._lineage.move_to_end(key)
+                    return self._pick(key, found, self._heads)
+        return None
 
     @staticmethod
     def _lineage_ref(found: str | None) -> SessionRef:
