@@ -160,8 +160,7 @@ def apply_rows(conn: Connection, calls: Sequence[Mapping[str, Any]], reqs: Seque
         rollup.add_request(row)
     rollup.apply(conn)
     if calls:
-        runs.update_sessions(conn, calls)
-        totals.refresh_recovery(conn, {row["session_id"] for row in calls})
+        totals.refresh_recovery(conn, runs.update_sessions(conn, calls))
 
 
 def rebuild(conn: Connection) -> None:

@@ -144,8 +144,9 @@ def _calls_from(conn: Connection, starts: Mapping[str, tuple[float, int]]) -> di
     return out
 
 
-def update_sessions(conn: Connection, calls: Sequence[Mapping[str, Any]]) -> None:
-    """Bring the runs of the sessions these calls (just inserted) belong to up to date.
+def update_sessions(conn: Connection, calls: Sequence[Mapping[str, Any]]) -> set[str]:
+    """Bring the runs of the sessions these calls (just inserted) belong to up to date; the sessions whose runs
+    changed.
 
     In the usual case a statement or two for the whole batch: the sessions' last runs, then their calls from
     the last run's last call (a run the new calls may continue or end) or from the first new error call. A
@@ -186,6 +187,7 @@ def update_sessions(conn: Connection, calls: Sequence[Mapping[str, Any]]) -> Non
         seed = continued.get(sid)
         found.extend(find_runs(rows, None if seed is None else seed._mapping))
     _insert(conn, found)
+    return {run["session_id"] for run in found} | set(continued)
 
 
 def _redo(conn: Connection, session_id: str, first: tuple[float, int]) -> list[dict[str, Any]]:

@@ -70,12 +70,13 @@ def keep_range(table: Table) -> Callable[[Any], dict[str, Any]]:
 
 
 def refresh_recovery(conn: Connection, session_ids: Iterable[str]) -> None:
-    """Find the recovery sums of these sessions again from their error runs (after the runs changed)."""
-    totals, e = tables.stats_session_totals, tables.error_runs.c
+    """Find the recovery sums of these sessions again from their error runs (after the runs changed). A model of
+    a session never loses all its runs here (its error calls stay, each in some run; only retention removes
+    runs, and it refreshes everything), so each (session, model) with runs gets its new sums."""
+    e = tables.error_runs.c
     ids = sorted(set(session_ids))
     for start in range(0, len(ids), _SESSIONS_PER_QUERY):
         chunk = ids[start:start + _SESSIONS_PER_QUERY]
-        conn.execute(totals.update().where(totals.c.session_id.in_(chunk)).values(recovered=None, followed=None))
         _upsert_recovery(conn, select(e.session_id, e.model, runs.recovered_sql(), runs.followed_sql())
                          .where(e.session_id.in_(chunk)).group_by(e.session_id, e.model))
 
