@@ -55,6 +55,9 @@ _TABLE_ORDER = {t.name: i for i, t in enumerate(
 )}
 # Batches committed before their rollups are added, at most (rollups wait while rows someone waits for are queued).
 _MAX_UNROLLED = 8
+# How long committed batches wait for their rollups: the rows of a few answers share one rollup step (its
+# statements cost more than the rows' own), and a stats read does not wait for it (`rollups_settled`).
+_ROLLUP_DELAY_SECONDS = 1.0
 # Rows of these tables may be written again by another request or replica: first one wins.
 _INSERT_OR_IGNORE = {"sessions", "session_lineage", "request_journal"}
 
@@ -100,6 +103,8 @@ class StoreWriter:
         self.failing: str | None = None  # why the store cannot record now; None while it can
         self._last_probe = 0.0
         self._unrolled: list[tuple[str, dict[str, list[dict[str, Any]]]]] = []  # committed, not rolled up yet
+        self._unrolled_since = 0.0  # when the oldest of them was committed
+        self._rollups_wanted = False  # a reader waits for the rollups
         self._settled = asyncio.Event()  # set while _unrolled is empty
         self._settled.set()
         self._rollups_behind = False
@@ -223,7 +228,7 @@ class StoreWriter:
                 self._wakeup.clear()
                 self._urgent.clear()
                 # While the store is failing, probe now and then so health recovers without traffic.
-                wait = backoff if self.failing is not None else None
+                wait = backoff if self.failing is not None else self._rollup_due_in()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wakeup.wait(), timeout=wait)
                 if not self._queue and self.failing is not None and not self._closing:
@@ -279,6 +284,8 @@ class StoreWriter:
         self.rows_written += len(batch)
         _wake_waiters(batch)  # released here: the rollups follow in a transaction of their own
         if marker is not None:
+            if not self._unrolled:
+                self._unrolled_since = time.monotonic()
             self._unrolled.append((marker, grouped))
             self._settled.clear()
             # Let the released requests run first: one that queues its next rows at once is written before
@@ -286,14 +293,24 @@ class StoreWriter:
             await asyncio.sleep(0)
 
     def _should_roll_up(self) -> bool:
-        # Rows someone waits for go first; the rollups then trail by a few batches at most.
-        return bool(self._unrolled) and (self._closing or not self._queue or len(self._unrolled) >= _MAX_UNROLLED
-                                         or not any(item.waiter is not None for item in self._queue))
+        # Rows someone waits for go first; the rollups then trail by a few batches, or a second, at most.
+        if not self._unrolled:
+            return False
+        if self._closing or self._rollups_wanted or len(self._unrolled) >= _MAX_UNROLLED:
+            return True
+        return self._rollup_due_in() == 0.0 and not any(item.waiter is not None for item in self._queue)
+
+    def _rollup_due_in(self) -> float | None:
+        """Seconds until the committed batches' rollups are due; None when there are none."""
+        if not self._unrolled:
+            return None
+        return max(0.0, self._unrolled_since + _ROLLUP_DELAY_SECONDS - time.monotonic())
 
     async def _roll_up(self) -> None:
         """Add the committed batches to the rollups in one transaction. Never raises: their rows are in, so a
         failure here leaves the markers for `catch_up` rather than failing (and re-inserting) the batches."""
         unrolled, self._unrolled = self._unrolled, []
+        self._rollups_wanted = False
         try:
             await self._lane.run(_apply_markers, unrolled)
         except Exception as exc:  # the rows are committed; their rollups wait for the next catch-up
@@ -313,6 +330,7 @@ class StoreWriter:
     async def rollups_settled(self, timeout: float | None = 30.0) -> None:
         """Wait until the rollups cover every batch committed so far (a stats read then sees them exact)."""
         if not self._settled.is_set():
+            self._rollups_wanted = True
             self._wakeup.set()
             await asyncio.wait_for(self._settled.wait(), timeout)
 
@@ -435,8 +453,8 @@ def write_audit_rows(conn: Connection, rows: Mapping[str, list[dict[str, Any]]],
 
 
 def _apply_markers(conn: Connection, unrolled: list[tuple[str, dict[str, list[dict[str, Any]]]]]) -> None:
-    for marker, grouped in unrolled:
-        pending_rollups.apply(conn, marker, grouped.get("tool_calls", []), grouped.get("requests", []))
+    pending_rollups.apply_many(conn, [(marker, grouped.get("tool_calls", []), grouped.get("requests", []))
+                                      for marker, grouped in unrolled])
 
 
 def _probe_write(conn: Connection, probe_id: str, owner: str) -> None:
