@@ -176,10 +176,12 @@ class StoreWriter:
             self._task = asyncio.create_task(self._run(), name="store-writer")
 
     async def flush(self, timeout: float | None = None) -> None:
-        """Wait until every row queued so far is written (or given up)."""
+        """Wait until every row queued so far is written (or given up), and rolled up."""
         self._urgent.set()
         self._wakeup.set()
-        await asyncio.wait_for(self._idle.wait(), timeout)
+        async with asyncio.timeout(timeout):
+            await self._idle.wait()
+            await self.rollups_settled(None)
 
     async def stop(self, timeout: float = 30.0) -> None:
         self._closing = True
