@@ -21,8 +21,8 @@ import json
 import re
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import func, select
@@ -34,8 +34,8 @@ from proxy.store import tables
 from proxy.store.recorder import queue_lineage
 from proxy.store.writer import StoreWriter
 
-__all__ = ["DEFAULT_SESSION_HEADERS", "SessionRef", "SessionResolver", "body_session", "conversation_digests",
-           "response_digest"]
+__all__ = ["DEFAULT_SESSION_HEADERS", "Digests", "SessionRef", "SessionResolver", "body_session",
+           "conversation_digests", "hash_conversation", "reply_digest", "response_digest"]
 
 DEFAULT_SESSION_HEADERS = ("x-session-id", "x-claude-code-session-id", "session-id", "session_id")
 
@@ -48,11 +48,24 @@ _MAX_ID = 128
 _LEGACY_USER_ID = re.compile(r"_session_([0-9A-Za-z-]{8,128})$")
 
 
+@dataclass(slots=True)
+class Digests:
+    """A conversation's lineage keys, hashed once per request: the digest of each prefix that may end in a turn
+    the proxy delivered, and the running hash after the whole conversation, which its reply extends."""
+
+    messages: Sequence[Any]  # the conversation hashed (its message objects, compared by identity)
+    keys: list[str]
+    running: Any  # hashlib's sha256 object
+    turns: int  # how many of the messages were hashed (instructions are not)
+
+
 @dataclass(frozen=True, slots=True)
 class SessionRef:
     id: str
     source: str  # header | metadata (Claude Code's body) | lineage (previous_response_id included)
     is_new: bool
+    # lineage only: the request's conversation as hashed when it was resolved (`remember` extends it)
+    digests: Digests | None = field(default=None, compare=False, repr=False)
 
 
 def body_session(payload: Mapping[str, Any] | None) -> str | None:
@@ -123,16 +136,46 @@ def _canonical(message: Mapping[str, Any]) -> bytes:
 _INSTRUCTION_ROLES = frozenset({"system", "developer"})
 
 
+# The roles only a client writes: a prefix ending in one of them is never a turn the proxy delivered, so it is
+# no lineage key (and never looked up).
+_CLIENT_ROLES = frozenset({"user", "tool"})
+
+
 def conversation_digests(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     """digests[k] identifies the first k+1 turns, instructions (system, developer) skipped."""
-    digests: list[str] = []
-    running = hashlib.sha256()
+    return [digest for digest, _ in _walk(messages, hashlib.sha256())]
+
+
+def _walk(messages: Sequence[Any], running: Any) -> list[tuple[str, Any]]:
+    """(digest, role) of each turn's prefix, extending `running` (the hash of the turns before)."""
+    out: list[tuple[str, Any]] = []
     for message in messages:
-        if not isinstance(message, Mapping) or message.get("role") in _INSTRUCTION_ROLES:
+        if not isinstance(message, Mapping):
+            continue
+        role = message.get("role")
+        if role in _INSTRUCTION_ROLES:
             continue
         running.update(hashlib.sha256(_canonical(message)).digest())
-        digests.append(running.copy().hexdigest()[:32])
-    return digests
+        out.append((running.copy().hexdigest()[:32], role))
+    return out
+
+
+def hash_conversation(messages: Sequence[Any]) -> Digests:
+    running = hashlib.sha256()
+    walked = _walk(messages, running)
+    return Digests(messages, [digest for digest, role in walked if role not in _CLIENT_ROLES], running, len(walked))
+
+
+def reply_digest(messages: Sequence[Mapping[str, Any]], reply: Mapping[str, Any], known: Digests | None) -> str | None:
+    """conversation_digests([*messages, reply])[-1], None when there is none; the hashing of `known` (the
+    request's conversation, when `messages` begins with its very messages) is reused, not done again."""
+    if known is not None and len(messages) >= len(known.messages) and all(
+            a is b for a, b in zip(known.messages, messages, strict=False)):
+        running, rest, turns = known.running.copy(), [*messages[len(known.messages):], reply], known.turns
+    else:
+        running, rest, turns = hashlib.sha256(), [*messages, reply], 0
+    turns += len(_walk(rest, running))
+    return running.hexdigest()[:32] if turns else None
 
 
 class SessionResolver:
@@ -152,6 +195,9 @@ class SessionResolver:
         # (digest, session) a request has continued from, before its reply is remembered (identical runs)
         self._claimed: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._roots: OrderedDict[str, str] = OrderedDict()  # session -> the project root its client stated
+        # Keys the shared store was asked for and did not hold: a key is written only once its turn is delivered,
+        # so one missing when a conversation already shows its turn stays missing (asked once, not per request).
+        self._missing: OrderedDict[str, None] = OrderedDict()
         self._max_entries = max_entries
         self._engine = engine
         self._writer = writer
@@ -167,10 +213,10 @@ class SessionResolver:
         return None
 
     @staticmethod
-    def _keys(messages: Sequence[Mapping[str, Any]] | None, payload: Mapping[str, Any] | None) -> list[str]:
+    def _keys(digests: Digests, payload: Mapping[str, Any] | None) -> list[str]:
         """The lineage keys a request may continue, the weakest first: its conversation's prefixes, then the
         response it names (`previous_response_id`), which decides over any prefix."""
-        keys = conversation_digests(messages or [])
+        keys = list(digests.keys)
         previous = payload.get("previous_response_id") if isinstance(payload, Mapping) else None
         if isinstance(previous, str) and previous:
             keys.append(response_digest(previous))
@@ -207,28 +253,29 @@ class SessionResolver:
         """From headers, the body and this process's memory only."""
         if (ref := self._named(headers, payload)) is not None:
             return ref
-        keys = self._keys(messages, payload)
-        return self._lineage_ref(self._local(keys)[0])
+        digests = hash_conversation(messages or [])
+        return self._lineage_ref(self._local(self._keys(digests, payload))[0], digests)
 
     async def aresolve(self, headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]] | None,
                        payload: Mapping[str, Any] | None = None) -> SessionRef:
         """Like resolve, then the shared store: another replica may have served the earlier turns."""
         if (ref := self._named(headers, payload)) is not None:
             return ref
-        keys = self._keys(messages, payload)
+        digests = hash_conversation(messages or [])
+        keys = self._keys(digests, payload)
         found, position = self._local(keys)
         # Another replica may have delivered a later turn of this conversation than the one this process
         # knows: the shared store is asked for the keys past it.
-        later = keys[position + 1:][-_SHARED_LOOKBACK:]
+        later = [key for key in keys[position + 1:] if key not in self._missing][-_SHARED_LOOKBACK:]
         if self._engine is not None and later:
             found = await self._shared(later) or found
-        return self._lineage_ref(found)
+        return self._lineage_ref(found, digests)
 
     @staticmethod
-    def _lineage_ref(found: str | None) -> SessionRef:
+    def _lineage_ref(found: str | None, digests: Digests) -> SessionRef:
         if found is not None:
-            return SessionRef(found, "lineage", False)
-        return SessionRef("lin_" + uuid.uuid4().hex, "lineage", True)
+            return SessionRef(found, "lineage", False, digests)
+        return SessionRef("lin_" + uuid.uuid4().hex, "lineage", True, digests)
 
     async def _shared(self, keys: list[str]) -> str | None:
         assert self._engine is not None
@@ -240,6 +287,7 @@ class SessionResolver:
                 held: dict[str, list[tuple[float, str]]] = {}
                 for digest, session, created in await conn.execute(query):
                     held.setdefault(digest, []).append((created, session))
+                self._note_missing(k for k in keys if k not in held)
                 best = next((k for k in reversed(keys) if k in held), None)
                 if best is None:
                     return None
@@ -257,6 +305,13 @@ class SessionResolver:
         for session in sessions:
             self._hold(best, session)
         return self._pick(best, sessions, heads)
+
+    def _note_missing(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            self._missing[key] = None
+            self._missing.move_to_end(key)
+        while len(self._missing) > self._max_entries:
+            self._missing.popitem(last=False)
 
     def _hold(self, digest: str, session: str) -> None:
         holders = self._lineage.setdefault(digest, [])
@@ -290,7 +345,8 @@ class SessionResolver:
         """
         if session.source != "lineage" or not isinstance(reply, Mapping) or not reply:
             return
-        keys = conversation_digests([*messages, reply])[-1:]
+        last = reply_digest(messages, reply, session.digests)
+        keys = [last] if last is not None else []
         if response_id:
             keys.append(response_digest(response_id))
         for digest in keys:

@@ -8,7 +8,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import and_, case, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -16,14 +16,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from proxy.errors import BadRequest
 from proxy.http.auth import ADMIN
 from proxy.http.error_handlers import ShapedErrorRoute
-from proxy.http.stats_routes import _answer, _loop_min
+from proxy.http.stats_routes import _answer, _loop_min, _rollups_settled
 from proxy.store.dialect import backend_of
 from proxy.store.tables import error_runs, requests, tool_calls
 from proxy.store.verdict_sql import is_error_sql
 
 __all__ = ["RANGES", "error_timeline", "loop_groups", "router"]
 
-router = APIRouter(route_class=ShapedErrorRoute, dependencies=[ADMIN])
+router = APIRouter(route_class=ShapedErrorRoute, dependencies=[ADMIN, Depends(_rollups_settled)])  # loops: runs
 
 # range name -> (seconds back from now, bucket seconds); "all" spans the store in about 60 buckets.
 RANGES: dict[str, tuple[float | None, float]] = {
