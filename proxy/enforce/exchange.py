@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import sys
@@ -50,8 +49,8 @@ from proxy.upstream import strict
 from proxy.upstream.client import response_headers
 from proxy.upstream.sse import SSEDecoder, SSEEvent
 
-__all__ = ["Exchange", "Outcome", "RetryFailed", "RouteShape", "WholeAttempt", "end_stream", "event_stream",
-           "finish_exchange", "judged_json", "normalize_stream", "open_exchange", "open_retry_stream",
+__all__ = ["Exchange", "Outcome", "RetryFailed", "RouteShape", "WholeAttempt", "edited_bytes", "end_stream",
+           "event_stream", "finish_exchange", "judged_json", "normalize_stream", "open_exchange", "open_retry_stream",
            "open_stream_attempt", "pick_policy", "refused_status", "refused_stream", "request_attempt", "serve",
            "upstream_events", "whole_attempt"]
 
@@ -83,6 +82,11 @@ class Exchange:
     tools: list[dict[str, Any]] | None
     offered: set[str]
     client_wants_usage: bool
+    # The payload member holding the conversation, left out of `payload` once the prelude read what it needed:
+    # the body's bytes are the one copy kept while the answer streams, and a retry reads it again from them.
+    history_key: str | None = None
+    stated: str | None = None  # the project root the client's own request text states (sessions/project_root.py)
+    text_client: TextClient | None = None  # the text-acting client this request comes from (text_clients.py)
     extra_messages: list[dict[str, Any]] = field(default_factory=list)
     # The client's request, watched for a disconnect while an upstream attempt is awaited whole (no
     # response started yet); None where nobody watches (tests, the CLI).
@@ -92,12 +96,10 @@ class Exchange:
     toolset: ToolSet | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
-        stated = self.state.sessions.project_root(self.record.session, stated_root(self.record.route, self.payload))
+        stated = self.state.sessions.project_root(self.record.session, self.stated)
         self.toolset = request_tools(self.policy, self.record, self.payload, self.headers,
                                      root_header=getattr(self.state.settings, "project_root_header", None),
                                      stated_root=stated)
-    conversation: list[dict[str, Any]] | None = None  # the request's conversation as chat messages (lineage)
-
     @property
     def enforce(self) -> bool:
         return self.policy.policy.mode == "enforce"
@@ -105,11 +107,6 @@ class Exchange:
     @property
     def budget(self) -> int:
         return max(0, int(self.policy.policy.retry_budget))
-
-    @functools.cached_property
-    def text_client(self) -> TextClient | None:
-        """The text-acting client this request comes from (text_clients.py), recognised by what it wrote."""
-        return recognise(self.conversation or [])
 
     @property
     def acts_on_text(self) -> bool:
@@ -155,18 +152,21 @@ class Exchange:
     def body(self) -> bytes:
         if not self.extra_messages and not self.body_changed:
             return self.original_body
-        return self.edited_body("messages", list(self.payload["messages"]) if self.extra_messages else [])
+        full = self.full_payload()
+        return self.edited_body("messages", list(full["messages"]) if self.extra_messages else [], full)
 
-    def edited_body(self, key: str, history: list[Any]) -> bytes:
-        """The client's bytes with the proxy's changes spliced in (proxy/enforce/body_splice.py): every message
-        the client sent goes upstream byte for byte; a body that cannot be edited in place is re-encoded."""
-        spliced = splice_body(self.original_body, self.payload, key, history, self.extra_messages)
-        if spliced is not None:
-            return spliced
-        payload = dict(self.payload)
-        if self.extra_messages:
-            payload[key] = history + self.extra_messages
-        return json.dumps(payload, ensure_ascii=False).encode()
+    def full_payload(self) -> dict[str, Any]:
+        """The request as parsed with the proxy's changes, its conversation read again from the bytes sent (a
+        retry's work, not every answer's)."""
+        if self.history_key is None or self.history_key in self.payload:
+            return self.payload
+        return {**json.loads(self.original_body), **self.payload}
+
+    def edited_body(self, key: str, history: list[Any], payload: dict[str, Any] | None = None) -> bytes:
+        """The bytes sent with the proxy's turns spliced in (proxy/enforce/body_splice.py): every message the
+        client sent goes upstream byte for byte; a body that cannot be edited in place is re-encoded."""
+        return edited_bytes(self.original_body, self.full_payload() if payload is None else payload, key, history,
+                            self.extra_messages)
 
     def judge(self, calls: list[ToolCall]) -> list[JudgedCall]:
         # With the policy's opt-in `repair:`: every relay that judges here delivers the judged call objects
@@ -285,6 +285,7 @@ class RouteShape:
     conversation: Callable[[dict[str, Any]], list[dict[str, Any]] | None]  # chat messages for the lineage
     tools: Callable[[dict[str, Any]], tuple[list[dict[str, Any]] | None, set[str]]]  # tool schemas, offered names
     asks_usage: bool = True  # streams get `stream_options.include_usage` (the statistics count tokens)
+    history_key: str | None = None  # the member holding the conversation (not kept parsed once read)
 
 
 async def open_exchange(request: Request, state: Services, shape: RouteShape,
@@ -301,12 +302,19 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
     if not isinstance(model, str) or not model:
         raise BadRequest("`model` must be a non-empty string", param="model")
     shape.validate(payload)
-    headers = state.upstream.headers(request.headers)
-    upstream_model = await state.models.resolve(model, headers)
-    policy = pick_policy(request, state)
+    # What the parsed conversation is needed for is read now, before the first wait: requests that arrive
+    # together all wait here (the model list, the lineage store), and each would hold its parsed conversation,
+    # larger than its bytes, until it streams. After this, the bytes are the one copy kept.
     conversation = shape.conversation(payload)
-    session = await state.sessions.aresolve(request.headers, conversation, payload)  # replicas share the lineage
-    stream, changed = normalize_stream(payload)
+    lineage = state.sessions.prepare(request.headers, conversation, payload)
+    text_client, stated = recognise(conversation or []), stated_root(shape.name, payload)
+    del conversation
+    refused: BadRequest | None = None
+    try:
+        stream, changed = normalize_stream(payload)
+    except BadRequest as exc:  # answered once the model is known to be served, as ever
+        refused, stream, changed = exc, False, False
+    upstream_model = state.models.upstream_name(model)
     if upstream_model != model:
         payload["model"] = upstream_model
         changed = True
@@ -317,13 +325,34 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
         payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
         changed = True
     tools, offered = shape.tools(payload)
+    if changed and refused is None:
+        body = edited_bytes(body, payload)  # the bytes sent: the client's, with the proxy's top-level changes
+    payload = {key: value for key, value in payload.items() if key != shape.history_key}
+    headers = state.upstream.headers(request.headers)
+    await state.models.resolve(model, headers)
+    if refused is not None:
+        raise refused
+    policy = pick_policy(request, state)
+    session = await state.sessions.finish(lineage)  # replicas share the lineage
     record = RequestRecord(session=session, model=upstream_model, route=shape.name, upstream=state.upstream.base_url,
                            stream=stream, concurrency=state.enter(upstream_model))
     record.policy_name, record.policy_hash, record.mode = policy.name, policy.hash, policy.policy.mode
-    return (make or Exchange)(state=state, record=record, payload=payload, original_body=body, body_changed=changed,
+    return (make or Exchange)(state=state, record=record, payload=payload, original_body=body, body_changed=False,
                               headers=headers, policy=policy, tools=tools, offered=offered,
-                              client_wants_usage=client_wants_usage, conversation=conversation, client=request,
-                              **extra)
+                              client_wants_usage=client_wants_usage, history_key=shape.history_key, client=request,
+                              text_client=text_client, stated=stated, **extra)
+
+
+def edited_bytes(original: bytes, payload: dict[str, Any], key: str | None = None, history: list[Any] | None = None,
+                 extra: list[Any] | None = None) -> bytes:
+    """`original` with `payload`'s changed members and `extra` spliced onto its `key` array in place
+    (proxy/enforce/body_splice.py); the whole payload re-encoded where that cannot be done."""
+    spliced = splice_body(original, payload, key, history, extra)
+    if spliced is not None:
+        return spliced
+    if extra and key is not None:
+        payload = {**payload, key: list(history or []) + extra}
+    return json.dumps(payload, ensure_ascii=False).encode()
 
 
 _PARSE_INLINE_BYTES = 1 << 20

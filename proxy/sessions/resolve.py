@@ -23,7 +23,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
@@ -34,7 +34,7 @@ from proxy.store import tables
 from proxy.store.recorder import queue_lineage
 from proxy.store.writer import StoreWriter
 
-__all__ = ["DEFAULT_SESSION_HEADERS", "Digests", "SessionRef", "SessionResolver", "body_session",
+__all__ = ["DEFAULT_SESSION_HEADERS", "Digests", "Pending", "SessionRef", "SessionResolver", "body_session",
            "conversation_digests", "hash_conversation", "reply_digest", "response_digest"]
 
 DEFAULT_SESSION_HEADERS = ("x-session-id", "x-claude-code-session-id", "session-id", "session_id")
@@ -51,12 +51,19 @@ _LEGACY_USER_ID = re.compile(r"_session_([0-9A-Za-z-]{8,128})$")
 @dataclass(slots=True)
 class Digests:
     """A conversation's lineage keys, hashed once per request: the digest of each prefix that may end in a turn
-    the proxy delivered, and the running hash after the whole conversation, which its reply extends."""
+    the proxy delivered, and the running hash after the whole conversation, which its reply extends. The
+    messages themselves are not kept: a request need not hold its parsed conversation while it streams."""
 
-    messages: Sequence[Any]  # the conversation hashed (its message objects, compared by identity)
     keys: list[str]
     running: Any  # hashlib's sha256 object
     turns: int  # how many of the messages were hashed (instructions are not)
+
+
+class Pending(NamedTuple):
+    """A request's lineage keys (`SessionResolver.prepare`), waiting to be looked up (`finish`)."""
+
+    digests: Digests
+    keys: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,17 +170,19 @@ def _walk(messages: Sequence[Any], running: Any) -> list[tuple[str, Any]]:
 def hash_conversation(messages: Sequence[Any]) -> Digests:
     running = hashlib.sha256()
     walked = _walk(messages, running)
-    return Digests(messages, [digest for digest, role in walked if role not in _CLIENT_ROLES], running, len(walked))
+    return Digests([digest for digest, role in walked if role not in _CLIENT_ROLES], running, len(walked))
 
 
-def reply_digest(messages: Sequence[Mapping[str, Any]], reply: Mapping[str, Any], known: Digests | None) -> str | None:
-    """conversation_digests([*messages, reply])[-1], None when there is none; the hashing of `known` (the
-    request's conversation, when `messages` begins with its very messages) is reused, not done again."""
-    if known is not None and len(messages) >= len(known.messages) and all(
-            a is b for a, b in zip(known.messages, messages, strict=False)):
-        running, rest, turns = known.running.copy(), [*messages[len(known.messages):], reply], known.turns
+def reply_digest(messages: Sequence[Mapping[str, Any]] | None, reply: Mapping[str, Any], known: Digests | None,
+                 after: Sequence[Any] = ()) -> str | None:
+    """conversation_digests([*messages, *after, reply])[-1], None when there is none. `messages` None stands
+    for the request's conversation as `known` hashed it (its hashing is reused, not done again)."""
+    if messages is None:
+        if known is None:
+            return None
+        running, rest, turns = known.running.copy(), [*after, reply], known.turns
     else:
-        running, rest, turns = hashlib.sha256(), [*messages, reply], 0
+        running, rest, turns = hashlib.sha256(), [*messages, *after, reply], 0
     turns += len(_walk(rest, running))
     return running.hexdigest()[:32] if turns else None
 
@@ -259,10 +268,22 @@ class SessionResolver:
     async def aresolve(self, headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]] | None,
                        payload: Mapping[str, Any] | None = None) -> SessionRef:
         """Like resolve, then the shared store: another replica may have served the earlier turns."""
+        return await self.finish(self.prepare(headers, messages, payload))
+
+    def prepare(self, headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]] | None,
+                payload: Mapping[str, Any] | None = None) -> SessionRef | Pending:
+        """`aresolve`'s first half, at once: the session the headers or the body name, else the conversation's
+        lineage keys, which `finish` looks up without the conversation (nothing waits holding it)."""
         if (ref := self._named(headers, payload)) is not None:
             return ref
         digests = hash_conversation(messages or [])
-        keys = self._keys(digests, payload)
+        return Pending(digests, self._keys(digests, payload))
+
+    async def finish(self, prepared: SessionRef | Pending) -> SessionRef:
+        """`aresolve`'s second half: the lineage keys looked up in this process, then in the shared store."""
+        if isinstance(prepared, SessionRef):
+            return prepared
+        digests, keys = prepared
         found, position = self._local(keys)
         # Another replica may have delivered a later turn of this conversation than the one this process
         # knows: the shared store is asked for the keys past it.
@@ -332,8 +353,9 @@ class SessionResolver:
             return stated
         return self._roots.get(session.id)
 
-    def remember(self, session: SessionRef, messages: Sequence[Mapping[str, Any]],
-                 reply: Mapping[str, Any] | None = None, *, response_id: str | None = None) -> None:
+    def remember(self, session: SessionRef, messages: Sequence[Mapping[str, Any]] | None,
+                 reply: Mapping[str, Any] | None = None, *, after: Sequence[Any] = (),
+                 response_id: str | None = None) -> None:
         """Record the conversation the client now holds, so its next request continues this session.
 
         Only the conversation that ends with the reply the proxy delivered (exactly as the client received it)
@@ -341,11 +363,12 @@ class SessionResolver:
         extending it or naming that response. The request's own messages are not, so a second conversation that
         starts with the same messages is a session of its own.
         Not for a session a header or the body named: that client names its sessions itself, and hashing a
-        60k-token conversation costs most of a millisecond per request.
+        60k-token conversation costs most of a millisecond per request. `messages` None is the request's
+        conversation as hashed when its session was resolved; `after` what came between it and the reply.
         """
         if session.source != "lineage" or not isinstance(reply, Mapping) or not reply:
             return
-        last = reply_digest(messages, reply, session.digests)
+        last = reply_digest(messages, reply, session.digests, after)
         keys = [last] if last is not None else []
         if response_id:
             keys.append(response_digest(response_id))
