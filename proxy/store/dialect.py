@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 from sqlalchemy import Connection, Engine, Integer, Table, cast, event, func, text
 from sqlalchemy import create_engine as create_sync_engine
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 __all__ = [
@@ -153,6 +153,9 @@ class PostgresBackend(Backend):
         return create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
 
     def insert(self, table: Table) -> Any:
+        # Imported here: a proxy on SQLite never loads Postgres' dialect (2 MB of its memory).
+        from sqlalchemy.dialects import postgresql
+
         return postgresql.insert(table)
 
     def lock_sessions(self, conn: Connection, session_ids: Sequence[str]) -> None:
