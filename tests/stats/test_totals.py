@@ -30,7 +30,7 @@ async def assert_totals_equal_the_hours(engine: AsyncEngine) -> None:
             whole, hours = Filters(model=model), Filters(since=0.0, model=model)
             assert figures.whole_store(whole) and not figures.whole_store(hours)
             assert await figures.session_error_counts(conn, whole) == await figures.session_error_counts(conn, hours)
-            rows = await queries.session_error_counts(conn, whole)
+            rows = await queries.session_error_counts_from_rows(conn, whole)
             assert await figures.session_error_counts(conn, whole) == {m: sorted(v) for m, v in rows.items()}
             assert await figures.session_recoveries(conn, whole) == await figures.session_recoveries(conn, hours)
             assert await figures.latency_bins(conn, whole) == await figures.latency_bins(conn, hours)
