@@ -22,7 +22,6 @@ import re
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import func, select
@@ -30,12 +29,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.logs import get_logger
+from proxy.record import Digests, SessionRef
 from proxy.store import tables
 from proxy.store.recorder import queue_lineage
 from proxy.store.writer import StoreWriter
 
-__all__ = ["DEFAULT_SESSION_HEADERS", "Digests", "SessionRef", "SessionResolver", "body_session",
-           "conversation_digests", "hash_conversation", "reply_digest", "response_digest"]
+__all__ = ["DEFAULT_SESSION_HEADERS", "SessionResolver", "body_session", "conversation_digests",
+           "hash_conversation", "reply_digest", "response_digest"]
 
 DEFAULT_SESSION_HEADERS = ("x-session-id", "x-claude-code-session-id", "session-id", "session_id")
 
@@ -46,26 +46,6 @@ log = get_logger("proxy.sessions.resolve")
 _SHARED_LOOKBACK = 64
 _MAX_ID = 128
 _LEGACY_USER_ID = re.compile(r"_session_([0-9A-Za-z-]{8,128})$")
-
-
-@dataclass(slots=True)
-class Digests:
-    """A conversation's lineage keys, hashed once per request: the digest of each prefix that may end in a turn
-    the proxy delivered, and the running hash after the whole conversation, which its reply extends."""
-
-    messages: Sequence[Any]  # the conversation hashed (its message objects, compared by identity)
-    keys: list[str]
-    running: Any  # hashlib's sha256 object
-    turns: int  # how many of the messages were hashed (instructions are not)
-
-
-@dataclass(frozen=True, slots=True)
-class SessionRef:
-    id: str
-    source: str  # header | metadata (Claude Code's body) | lineage (previous_response_id included)
-    is_new: bool
-    # lineage only: the request's conversation as hashed when it was resolved (`remember` extends it)
-    digests: Digests | None = field(default=None, compare=False, repr=False)
 
 
 def body_session(payload: Mapping[str, Any] | None) -> str | None:
