@@ -292,16 +292,25 @@ class _StreamRelay(StreamedAttempts):
         decoder = SSEDecoder()
         event_of = self._event
         try:
-            # upstream_events, inlined: one generator less for each of a stream's many chunks.
+            # upstream_events, inlined: one generator less for each of a stream's many chunks. What the events of
+            # one read release goes out in one write, as a passthrough relays that read: a loaded proxy reads
+            # several events at once, and a write per event would cost a send per event.
             with ex.state.upstream.errors_translated():
                 async for chunk in response.aiter_raw():
                     record.mark_first_byte()
+                    pieces: list[bytes] = []
                     for event in decoder.feed(chunk):
                         out = event_of(event)
-                        if out:
-                            yield out
-                        if self.upstream_error:
+                        if self.upstream_error:  # the error ends the attempt, a piece of its own (held[-1:])
+                            if pieces:
+                                yield b"".join(pieces)
+                            if out:
+                                yield out
                             return
+                        if out:
+                            pieces.append(out)
+                    if pieces:
+                        yield pieces[0] if len(pieces) == 1 else b"".join(pieces)
             for event in decoder.close():
                 out = event_of(event)
                 if out:

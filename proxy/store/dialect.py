@@ -24,6 +24,7 @@ dialect checks: they are frozen history.
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -239,7 +240,14 @@ def upsert_add(bound: Any, table: Table, merge: Callable[[Any], Mapping[str, Any
     """INSERT into `table` that, for a row whose primary key is there, adds each other column to the stored
     value; `merge(excluded)` gives the SET clause of the columns that are not plain sums. A table of keys
     alone keeps the stored row."""
-    stmt = backend_of(bound).insert(table)
+    return _upsert_add(backend_of(bound), table, merge)
+
+
+@functools.lru_cache(maxsize=256)
+def _upsert_add(backend: Backend, table: Table, merge: Callable[[Any], Mapping[str, Any]] | None) -> Any:
+    # One statement object per table: SQLAlchemy memoises a statement's cache key on the object, so the rollups'
+    # upserts of every batch skip building and keying the statement again.
+    stmt = backend.insert(table)
     keys = [c.name for c in table.primary_key.columns]
     old, new = table.c, stmt.excluded
     values: dict[str, Any] = {c.name: old[c.name] + new[c.name] for c in table.columns if c.name not in keys}

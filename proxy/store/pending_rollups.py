@@ -5,8 +5,8 @@ several times the insert, so the writer commits the rows with a `stats_pending` 
 the waiters, and applies the rollups in its next transaction, deleting the marker there. The delete decides who
 applies a marker: a replica or a start-up catching up finds it gone and adds nothing, so a batch is never
 counted twice. A marker left by a proxy that died between the two transactions is applied at the next start
-(`catch_up`). While the writer runs, the rollups trail the rows by a second at most: the writer gathers the
-batches of that second (a few answers' rows) into one rollup step, and a stats read runs the step at once.
+(`catch_up`). While the writer runs, the rollups trail the rows by two seconds at most: the writer gathers the
+batches of those seconds (a few answers' rows) into one rollup step, and a stats read runs the step at once.
 """
 
 from __future__ import annotations

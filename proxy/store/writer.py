@@ -51,7 +51,7 @@ _TABLE_ORDER = {t.name: i for i, t in enumerate(
 _MAX_UNROLLED = 8
 # How long committed batches wait for their rollups: the rows of a few answers share one rollup step (its
 # statements cost more than the rows' own), and a stats read does not wait for it (`rollups_settled`).
-_ROLLUP_DELAY_SECONDS = 1.0
+_ROLLUP_DELAY_SECONDS = 2.0
 # Rows of these tables may be written again by another request or replica: first one wins.
 _INSERT_OR_IGNORE = {"sessions", "session_lineage", "request_journal"}
 
@@ -289,7 +289,7 @@ class StoreWriter:
             await asyncio.sleep(0)
 
     def _should_roll_up(self) -> bool:
-        # Rows someone waits for go first; the rollups then trail by a few batches, or a second, at most.
+        # Rows someone waits for go first; the rollups then trail by a few batches, or two seconds, at most.
         if not self._unrolled:
             return False
         if self._closing or self._rollups_wanted or len(self._unrolled) >= _MAX_UNROLLED:
