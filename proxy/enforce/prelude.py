@@ -12,14 +12,13 @@ from starlette.requests import Request
 from proxy.enforce.exchange import Exchange, edited_bytes
 from proxy.enforce.payload import normalize_stream, read_body, read_payload
 from proxy.enforce.text_clients import recognise
-from proxy.errors import (
-    BadRequest,
-)
+from proxy.errors import BadRequest
 from proxy.record import RequestRecord
 from proxy.services import Services
 from proxy.sessions.project_root import stated_root
 
 __all__ = ["RouteShape", "open_exchange"]
+
 
 @dataclass(kw_only=True, frozen=True)
 class RouteShape:
