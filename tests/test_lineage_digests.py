@@ -42,6 +42,11 @@ def test_the_reply_digest_extends_the_requests_hash_to_the_same_key(messages, re
     assert reply_digest(more, reply, known) == (longer[-1] if longer else None)
     # a list that is not the hashed conversation (equal content, other objects) is hashed afresh, alike
     assert reply_digest([dict(m) if isinstance(m, dict) else m for m in messages], reply, known) == want
+    # the relays keep no parsed conversation while they stream: None stands for the one `known` hashed
+    assert reply_digest(None, reply, known) == want
+    assert reply_digest(None, reply, known, [{"role": "assistant", "content": "first item"}]) == (
+        longer[-1] if longer else None)
+    assert reply_digest(None, reply, None) is None
 
 
 def test_only_prefixes_ending_in_a_turn_the_proxy_could_deliver_are_keys():
@@ -64,8 +69,23 @@ async def test_the_store_is_asked_once_for_a_key_it_lacks(engine: AsyncEngine):
     first = await resolver.aresolve({}, conversation)
     again = await resolver.aresolve({}, conversation)
     assert len(asked) == 1 and first.is_new and again.is_new and first.id != again.id
-    # a turn this process delivered is found in memory: no query either
-    resolver.remember(first, conversation, REPLY)
+    # a turn this process delivered is found in memory: no query either (remembered from the resolved hash)
+    resolver.remember(first, None, REPLY)
     follow = [*conversation, REPLY, {"role": "user", "content": "next"}]
     assert (await resolver.aresolve({}, follow)).id == first.id
     assert len(asked) == 1
+
+
+@pytest.mark.each_database
+async def test_a_request_waits_for_the_store_holding_its_keys_not_its_conversation(engine: AsyncEngine):
+    resolver = SessionResolver(engine=engine)
+    conversation = CONVERSATIONS[3]
+    pending = resolver.prepare({}, conversation)
+    held = [pending.digests.keys, pending.keys]  # strings and a hash: no message object
+    assert all(isinstance(key, str) for keys in held for key in keys)
+    first = await resolver.finish(pending)
+    resolver.remember(first, None, REPLY)
+    follow = [*conversation, REPLY, {"role": "user", "content": "next"}]
+    assert (await resolver.finish(resolver.prepare({}, follow))).id == first.id
+    named = resolver.prepare({"x-session-id": "ses_1"}, conversation)
+    assert (await resolver.finish(named)).id == "ses_1"
