@@ -4,20 +4,16 @@ migration that adds them to a store that already holds rows (SQLite and Postgres
 
 from __future__ import annotations
 
-import random
-
 import pytest
-from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.store import figures, queries, rollups
-from proxy.store.db import create_engine, migrate
+from proxy.store.db import create_engine
 from proxy.store.queries import Filters
 from proxy.store.retention import prune_store
-from proxy.store.tables import metadata
 
 from .builder import ALLOWED, PIPE, START, Store
-from .test_rollups import HOUR, build, build_traffic
+from .test_rollups import HOUR, build, migrated_from_before_the_rollups
 
 pytestmark = pytest.mark.each_database
 
@@ -74,13 +70,7 @@ async def test_totals_after_a_prune_and_a_rebuild(engine: AsyncEngine):
 async def test_the_migration_fills_the_totals_of_a_store_that_already_has_rows(empty_db_url: str):
     engine = create_engine(empty_db_url)
     try:
-        await migrate(engine, "0004")
-        store = Store()
-        build_traffic(store, random.Random(11))
-        async with engine.begin() as conn:  # rows written before the rollups existed
-            for name in ("sessions", "requests", "tool_calls", "tool_call_reasons"):
-                await conn.execute(insert(metadata.tables[name]), store.rows[name])
-        await migrate(engine)
+        await migrated_from_before_the_rollups(engine)
         await assert_totals_equal_the_hours(engine)
         async with engine.connect() as conn:
             assert await figures.session_error_counts(conn, Filters())
