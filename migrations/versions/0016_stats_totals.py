@@ -6,7 +6,7 @@ from proxy.migrations.columns import optional, required
 from proxy.store import totals
 
 
-revision, down_revision = '0016', '0014'
+revision, down_revision = '0016', '0015'
 
 
 def upgrade() -> None:

@@ -32,7 +32,6 @@ from proxy.services import Services
 from proxy.store.recorder import queue_calls, release_calls
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.families import XmlRules
-from proxy.toolcalls.registry import TEXT_FORMATS
 from proxy.upstream.client import response_headers
 
 __all__ = ["Exchange", "Outcome", "edited_bytes"]
@@ -106,17 +105,9 @@ class Exchange:
         reasons = ungoverned_reasons(client, text)
         if reasons:
             telemetry.emit(telemetry.UngovernedText(self.record.model, client.name))
+            self.record.ungoverned_text += 1
             log.warning("text_actions.ungoverned", client=client.name, reasons=reasons, session=self.record.session.id)
         return judge_text(self.policy, client, text, tools=self.toolset, session_id=self.record.session.id)
-
-    def text_unjudged(self, text: str) -> None:
-        """A route that does not judge text actions yet (Responses, Messages): a text-acting client's actions
-        there are counted ungoverned, never passed unseen."""
-        client = self.text_client
-        if client is not None and client.formats and any(TEXT_FORMATS[f].read(text).calls for f in client.formats):
-            telemetry.emit(telemetry.UngovernedText(self.record.model, client.name))
-            log.warning("text_actions.ungoverned", client=client.name, reasons=["route does not judge text actions"],
-                        session=self.record.session.id)
 
     @property
     def demands_call(self) -> bool:

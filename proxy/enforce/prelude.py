@@ -11,7 +11,7 @@ from starlette.requests import Request
 
 from proxy.enforce.exchange import Exchange, edited_bytes
 from proxy.enforce.payload import normalize_stream, read_body, read_payload
-from proxy.enforce.text_clients import recognise
+from proxy.enforce.text_clients import TextClient, prompt_text, recognise, recognise_text
 from proxy.errors import BadRequest
 from proxy.record import RequestRecord
 from proxy.services import Services
@@ -47,7 +47,7 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
     # larger than its bytes, until it streams. After this, the bytes are the one copy kept.
     conversation = shape.conversation(payload)
     lineage = state.sessions.prepare(request.headers, conversation, payload)
-    text_client, stated = recognise(conversation or []), stated_root(shape.name, payload)
+    text_client, stated = _text_client(conversation, payload), stated_root(shape.name, payload)
     del conversation
     refused: BadRequest | None = None
     try:
@@ -81,3 +81,11 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
                               headers=headers, policy=policy, tools=tools, offered=offered,
                               client_wants_usage=client_wants_usage, history_key=shape.history_key, client=request,
                               text_client=text_client, stated=stated, **extra)
+
+
+def _text_client(conversation: list[dict[str, Any]] | None, payload: dict[str, Any]) -> TextClient | None:
+    """The text-acting client a request comes from (text_clients.py), recognised by what it wrote (a raw
+    completion: by its prompt)."""
+    if conversation is None and "prompt" in payload:
+        return recognise_text(prompt_text(payload.get("prompt")))
+    return recognise(conversation or [])
