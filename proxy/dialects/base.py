@@ -1,20 +1,22 @@
-"""The attempt loop of the structured-call dialects: `/v1/responses` (OpenAI Responses API) and `/v1/messages`
-(Anthropic Messages API).
+"""The one shape of a judged route (`Dialect`), and what the routes share.
 
-The rules are chat's (proxy/dialects/chat.py and DESIGN.md's data flow): every call of an attempt is judged; in enforce
-mode an attempt with a rejected or malformed call never reaches the client and the model is asked again, with
-the held turn and the reasons appended to the conversation in the dialect's own shape, within the policy's
-retry budget; budget spent => a text answer that explains the block. One narration per turn, as on chat: the
-first attempt's text streams live, a retry's text is held with its calls until the attempt is judged and goes
-out only with a delivered turn (a blocked turn ends with the explaining answer alone). A delivered turn's calls
-are the judged call objects: a repaired call is re-encoded from its judged arguments, never relayed as the
-upstream wrote it (proxy/enforce/judging.py).
+Every route that can carry a model's tool call (`/v1/chat/completions`, `/v1/completions`, `/v1/responses`,
+`/v1/messages`) is one `Dialect` subclass in a module of its own, declaring its name, upstream path and
+conversation field in its class line and its pieces as methods (`PIECES`, `REASK_PIECES`); the route table
+(`JUDGED`, proxy/dialects/routes.py) lists them and refuses a route that lacks a piece (`missing_pieces`).
 
-A `Dialect` says what its requests, whole responses and retries look like, and makes the `DialectStream` that
-reads its server-sent events; this module runs the whole-response loop for both dialects, and `DialectStream`
-gives the streamed loop that chat shares (proxy/enforce/relay.py) the dialects' steps, with the held-call
-machinery both dialects use. The upstream attempts themselves are the Exchange's (proxy/enforce/exchange.py).
-The reasons a model reads come from the same `retry_messages` as chat, translated into the dialect's items.
+The rules are one (DESIGN.md's data flow): every call of an attempt is judged; in enforce mode an attempt with a
+rejected or malformed call never reaches the client and the model is asked again, with the held turn and the
+reasons appended to the conversation in the route's own shape, within the policy's retry budget; budget spent
+=> a text answer that explains the block. `Dialect.complete` is the one whole-answer attempt loop;
+`StreamedAttempts` (proxy/enforce/relay.py) the one streamed one, fed its steps by chat's relay and by
+`DialectStream`, which holds the calls, text and renumbering of the structured-call routes (Responses,
+Messages: `StructuredDialect`). One narration per turn: the first attempt's text streams live, a retry's text
+is held with its calls until the attempt is judged and goes out only with a delivered turn (a blocked turn
+ends with the explaining answer alone). A delivered turn's calls are the judged call objects: a repaired call
+is re-encoded from its judged arguments, never relayed as the upstream wrote it (proxy/enforce/judging.py).
+The upstream attempts themselves are the Exchange's (proxy/enforce/exchange.py); the reasons a model reads
+come from the one `retry_messages`, translated into the route's items.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from proxy.enforce.actions import unjudgeable_call
 from proxy.enforce.exchange import (
     Exchange,
     Outcome,
-    RouteShape,
+    WholeAttempt,
     judged_json,
     open_exchange,
     serve,
@@ -50,22 +52,33 @@ from proxy.toolcalls import ToolCall
 from proxy.upstream import strict
 from proxy.upstream.sse import SSEEvent
 
-__all__ = ["Dialect", "DialectExchange", "DialectStream", "HeldCall", "IndexMap", "handle"]
+__all__ = ["PIECES", "REASK_PIECES", "Dialect", "DialectExchange", "DialectStream", "HeldCall", "IndexMap", "Relay",
+           "StructuredDialect", "missing_pieces"]
 
 
 class Dialect(ABC):
-    """One API's shapes. Conversation and reply are also given as chat-shaped messages, which is what the
-    session resolver's lineage hashes."""
+    """One judged route: how its requests, whole answers, streams and retries look. Every judged route is one
+    (chat completions, completions, Responses, Messages), and the one table (`JUDGED`, proxy/dialects/routes.py)
+    lists them; `missing_pieces` names what a route lacks, and the table refuses such a route.
+
+    Conversation and reply are also given as chat-shaped messages, which is what the session resolver's lineage
+    hashes."""
 
     route: ClassVar[str]  # the `route` recorded with every request and call
     path: ClassVar[str]  # the upstream path after /v1
     history_key: ClassVar[str]  # the request field retries append to
-    output_key: ClassVar[str]  # the whole response's list of items that `calls` reads the calls from
+    asks_usage: ClassVar[bool]  # streams get `stream_options.include_usage` (the statistics count tokens)
+    reasks: ClassVar[bool]  # a rejected call is fed back and the model asked again (else `complete` is the route's)
 
-    def __init_subclass__(cls, *, route: str, path: str, history_key: str, output_key: str, **kwargs: Any) -> None:
-        """A dialect declares these in its class line, as the errors do (proxy/errors.py)."""
+    def __init_subclass__(cls, *, route: str = "", path: str = "", history_key: str = "", asks_usage: bool = False,
+                          reasks: bool = True, **kwargs: Any) -> None:
+        """A route declares these in its class line, as the errors do (proxy/errors.py); a class that only shares
+        pieces between routes (`StructuredDialect`) declares none."""
         super().__init_subclass__(**kwargs)
-        cls.route, cls.path, cls.history_key, cls.output_key = route, path, history_key, output_key
+        cls.route, cls.path, cls.history_key = route, path, history_key
+        cls.asks_usage, cls.reasks = asks_usage, reasks
+
+    # -- the request
 
     @abstractmethod
     def validate(self, payload: dict[str, Any]) -> None:
@@ -75,69 +88,167 @@ class Dialect(ABC):
     def offered(self, payload: dict[str, Any]) -> set[str]:
         """The tool names the request offers; a call to any other is `unknown_tool`."""
 
-    @abstractmethod
+    def schemas(self, payload: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The offered tools' schemas where content calls are typed by them (chat), else None."""
+        return None
+
+    def tools(self, payload: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, set[str]]:
+        return self.schemas(payload), self.offered(payload)
+
     def history(self, payload: dict[str, Any]) -> list[Any]:
         """The conversation as a list the retry items can be appended to."""
+        return list(payload.get(self.history_key) or [])
 
     @abstractmethod
-    def conversation(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
-        """The request's conversation as chat messages, for the session lineage."""
+    def conversation(self, payload: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The request's conversation as chat messages, for the session lineage (None: it has none)."""
+
+    # -- a whole answer
 
     @abstractmethod
-    def calls(self, obj: dict[str, Any]) -> list[ToolCall]:
-        """The tool calls of a whole response, in order."""
+    def read_whole(self, ex: DialectExchange, obj: dict[str, Any]) -> Any:
+        """What `judge_whole` judges of a whole answer (its calls, in order); raises ValueError, TypeError or
+        AttributeError for a body that is not this route's answer."""
+
+    def judge_whole(self, ex: DialectExchange, obj: dict[str, Any], found: Any) -> list[JudgedCall]:
+        """A whole answer's calls judged (`found`: what `read_whole` read)."""
+        ex.text_unjudged(self.text(obj))
+        return ex.judge(found)
 
     @abstractmethod
     def text(self, obj: dict[str, Any]) -> str:
         """The visible text of a whole response (the held turn's content in a retry)."""
 
-    @abstractmethod
-    def usage(self, obj: dict[str, Any] | None) -> dict[str, Any] | None:
-        """A usage object of this dialect as chat usage (`prompt_tokens`, ...), which `Usage.add` reads."""
+    def retry_text(self, obj: dict[str, Any], found: Any) -> str | None:
+        """The held turn's text, as the retry shows it to the model."""
+        return self.text(obj)
 
-    @abstractmethod
+    def usage(self, obj: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A usage object of this route as chat usage (`prompt_tokens`, ...), which `Usage.add` reads."""
+        return obj
+
     def set_usage(self, obj: dict[str, Any], usage: Usage) -> None:
         """Write the usage summed over the attempts into a response (the client pays for all of them)."""
+        raise NotImplementedError
 
-    @abstractmethod
     def set_blocked(self, obj: dict[str, Any], text: str) -> None:
         """Turn a whole response into one plain text answer."""
+        raise NotImplementedError
 
-    @abstractmethod
     def retry_items(self, turn: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """`retry_messages`' chat turn (assistant with tool_calls, one tool message per call) in this dialect."""
+        """`retry_messages`' chat turn (assistant with tool_calls, one tool message per call) in this route."""
+        raise NotImplementedError
 
-    @abstractmethod
     def reply(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
         """What the client got, as chat messages, for the session lineage."""
+        raise NotImplementedError
 
     def response_id(self, obj: dict[str, Any]) -> str | None:
         """The id a whole response gives the client to continue from (`previous_response_id`), if the API has one."""
         return None
 
-    @abstractmethod
-    def repaired_fields(self, call: ToolCall) -> dict[str, Any]:
-        """The fields of a call's item that carry a repaired call's judged arguments."""
+    def delivered(self, ex: DialectExchange, read: WholeAttempt[Any], judged: list[JudgedCall],
+                  attempt: int) -> Response:
+        """The answer for a delivered attempt (its calls on record): a repaired call re-encoded from its judged
+        arguments, the usage of every attempt, the upstream's bytes where nothing changed (observe mode)."""
+        raise NotImplementedError
 
-    def write_repairs(self, obj: dict[str, Any], judged: list[JudgedCall]) -> None:
-        """Write the repaired calls' judged arguments over the calls of a whole response (at the position each
-        call was read from), so the client gets the repaired call and never the one the model wrote."""
-        items = obj[self.output_key]  # `calls` read the judged calls from it, each at its position
-        for item in judged:
-            if item.repaired:
-                items[item.call.index].update(self.repaired_fields(item.call))
+    async def complete(self, ex: DialectExchange) -> Response:
+        """The whole-answer attempt loop of every route that re-asks: judge an attempt, deliver it, re-ask with
+        the reasons within the budget, or end with the explaining answer (`BlockedTurn` where a call is due)."""
+        record = ex.record
+        judged: list[JudgedCall] = []
+        obj: dict[str, Any] = {}
+        for attempt in range(1, ex.budget + 2):
+            record.attempts = attempt
+            # An upstream error is already in the route's shape.
+            read = await whole_attempt(ex, self.path, f"a {self.route} response",
+                                       lambda obj: self.read_whole(ex, obj), self.usage)
+            if isinstance(read, Response):
+                return read
+            obj = read.obj
+            judged = self.judge_whole(ex, obj, read.found)
+            outcome = await ex.settle(attempt, judged)
+            if outcome is Outcome.DELIVER:
+                return self.delivered(ex, read, judged, attempt)
+            if outcome is Outcome.BLOCKED:
+                break
+            ex.extra_messages += self.retry_items(retry_messages(ex.policy, self.retry_text(obj, read.found), judged))
+        text = blocked_message(ex.policy, judged, record.attempts)
+        if ex.demands_call:
+            return ex.error_response(BlockedTurn(text))
+        self.set_blocked(obj, text)
+        self.set_usage(obj, record.usage)
+        ex.remember(self.reply(obj), self.response_id(obj))  # the explanation is the turn the client holds now
+        return judged_json(obj)
+
+    # -- a stream
 
     @abstractmethod
-    def stream(self, ex: DialectExchange) -> DialectStream[Any]:
+    def stream(self, ex: DialectExchange) -> Relay:
         """A reader for this request's events, across its attempts."""
 
+    # -- errors
+
     def error_response(self, exc: ProxyError) -> Response:
+        """An error answer in this route's shape (OpenAI's by default)."""
         return error_response(exc)
+
+    def broken_error_body(self, ex: DialectExchange, response: Any, exc: Exception) -> Response:
+        """The answer when the upstream's error body itself broke off while read (`Exchange.broken_error_body`)."""
+        return Exchange.broken_error_body(ex, response, exc)
+
+    def protocol_error(self, ex: DialectExchange, exc: Exception) -> Response:
+        """`broken_error_body` as an upstream protocol error (502) in this route's shape."""
+        ex.record.fail("upstream_error", f"upstream failed: {exc}")
+        return self.error_response(UpstreamProtocolError(f"upstream failed: {exc}"))
+
+    # -- the request, served
+
+    async def handle(self, request: Request, state: Services) -> Response:
+        """The route's answer, streamed or whole; an error before the answer starts in the route's shape."""
+        try:
+            exchange: DialectExchange = await open_exchange(request, state, self, DialectExchange, dialect=self)
+            return await serve(exchange, path=self.path, relay=lambda ex, response: self.stream(ex).run(response),
+                               whole=self.complete)
+        except ProxyError as exc:
+            return self.error_response(exc)
+
+
+# The pieces a judged route declares, by what they do; `missing_pieces` checks them for every route of the table.
+PIECES: dict[str, tuple[str, ...]] = {
+    "request reading": ("validate", "offered", "conversation"),
+    "call extraction, whole": ("read_whole", "text"),
+    "call extraction, streamed": ("stream",),
+}
+# What a route that re-asks declares beyond them; one that does not has its own `complete`.
+REASK_PIECES: dict[str, tuple[str, ...]] = {
+    "feedback and retry body": ("retry_items",),
+    "re-encoding": ("delivered", "set_blocked", "set_usage", "reply"),
+}
+
+
+def missing_pieces(kind: type[Dialect]) -> list[str]:
+    """`piece: method` for each piece the route class does not declare (still the base class's, or abstract),
+    and each class-line value it lacks; empty when the route is whole."""
+    pieces = {**PIECES, **(REASK_PIECES if kind.reasks else {"its one-attempt answer": ("complete",)})}
+    abstract: frozenset[str] = getattr(kind, "__abstractmethods__", frozenset())
+    missing = [f"{piece}: {name}" for piece, names in pieces.items() for name in names
+               if getattr(kind, name) is getattr(Dialect, name) or name in abstract]
+    missing += [f"{name} (abstract)" for name in sorted(abstract) if not any(name in n for n in pieces.values())]
+    missing += [f"class line: {name}" for name in ("route", "path", "history_key") if not getattr(kind, name, None)]
+    return missing
+
+
+class Relay(Protocol):
+    """A route's stream reader: the first attempt's open upstream stream in, what the client gets out."""
+
+    def run(self, response: Any) -> AsyncIterator[bytes]: ...
 
 
 @dataclass
 class DialectExchange(Exchange):
-    """Chat's Exchange, whose retries append to the dialect's conversation field instead of `messages`."""
+    """The Exchange of a judged route: retries append to the route's conversation field, errors are in its shape."""
 
     dialect: Dialect | None = None
 
@@ -156,8 +267,7 @@ class DialectExchange(Exchange):
         return self.spec.error_response(exc)
 
     def broken_error_body(self, response: Any, exc: Exception) -> Response:
-        self.record.fail("upstream_error", f"upstream failed: {exc}")
-        return self.spec.error_response(UpstreamProtocolError(f"upstream failed: {exc}"))
+        return self.spec.broken_error_body(self, response, exc)
 
     def remember(self, reply: list[dict[str, Any]], response_id: str | None = None) -> None:
         """Let the client's next request (this conversation plus what it got, or the response id it was given)
@@ -166,6 +276,50 @@ class DialectExchange(Exchange):
             return
         messages = list(self.conversation or []) + reply[:-1]
         self.state.sessions.remember(self.record.session, messages, reply[-1], response_id=response_id)
+
+
+class StructuredDialect(Dialect, ABC):
+    """A route whose calls are structured items of the answer (Responses' output items, Messages' content
+    blocks): a delivered whole answer gets its repaired calls written over the items they were read from."""
+
+    output_key: ClassVar[str]  # the whole response's list of items that `read_whole` reads the calls from
+
+    def __init_subclass__(cls, *, output_key: str = "", **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.output_key = output_key
+
+    def read_whole(self, ex: DialectExchange, obj: dict[str, Any]) -> list[ToolCall]:
+        return self.calls(obj)
+
+    @abstractmethod
+    def calls(self, obj: dict[str, Any]) -> list[ToolCall]:
+        """The tool calls of a whole response, in order."""
+
+    @abstractmethod
+    def repaired_fields(self, call: ToolCall) -> dict[str, Any]:
+        """The fields of a call's item that carry a repaired call's judged arguments."""
+
+    def write_repairs(self, obj: dict[str, Any], judged: list[JudgedCall]) -> None:
+        """Write the repaired calls' judged arguments over the calls of a whole response (at the position each
+        call was read from), so the client gets the repaired call and never the one the model wrote."""
+        items = obj[self.output_key]  # `calls` read the judged calls from it, each at its position
+        for item in judged:
+            if item.repaired:
+                items[item.call.index].update(self.repaired_fields(item.call))
+
+    def delivered(self, ex: DialectExchange, read: WholeAttempt[Any], judged: list[JudgedCall],
+                  attempt: int) -> Response:
+        obj = read.obj
+        if any(item.repaired for item in judged):
+            self.write_repairs(obj, judged)  # enforce mode only: the re-encoded object goes out below
+        ex.remember(self.reply(obj), self.response_id(obj))
+        if attempt == 1 and not ex.enforce:
+            return Response(read.response.content, status_code=200, headers=read.headers)
+        self.set_usage(obj, ex.record.usage)
+        return judged_json(obj)
+
+    def broken_error_body(self, ex: DialectExchange, response: Any, exc: Exception) -> Response:
+        return self.protocol_error(ex, exc)
 
 
 class IndexMap:
@@ -392,61 +546,3 @@ class DialectStream(StreamedAttempts, Generic[HeldT]):
 
     def remember(self) -> None:
         self.ex.remember(self.reply(), self.response_id())
-
-
-# ---------------------------------------------------------------- the request
-
-
-async def handle(request: Request, state: Services, dialect: Dialect) -> Response:
-    return await serve(await _exchange(request, state, dialect), path=dialect.path,
-                       relay=lambda ex, response: ex.spec.stream(ex).run(response), whole=_complete)
-
-
-async def _exchange(request: Request, state: Services, dialect: Dialect) -> DialectExchange:
-    shape = RouteShape(name=dialect.route, validate=dialect.validate, conversation=dialect.conversation,
-                       tools=lambda payload: (None, dialect.offered(payload)), asks_usage=False)
-    exchange: DialectExchange = await open_exchange(request, state, shape, DialectExchange, dialect=dialect)
-    return exchange
-
-
-# ---------------------------------------------------------------- non-streaming
-
-
-async def _complete(ex: DialectExchange) -> Response:
-    record, dialect = ex.record, ex.spec
-    judged: list[JudgedCall] = []
-    obj: dict[str, Any] = {}
-    for attempt in range(1, ex.budget + 2):
-        record.attempts = attempt
-        # An upstream error is already in the dialect's shape.
-        read = await whole_attempt(ex, dialect.path, f"a {dialect.route} response", dialect.calls, dialect.usage)
-        if isinstance(read, Response):
-            return read
-        obj = read.obj
-        ex.text_unjudged(dialect.text(obj))
-        judged = ex.judge(read.found)
-        outcome = await ex.settle(attempt, judged)
-        if outcome is Outcome.DELIVER:
-            if any(item.repaired for item in judged):
-                dialect.write_repairs(obj, judged)  # enforce mode only: the re-encoded object goes out below
-            ex.remember(dialect.reply(obj), dialect.response_id(obj))
-            if attempt == 1 and not ex.enforce:
-                return Response(read.response.content, status_code=200, headers=read.headers)
-            dialect.set_usage(obj, record.usage)
-            return judged_json(obj)
-        if outcome is Outcome.BLOCKED:
-            break
-        ex.extra_messages += dialect.retry_items(retry_messages(ex.policy, dialect.text(obj), judged))
-    text = blocked_message(ex.policy, judged, record.attempts)
-    if ex.demands_call:
-        return ex.error_response(BlockedTurn(text))
-    dialect.set_blocked(obj, text)
-    dialect.set_usage(obj, record.usage)
-    ex.remember(dialect.reply(obj), dialect.response_id(obj))
-    return judged_json(obj)
-
-
-# ---------------------------------------------------------------- streaming
-
-
-

@@ -12,21 +12,22 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy.dialects.base import Dialect, DialectExchange
 from proxy.dialects.shapes import choice_problem
 from proxy.enforce.actions import unjudgeable_call
-from proxy.enforce.exchange import Exchange, Outcome, RouteShape, judged_json, open_exchange, serve, whole_attempt
+from proxy.enforce.exchange import Exchange, WholeAttempt, judged_json
 from proxy.enforce.feedback_turns import blocked_message, retry_messages
 from proxy.enforce.judging import JudgedCall, apply_repairs
+from proxy.enforce.record import Usage
 from proxy.enforce.relay import StreamedAttempts
-from proxy.errors import BadRequest, BlockedTurn, ProxyError, UpstreamUnjudgeable, error_body
+from proxy.errors import BadRequest, ProxyError, UpstreamUnjudgeable, error_body
 from proxy.logs import get_logger
-from proxy.services import Services
 from proxy.toolcalls import (
     ChoiceStream,
     CompletedCall,
+    ExtractionResult,
     TextDelta,
     ToolCall,
     extract_from_response,
@@ -37,7 +38,7 @@ from proxy.upstream import strict
 from proxy.upstream.sse import DONE, SSEDecoder, SSEEvent
 from proxy.upstream.text_frame import TextFrame
 
-__all__ = ["chat_completions"]
+__all__ = ["ChatDialect"]
 
 log = get_logger("proxy.dialects.chat")
 _TEXT_FIELDS = ("content", "reasoning", "reasoning_content")
@@ -76,61 +77,76 @@ def _validate(payload: dict[str, Any]) -> None:
                              param=f"messages[{position}]")
 
 
-CHAT = RouteShape(name="chat", validate=_validate, conversation=lambda payload: payload["messages"],
-                  tools=lambda payload: _offered_tools(payload.get("tools")))
+class ChatDialect(Dialect, route="chat", path="/chat/completions", history_key="messages", asks_usage=True):
+    """POST /v1/chat/completions: calls in `tool_calls` and written in `content`, re-asked with `tool` messages."""
 
+    def validate(self, payload: dict[str, Any]) -> None:
+        _validate(payload)
 
-async def chat_completions(request: Request, state: Services) -> Response:
-    return await serve(await open_exchange(request, state, CHAT), path=_PATH,
-                       relay=lambda ex, response: _StreamRelay(ex, ex.conversation or []).run(response),
-                       whole=_complete)
+    def tools(self, payload: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, set[str]]:
+        return _offered_tools(payload.get("tools"))
 
+    def offered(self, payload: dict[str, Any]) -> set[str]:
+        return _offered_tools(payload.get("tools"))[1]
 
-# ---------------------------------------------------------------- non-streaming
+    def schemas(self, payload: dict[str, Any]) -> list[dict[str, Any]] | None:
+        return _offered_tools(payload.get("tools"))[0]
 
+    def conversation(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
+        return payload["messages"]  # validated: a list of messages
 
-async def _complete(ex: Exchange) -> Response:
-    record, messages = ex.record, ex.conversation or []
-    judged: list[JudgedCall] = []
-    obj: dict[str, Any] = {}
-    for attempt in range(1, ex.budget + 2):
-        record.attempts = attempt
-        read = await whole_attempt(ex, _PATH, "a completion",
-                                   lambda obj: extract_from_response(obj, ex.tools, rules=ex.rules))
-        if isinstance(read, Response):
-            return read
-        obj, results = read.obj, read.found
-        calls = [c for r in results for c in (r.tool_calls + r.malformed) if ex.scan_content or c.structured]
-        judged = ex.judge(calls + _unjudgeable_choices(obj)) + ex.judge_text(_texts(obj))
-        outcome = await ex.settle(attempt, judged)
-        if outcome is Outcome.DELIVER:
-            changed = _convert_content_calls(ex, obj, results) or attempt > 1
-            if any(item.repaired for item in judged):
-                # The judged (repaired) calls are delivered, never the upstream's bytes (judging.py).
-                for choice in obj.get("choices") or []:
-                    changed = apply_repairs(choice.get("message") or {}, judged) or changed
-            if attempt > 1 and isinstance(obj.get("usage"), dict):
-                _sum_usage(obj["usage"], record.usage)
-            _remember(ex, messages, obj)
-            if ex.enforce:  # what the client gets is the proxy's encoding of what it judged
-                return judged_json(obj)
-            if not changed:
-                return Response(read.response.content, status_code=200, headers=read.headers)
-            return Response(json.dumps(obj, ensure_ascii=False).encode(), status_code=200,
-                            media_type="application/json")
-        if outcome is Outcome.BLOCKED:
-            break
-        content = results[0].content if results else None
-        ex.extra_messages += retry_messages(ex.policy, content, judged)
-    text = blocked_message(ex.policy, judged, record.attempts)
-    if ex.demands_call:
-        return ex.error_response(BlockedTurn(text))
-    obj["choices"] = [{"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
-                       "logprobs": None, "finish_reason": "stop"}]
-    if isinstance(obj.get("usage"), dict):
-        _sum_usage(obj["usage"], record.usage)
-    _remember(ex, messages, obj)  # the explanation is the turn the client holds now
-    return judged_json(obj)
+    # -- a whole answer
+
+    def read_whole(self, ex: DialectExchange, obj: dict[str, Any]) -> list[ExtractionResult]:
+        return extract_from_response(obj, ex.tools, rules=ex.rules)
+
+    def judge_whole(self, ex: DialectExchange, obj: dict[str, Any], found: list[ExtractionResult]) -> list[JudgedCall]:
+        calls = [c for r in found for c in (r.tool_calls + r.malformed) if ex.scan_content or c.structured]
+        return ex.judge(calls + _unjudgeable_choices(obj)) + ex.judge_text(self.text(obj))
+
+    def text(self, obj: dict[str, Any]) -> str:
+        return _texts(obj)
+
+    def retry_text(self, obj: dict[str, Any], found: list[ExtractionResult]) -> str | None:
+        return found[0].content if found else None  # the text with the calls written in it taken out
+
+    def retry_items(self, turn: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return turn  # `retry_messages` writes chat messages
+
+    def set_usage(self, obj: dict[str, Any], usage: Usage) -> None:
+        if isinstance(obj.get("usage"), dict):
+            _sum_usage(obj["usage"], usage)
+
+    def set_blocked(self, obj: dict[str, Any], text: str) -> None:
+        obj["choices"] = [{"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
+                           "logprobs": None, "finish_reason": "stop"}]
+
+    def reply(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
+        choices = obj.get("choices") or []
+        reply = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
+        return [reply] if isinstance(reply, dict) else []
+
+    def delivered(self, ex: DialectExchange, read: WholeAttempt[list[ExtractionResult]], judged: list[JudgedCall],
+                  attempt: int) -> Response:
+        obj = read.obj
+        changed = _convert_content_calls(ex, obj, read.found) or attempt > 1
+        if any(item.repaired for item in judged):
+            # The judged (repaired) calls are delivered, never the upstream's bytes (judging.py).
+            for choice in obj.get("choices") or []:
+                changed = apply_repairs(choice.get("message") or {}, judged) or changed
+        if attempt > 1:
+            self.set_usage(obj, ex.record.usage)
+        ex.remember(self.reply(obj))
+        if ex.enforce:  # what the client gets is the proxy's encoding of what it judged
+            return judged_json(obj)
+        if not changed:
+            return Response(read.response.content, status_code=200, headers=read.headers)
+        return Response(json.dumps(obj, ensure_ascii=False).encode(), status_code=200, media_type="application/json")
+
+    # -- a stream
+
+    def stream(self, ex: DialectExchange) -> _StreamRelay:
+        return _StreamRelay(ex, ex.conversation or [])
 
 
 def _texts(obj: dict[str, Any]) -> str:
@@ -185,12 +201,6 @@ def _convert_content_calls(ex: Exchange, obj: dict[str, Any], results: list[Any]
         choice["finish_reason"] = "tool_calls"
         changed = True
     return changed
-
-
-def _remember(ex: Exchange, messages: list[Any], obj: dict[str, Any]) -> None:
-    choices = obj.get("choices") or []
-    reply = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
-    ex.state.sessions.remember(ex.record.session, messages, reply if isinstance(reply, dict) else None)
 
 
 # ---------------------------------------------------------------- streaming

@@ -18,25 +18,15 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from proxy.dialects.base import Dialect, DialectExchange
 from proxy.dialects.shapes import choice_problem
 from proxy.enforce.actions import judge_output, unjudgeable_call
-from proxy.enforce.exchange import (
-    Exchange,
-    RouteShape,
-    end_stream,
-    judged_json,
-    open_exchange,
-    serve,
-    upstream_events,
-    whole_attempt,
-)
+from proxy.enforce.exchange import Exchange, end_stream, judged_json, upstream_events, whole_attempt
 from proxy.enforce.feedback_turns import blocked_message, turn_allowed
 from proxy.enforce.judging import JudgedCall
 from proxy.errors import ProxyError, StoreUnavailable, UpstreamUnjudgeable, error_body
-from proxy.services import Services
 from proxy.toolcalls import CompletedCall, ToolCall
 from proxy.toolcalls.families import XmlRules
 from proxy.toolcalls.registry import content_formats
@@ -44,20 +34,10 @@ from proxy.toolcalls.scanner import ContentScanner, scan_text
 from proxy.upstream import strict
 from proxy.upstream.sse import DONE, SSEEvent
 
-__all__ = ["REJECTED_CODE", "completions"]
+__all__ = ["REJECTED_CODE", "CompletionsDialect"]
 
 REJECTED_CODE = "tool_call_rejected"
 _COMPACT = (",", ":")
-
-
-# No tools are offered on this route: no call is `unknown_tool`. A raw prompt has no turns for lineage to follow.
-COMPLETIONS = RouteShape(name="completions", validate=lambda payload: None, conversation=lambda payload: None,
-                         tools=lambda payload: (None, set()))
-
-
-async def completions(request: Request, state: Services) -> Response:
-    return await serve(await open_exchange(request, state, COMPLETIONS), path="/completions",
-                       relay=lambda ex, response: _Relay(ex).run(response), whole=_complete)
 
 
 def _judge(ex: Exchange, calls: list[ToolCall]) -> list[JudgedCall]:
@@ -97,19 +77,42 @@ def _block(ex: Exchange, judged: list[JudgedCall]) -> dict[str, Any]:
     return error_body(_refusal_text(ex, judged), "permission_error", code=REJECTED_CODE)
 
 
-async def _complete(ex: Exchange) -> Response:
-    read = await whole_attempt(ex, "/completions", "a completion", lambda obj: None)
-    if isinstance(read, Response):
-        return read
-    judged = _judge(ex, _text_calls(read.obj, ex.rules))
-    if not ex.enforce or turn_allowed(judged):
-        await ex.release(1, judged)  # on record before the answer goes out (enforce mode)
-        if ex.enforce:
-            return judged_json(read.obj)
-        return Response(read.response.content, status_code=200, headers=read.headers)
-    ex.keep(1, judged, delivered=False)
-    ex.record.status = 403
-    return JSONResponse(_block(ex, judged), status_code=403)
+class CompletionsDialect(Dialect, route="completions", path="/completions", history_key="prompt", asks_usage=True,
+                         reasks=False):
+    """POST /v1/completions: calls written in the raw text; a raw prompt is never re-asked (`complete`)."""
+
+    def validate(self, payload: dict[str, Any]) -> None:
+        return None
+
+    def offered(self, payload: dict[str, Any]) -> set[str]:
+        return set()  # no tools are offered on this route: no call is `unknown_tool`
+
+    def conversation(self, payload: dict[str, Any]) -> None:
+        return None  # a raw prompt has no turns for lineage to follow
+
+    def read_whole(self, ex: DialectExchange, obj: dict[str, Any]) -> list[ToolCall]:
+        return _text_calls(obj, ex.rules)
+
+    def text(self, obj: dict[str, Any]) -> str:
+        choices = obj.get("choices")
+        return "".join(c.get("text") or "" for c in choices if isinstance(c, dict)) if isinstance(choices, list) else ""
+
+    async def complete(self, ex: DialectExchange) -> Response:
+        read = await whole_attempt(ex, self.path, "a completion", lambda obj: None)
+        if isinstance(read, Response):
+            return read
+        judged = _judge(ex, self.read_whole(ex, read.obj))
+        if not ex.enforce or turn_allowed(judged):
+            await ex.release(1, judged)  # on record before the answer goes out (enforce mode)
+            if ex.enforce:
+                return judged_json(read.obj)
+            return Response(read.response.content, status_code=200, headers=read.headers)
+        ex.keep(1, judged, delivered=False)
+        ex.record.status = 403
+        return JSONResponse(_block(ex, judged), status_code=403)
+
+    def stream(self, ex: DialectExchange) -> _Relay:
+        return _Relay(ex)
 
 
 # ---------------------------------------------------------------- streaming

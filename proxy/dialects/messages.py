@@ -22,22 +22,20 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from proxy.dialects.base import Dialect, DialectExchange, DialectStream, handle
+from proxy.dialects.base import DialectExchange, DialectStream, StructuredDialect
 from proxy.enforce.actions import unjudgeable_call
 from proxy.enforce.feedback_turns import blocked_message
 from proxy.enforce.judging import JudgedCall
 from proxy.enforce.record import Usage
 from proxy.errors import BadRequest, BlockedTurn, ProxyError
-from proxy.services import Services
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.openai import structured_call
 from proxy.upstream import strict
 from proxy.upstream.sse import SSEEvent
 
-__all__ = ["MessagesDialect", "anthropic_error", "anthropic_error_type", "create_message"]
+__all__ = ["MessagesDialect", "anthropic_error", "anthropic_error_type"]
 
 _TEXT_BLOCKS = frozenset({"text", "thinking", "redacted_thinking"})
 _BLOCK_EVENTS = frozenset({"content_block_start", "content_block_delta", "content_block_stop"})
@@ -55,14 +53,6 @@ def anthropic_error_type(status: int) -> str:
 def anthropic_error(message: str, status: int) -> JSONResponse:
     return JSONResponse({"type": "error", "error": {"type": anthropic_error_type(status), "message": message}},
                         status_code=status)
-
-
-async def create_message(request: Request, state: Services) -> Response:
-    dialect = MessagesDialect()
-    try:
-        return await handle(request, state, dialect)
-    except ProxyError as exc:  # before the response started: the app would answer in OpenAI's shape
-        return dialect.error_response(exc)
 
 
 def _sse(obj: dict[str, Any]) -> bytes:
@@ -106,7 +96,8 @@ def message_chat(message: Any) -> list[dict[str, Any]]:
     return main + results
 
 
-class MessagesDialect(Dialect, route="messages", path="/messages", history_key="messages", output_key="content"):
+class MessagesDialect(StructuredDialect, route="messages", path="/messages", history_key="messages",
+                      output_key="content"):
 
     def validate(self, payload: dict[str, Any]) -> None:
         messages = payload.get("messages")
@@ -117,9 +108,6 @@ class MessagesDialect(Dialect, route="messages", path="/messages", history_key="
         tools = payload.get("tools")
         return {t["name"] for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)} \
             if isinstance(tools, list) else set()
-
-    def history(self, payload: dict[str, Any]) -> list[Any]:
-        return list(payload.get("messages") or [])
 
     def conversation(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
         system = payload.get("system")
@@ -184,6 +172,7 @@ class MessagesDialect(Dialect, route="messages", path="/messages", history_key="
         return _MessagesStream(ex)
 
     def error_response(self, exc: ProxyError) -> Response:
+        # Before the response started too: the app would answer in OpenAI's shape.
         return anthropic_error(exc.message, exc.status_code)
 
 

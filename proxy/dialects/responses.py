@@ -25,23 +25,19 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from starlette.requests import Request
-from starlette.responses import Response
-
-from proxy.dialects.base import Dialect, DialectExchange, DialectStream, handle
+from proxy.dialects.base import DialectExchange, DialectStream, StructuredDialect
 from proxy.dialects.shapes import parts_text
 from proxy.enforce.actions import ACTION_ITEMS, UNJUDGEABLE, action_call, unjudgeable_call
 from proxy.enforce.feedback_turns import blocked_message
 from proxy.enforce.judging import JudgedCall
 from proxy.enforce.record import Usage
 from proxy.errors import BadRequest, BlockedTurn
-from proxy.services import Services
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.openai import structured_call
 from proxy.upstream import strict
 from proxy.upstream.sse import SSEEvent
 
-__all__ = ["ResponsesDialect", "create_response"]
+__all__ = ["ResponsesDialect"]
 
 _COMPACT = (",", ":")
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
@@ -65,10 +61,6 @@ _ITEM_EVENTS = frozenset({
 })
 _CALL_DELTAS = frozenset({"response.function_call_arguments.delta", "response.function_call_arguments.done",
                           "response.custom_tool_call_input.delta", "response.custom_tool_call_input.done"})
-
-
-async def create_response(request: Request, state: Services) -> Response:
-    return await handle(request, state, ResponsesDialect())
 
 
 def item_message(item: Any) -> dict[str, Any] | None:
@@ -124,7 +116,8 @@ def _message_item(text: str, *, status: str = "completed") -> dict[str, Any]:
             "status": status, "type": "message"}
 
 
-class ResponsesDialect(Dialect, route="responses", path="/responses", history_key="input", output_key="output"):
+class ResponsesDialect(StructuredDialect, route="responses", path="/responses", history_key="input",
+                       output_key="output"):
 
     def validate(self, payload: dict[str, Any]) -> None:
         value = payload.get("input")

@@ -10,34 +10,52 @@ forwarded.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable, Mapping
 
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse
 
-from proxy.dialects.chat import chat_completions
-from proxy.dialects.completions import completions
-from proxy.dialects.messages import anthropic_error, create_message
-from proxy.dialects.responses import create_response
+from proxy.dialects.base import Dialect, missing_pieces
+from proxy.dialects.chat import ChatDialect
+from proxy.dialects.completions import CompletionsDialect
+from proxy.dialects.messages import MessagesDialect, anthropic_error
+from proxy.dialects.responses import ResponsesDialect
 from proxy.errors import error_body
 from proxy.logs import get_logger
 from proxy.policy import LoadedPolicy
 from proxy.policy.schema import DEFAULT_PASSTHROUGH_ROUTES
-from proxy.services import Services
 
 __all__ = [
-    "DEFAULT_PASSTHROUGH_ROUTES", "JUDGED", "JUDGED_ROUTES", "ROUTE_NOT_ALLOWED", "passthrough_refusal", "route_listed",
+    "DEFAULT_PASSTHROUGH_ROUTES", "JUDGED", "JUDGED_ROUTES", "ROUTE_NOT_ALLOWED", "judged_table", "passthrough_refusal",
+    "route_listed",
 ]
 
 ROUTE_NOT_ALLOWED = "route_not_allowed"
-# The routes whose answers carry tool calls, each judged by its dialect's handler (POST); the one table the app
-# mounts and the refusals name. Documented in docs/routes.md.
-JUDGED: dict[str, Callable[[Request, Services], Awaitable[Response]]] = {
-    "/v1/chat/completions": chat_completions,
-    "/v1/completions": completions,
-    "/v1/responses": create_response,
-    "/v1/messages": create_message,
-}
+
+
+def judged_table(routes: Mapping[str, type[Dialect]]) -> dict[str, Dialect]:
+    """The route table, each route checked whole: a route that lacks a piece (`missing_pieces`), or records a
+    name another route records, is refused here, at import, naming what is missing."""
+    table: dict[str, Dialect] = {}
+    names: dict[str, str] = {}
+    for path, kind in routes.items():
+        missing = missing_pieces(kind)
+        if missing:
+            raise TypeError(f"the judged route {path} ({kind.__name__}) lacks: {', '.join(missing)}")
+        if kind.route in names:
+            raise TypeError(f"the judged routes {names[kind.route]} and {path} both record route {kind.route!r}")
+        names[kind.route] = path
+        table[path] = kind()
+    return table
+
+
+# The routes whose answers carry tool calls, each one `Dialect` (POST): the one table the app mounts and the
+# refusals name. A new judged route is its module and one line here. Documented in docs/routes.md.
+JUDGED = judged_table({
+    "/v1/chat/completions": ChatDialect,
+    "/v1/completions": CompletionsDialect,
+    "/v1/responses": ResponsesDialect,
+    "/v1/messages": MessagesDialect,
+})
 JUDGED_ROUTES = tuple(JUDGED)
 
 log = get_logger("proxy.routes")

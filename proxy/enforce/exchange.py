@@ -12,7 +12,7 @@ import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import anyio
 import httpx
@@ -276,15 +276,21 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-@dataclass(kw_only=True, frozen=True)
-class RouteShape:
-    """What sets one judged route's requests apart before the first attempt; the rest is `open_exchange`."""
+class RouteShape(Protocol):
+    """What the request prelude reads of a judged route: `Dialect` (proxy/dialects/base.py), the one shape of a
+    judged route, has these; the rest is `open_exchange`."""
 
-    name: str  # the `route` recorded with every request and call
-    validate: Callable[[dict[str, Any]], None]  # raise BadRequest for a malformed conversation
-    conversation: Callable[[dict[str, Any]], list[dict[str, Any]] | None]  # chat messages for the lineage
-    tools: Callable[[dict[str, Any]], tuple[list[dict[str, Any]] | None, set[str]]]  # tool schemas, offered names
-    asks_usage: bool = True  # streams get `stream_options.include_usage` (the statistics count tokens)
+    route: ClassVar[str]  # the `route` recorded with every request and call
+    asks_usage: ClassVar[bool]  # streams get `stream_options.include_usage` (the statistics count tokens)
+
+    def validate(self, payload: dict[str, Any]) -> None:
+        """Raise BadRequest for a malformed conversation."""
+
+    def conversation(self, payload: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The conversation as chat messages, for the lineage."""
+
+    def tools(self, payload: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, set[str]]:
+        """The offered tools' schemas (where content calls are typed by them) and names."""
 
 
 async def open_exchange(request: Request, state: Services, shape: RouteShape,
@@ -317,7 +323,7 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
         payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
         changed = True
     tools, offered = shape.tools(payload)
-    record = RequestRecord(session=session, model=upstream_model, route=shape.name, upstream=state.upstream.base_url,
+    record = RequestRecord(session=session, model=upstream_model, route=shape.route, upstream=state.upstream.base_url,
                            stream=stream, concurrency=state.enter(upstream_model))
     record.policy_name, record.policy_hash, record.mode = policy.name, policy.hash, policy.policy.mode
     return (make or Exchange)(state=state, record=record, payload=payload, original_body=body, body_changed=changed,
