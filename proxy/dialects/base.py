@@ -24,13 +24,13 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Hashable
-from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy.dialects.events import EventReader
 from proxy.enforce.actions import unjudgeable_call
 from proxy.enforce.exchange import (
     Exchange,
@@ -39,17 +39,15 @@ from proxy.enforce.exchange import (
     judged_json,
     open_exchange,
     serve,
-    upstream_events,
     whole_attempt,
 )
 from proxy.enforce.feedback_turns import blocked_message, retry_messages
 from proxy.enforce.judging import JudgedCall
 from proxy.enforce.record import Usage
 from proxy.enforce.relay import StreamedAttempts
-from proxy.errors import BlockedTurn, ProxyError, UpstreamProtocolError, UpstreamUnjudgeable, error_response
+from proxy.errors import BlockedTurn, ProxyError, UpstreamProtocolError, error_response
 from proxy.services import Services
 from proxy.toolcalls import ToolCall
-from proxy.upstream import strict
 from proxy.upstream.sse import SSEEvent
 
 __all__ = ["PIECES", "REASK_PIECES", "Dialect", "DialectExchange", "DialectStream", "HeldCall", "IndexMap", "Relay",
@@ -357,7 +355,7 @@ class HeldCall(Protocol):
 HeldT = TypeVar("HeldT", bound=HeldCall)
 
 
-class DialectStream(StreamedAttempts, Generic[HeldT]):
+class DialectStream(EventReader, StreamedAttempts, Generic[HeldT]):
     """Reads one request's server-sent events, attempt after attempt, and says what the client gets; its attempts
     run in the one loop (`StreamedAttempts.run`)."""
 
@@ -427,24 +425,8 @@ class DialectStream(StreamedAttempts, Generic[HeldT]):
         output itself; observe mode relays it), recorded with the attempt's calls."""
         self.unjudged.append(unjudgeable_call(what, detail, content))
 
-    def read(self, event: SSEEvent) -> dict[str, Any] | None:
-        """The event's JSON object. Enforce mode refuses anything else (UpstreamUnjudgeable); observe mode
-        records it and gets None (the caller relays the bytes)."""
-        detail = event.invalid
-        if detail is None and event.data is not None:
-            try:
-                obj = strict.loads(event.data) if self.enforce else json.loads(event.data)
-            except ValueError as exc:
-                detail = f"an event that does not parse: {exc}"
-            else:
-                if isinstance(obj, dict):
-                    return obj
-                detail = f"an event that is a JSON {type(obj).__name__}"
-        detail = detail or "an event without data"
-        if self.enforce:
-            raise UpstreamUnjudgeable(f"unjudgeable: the upstream sent {detail}")
-        self.unjudgeable("event", detail, event.raw.decode("utf-8", "replace"))
-        return None
+    def unjudged_output(self, call: ToolCall) -> None:
+        self.unjudged.append(call)
 
     def drop(self, event: SSEEvent, detail: str, content: Any, *, name: str = "event") -> bytes | None:
         """Output the proxy cannot judge: recorded; dropped in enforce mode, relayed in observe mode."""
@@ -455,13 +437,7 @@ class DialectStream(StreamedAttempts, Generic[HeldT]):
         self.upstream_error = True
         self.ex.record.fail("upstream_error", detail[:1000], status)
 
-    def event(self, event: SSEEvent) -> bytes | None:
-        """One upstream event: what to send now (None: nothing, or held)."""
-        if event.data is None and event.invalid is None:  # comments and keep-alives
-            return event.raw if not self.enforce else (b": keep-alive\n\n" if event.comment else None)
-        obj = self.read(event)
-        if obj is None:
-            return event.raw
+    def object_event(self, event: SSEEvent, obj: dict[str, Any]) -> bytes | None:
         kind = obj.get("type") or event.event or ""
         end = self.ended()
         if end is not None:
@@ -510,22 +486,6 @@ class DialectStream(StreamedAttempts, Generic[HeldT]):
         """What the client got, as chat messages, for the session lineage."""
 
     # -- the attempt loop's steps (proxy/enforce/relay.py)
-
-    async def relay_attempt(self, response: Any) -> AsyncIterator[bytes]:
-        try:
-            async with aclosing(upstream_events(self.ex, response)) as events:
-                async for event in events:
-                    out = self.event(event)
-                    if out:
-                        yield out
-                    if self.upstream_error:
-                        return
-        except ProxyError as exc:
-            self.fail(exc.message)
-            yield self.error(exc.message, exc.error_type, exc.code)
-        finally:
-            if self.attempt_usage is not None:
-                self.ex.record.usage.add(self.attempt_usage)
 
     def judge_attempt(self) -> list[JudgedCall]:
         self.ex.text_unjudged(self.text())

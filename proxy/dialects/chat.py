@@ -8,13 +8,13 @@ held back and the model is asked again with the reasons, within the policy's ret
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.responses import Response
 
 from proxy.dialects.base import Dialect, DialectExchange
+from proxy.dialects.events import EventReader, error_chunk
 from proxy.dialects.shapes import choice_problem
 from proxy.enforce.actions import unjudgeable_call
 from proxy.enforce.exchange import Exchange, WholeAttempt, judged_json
@@ -22,7 +22,7 @@ from proxy.enforce.feedback_turns import blocked_message, retry_messages
 from proxy.enforce.judging import JudgedCall, apply_repairs
 from proxy.enforce.record import Usage
 from proxy.enforce.relay import StreamedAttempts
-from proxy.errors import BadRequest, ProxyError, UpstreamUnjudgeable, error_body
+from proxy.errors import BadRequest, error_body
 from proxy.logs import get_logger
 from proxy.toolcalls import (
     ChoiceStream,
@@ -35,7 +35,7 @@ from proxy.toolcalls import (
     openai_call_delta,
 )
 from proxy.upstream import strict
-from proxy.upstream.sse import DONE, SSEDecoder, SSEEvent
+from proxy.upstream.sse import DONE, SSEEvent
 from proxy.upstream.text_frame import TextFrame
 
 __all__ = ["ChatDialect"]
@@ -45,7 +45,6 @@ _TEXT_FIELDS = ("content", "reasoning", "reasoning_content")
 # Fields of one chunk that a chunk the proxy writes does not copy: usage is summed, vLLM's prompt echo
 # belongs to the first chunk only.
 _PER_CHUNK = frozenset({"choices", "usage", "prompt_token_ids", "prompt_text", "prompt_logprobs"})
-_KEEP_ALIVE = b": keep-alive\n\n"
 _PATH = "/chat/completions"  # upstream, after /v1
 
 
@@ -233,8 +232,9 @@ def _tool_count(known: int, delta: dict[str, Any]) -> int:
     return known
 
 
-class _StreamRelay(StreamedAttempts):
+class _StreamRelay(EventReader, StreamedAttempts):
     path = _PATH
+    ends_with_done = True
 
     def __init__(self, ex: Exchange, messages: list[Any]) -> None:
         self.ex = ex
@@ -254,7 +254,7 @@ class _StreamRelay(StreamedAttempts):
         self.sent_fields: set[str] = set()
         self.first_content = ""
         self.late_calls: list[ToolCall] = []  # the attempt's output the proxy could not judge
-        self.ended = False  # [DONE] seen in this attempt
+        self.done_seen = False  # [DONE] came in this attempt
         self.done = False
 
     # -- the attempt loop's steps (proxy/enforce/relay.py)
@@ -282,7 +282,8 @@ class _StreamRelay(StreamedAttempts):
         self.attempt += 1
         self.choices = {}
         self.late_calls = []
-        self.ended = False
+        self.done_seen = False
+        self.attempt_usage = None
 
     def fail(self, detail: str, status: int | None = None) -> None:
         self.ex.record.fail("upstream_error", detail, status)
@@ -292,36 +293,9 @@ class _StreamRelay(StreamedAttempts):
 
     # -- one upstream attempt
 
-    async def relay_attempt(self, response: Any) -> AsyncIterator[bytes]:
-        ex, record = self.ex, self.ex.record
-        self.attempt_usage = None
-        decoder = SSEDecoder()
-        event_of = self._event
-        try:
-            # upstream_events, inlined: one generator less for each of a stream's many chunks.
-            with ex.state.upstream.errors_translated():
-                async for chunk in response.aiter_raw():
-                    record.mark_first_byte()
-                    for event in decoder.feed(chunk):
-                        out = event_of(event)
-                        if out:
-                            yield out
-                        if self.upstream_error:
-                            return
-            for event in decoder.close():
-                out = event_of(event)
-                if out:
-                    yield out
-                if self.upstream_error:
-                    return
-        except ProxyError as exc:
-            self.upstream_error = True
-            record.fail("upstream_error", exc.message)
-            yield self.error(exc.message, exc.error_type, exc.code)
-            return
-        finally:
-            if self.attempt_usage is not None:
-                record.usage.add(self.attempt_usage)
+    def attempt_end(self) -> list[bytes]:
+        ex = self.ex
+        out: list[bytes] = []
         cut_short = False
         for index, choice in self.choices.items():
             if choice.finish_reason is None:
@@ -330,41 +304,36 @@ class _StreamRelay(StreamedAttempts):
                 choice.pending.extend(e.call for e in events if isinstance(e, CompletedCall))
                 cut_short = True
                 if not ex.enforce:  # observe mode relays (and records) what came
-                    out = self._rebuild(None, [(index, choice, {"index": index}, events)])
-                    if out:
-                        yield out
+                    rebuilt = self._rebuild(None, [(index, choice, {"index": index}, events)])
+                    if rebuilt:
+                        out.append(rebuilt)
         if cut_short and ex.enforce:
             # An upstream error, not a turn: its calls are recorded as not delivered and none is released.
             ex.settle_truncated(self.attempt, self.judge_attempt())
-            yield self.error("the upstream stream ended without a finish_reason", "upstream_error", None)
+            out.append(self.error("the upstream stream ended without a finish_reason", "upstream_error", None))
+        return out
 
-    def _event(self, event: SSEEvent) -> bytes | None:
-        if self.frames and event.plain and not self.ended and self.attempt == 1:
+    def event(self, event: SSEEvent) -> bytes | None:
+        if self.frames and event.plain and not self.done_seen and self.attempt == 1:
             released = self._framed(event)
             if released is not None:
                 return released
-        enforce = self.ex.enforce
-        if event.invalid is not None:
-            return self._unparseable(event, event.invalid)
-        if event.data is None:  # comments and keep-alives
-            return event.raw if not enforce else (_KEEP_ALIVE if event.comment else None)
-        if self.ended:
+        return EventReader.event(self, event)
+
+    def unjudged_output(self, call: ToolCall) -> None:
+        self.late_calls.append(call)
+
+    def done_event(self, event: SSEEvent) -> bytes | None:
+        if self.done_seen:
             return self._late(event, "data after [DONE]", event.data)
-        if event.is_done:
-            self.ended = True
-            # Enforce mode: one [DONE] at the very end, after the held calls. Observe mode: where it came.
-            return None if enforce else event.raw
-        try:
-            obj = strict.loads(event.data) if enforce else json.loads(event.data)
-        except ValueError as exc:
-            return self._unparseable(event, f"an event that does not parse: {exc}")
-        if not isinstance(obj, dict):
-            return self._unparseable(event, f"an event that is a JSON {type(obj).__name__}")
+        self.done_seen = True
+        # Enforce mode: one [DONE] at the very end, after the held calls. Observe mode: where it came.
+        return None if self.ex.enforce else event.raw
+
+    def object_event(self, event: SSEEvent, obj: dict[str, Any]) -> bytes | None:
+        enforce = self.ex.enforce
         if "error" in obj and not obj.get("choices"):
-            self.upstream_error = True
-            error = obj.get("error")
-            self.ex.record.fail("upstream_error", json.dumps(error)[:1000] if error else "error event")
-            return event.raw if not enforce else strict.encode_event({"error": error})
+            return error_chunk(self, event, obj)
         usage = obj.get("usage")
         if usage:
             self.attempt_usage = usage  # cumulative when continuous: the last one counts
@@ -390,7 +359,7 @@ class _StreamRelay(StreamedAttempts):
                     problem = "a delta after the choice's finish_reason"
             if problem is not None:
                 return self._late(event, problem, raw_choice)
-        learnt = TextFrame.learn(event.data, obj)
+        learnt = TextFrame.learn(event.data or "", obj)  # an object event has data
         if learnt is not None and (not enforce or (event.plain and strict.dumps(obj) == event.data)):
             # Raw bytes go out only when they are the canonical encoding of the judged chunk.
             self.frames[learnt.field] = learnt
@@ -418,13 +387,6 @@ class _StreamRelay(StreamedAttempts):
             self.ex.record.mark_first_token()
             return event.raw
         return None
-
-    def _unparseable(self, event: SSEEvent, detail: str) -> bytes | None:
-        """Enforce mode refuses the stream; observe mode relays the bytes and records that it could not judge."""
-        if self.ex.enforce:
-            raise UpstreamUnjudgeable(f"unjudgeable: the upstream sent {detail}")
-        self.late_calls.append(unjudgeable_call("event", detail, event.raw.decode("utf-8", "replace")))
-        return event.raw
 
     def _late(self, event: SSEEvent, detail: str, content: Any) -> bytes | None:
         """Output the proxy does not judge (after the end, or of an unknown shape): dropped in enforce mode,

@@ -13,7 +13,6 @@ sent if every call in it is allowed, and an error event plus `[DONE]` end the st
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
@@ -21,12 +20,13 @@ from typing import Any
 from starlette.responses import JSONResponse, Response
 
 from proxy.dialects.base import Dialect, DialectExchange
+from proxy.dialects.events import EventReader, error_chunk
 from proxy.dialects.shapes import choice_problem
 from proxy.enforce.actions import judge_output, unjudgeable_call
-from proxy.enforce.exchange import Exchange, end_stream, judged_json, upstream_events, whole_attempt
+from proxy.enforce.exchange import Exchange, end_stream, judged_json, whole_attempt
 from proxy.enforce.feedback_turns import blocked_message, turn_allowed
 from proxy.enforce.judging import JudgedCall
-from proxy.errors import ProxyError, StoreUnavailable, UpstreamUnjudgeable, error_body
+from proxy.errors import StoreUnavailable, error_body
 from proxy.toolcalls import CompletedCall, ToolCall
 from proxy.toolcalls.families import XmlRules
 from proxy.toolcalls.registry import content_formats
@@ -127,7 +127,10 @@ class _Choice:
         self.finished = False
 
 
-class _Relay:
+class _Relay(EventReader):
+    ends_with_done = True
+    event_name = "completion"
+
     def __init__(self, ex: Exchange) -> None:
         self.ex = ex
         self.choices: dict[int, _Choice] = {}
@@ -135,40 +138,43 @@ class _Relay:
         self.released = 0  # how many of `judged` are on record as delivered
         self.rejected = False
         self.upstream_error = False
+        self.broke_off = False  # the upstream broke off: the error goes out with nothing released
         self.usage: Any = None
-        self.ended = False  # [DONE] seen
+        self.done_seen = False  # [DONE] seen
         self.done = False
 
     async def run(self, response: Any) -> AsyncIterator[bytes]:
-        ex, record = self.ex, self.ex.record
         try:
-            try:
-                async with aclosing(upstream_events(ex, response)) as events:
-                    async for event in events:
-                        out = self._event(event)
-                        if out:
-                            await self._release()
-                            yield out
-                        if self.rejected or self.upstream_error:
-                            break
-            except ProxyError as exc:
-                self.upstream_error = True
-                record.fail("upstream_error", exc.message)
-                yield strict.encode_event(error_body(exc.message, exc.error_type, code=exc.code))
-                yield DONE
-            if not self.rejected and not self.upstream_error:
-                # The stream ended without finishing a choice: decide what it still held.
-                out = self._finish_all()
-                if out:
-                    await self._release()
+            async with aclosing(self.relay_attempt(response)) as pieces:
+                async for out in pieces:
+                    if not self.broke_off:
+                        await self._release()
                     yield out
+                    if self.rejected:
+                        break
             self.done = True
         except StoreUnavailable as exc:  # nothing goes out unrecorded: an error event instead
             yield strict.encode_event(error_body(exc.message, exc.error_type, code=exc.code))
             yield DONE
             self.done = True
         finally:
-            await end_stream(ex, done=self.done, upstream=response, then=self._keep_rest)
+            await end_stream(self.ex, done=self.done, upstream=response, then=self._keep_rest)
+
+    def attempt_end(self) -> list[bytes]:
+        if self.rejected or self.upstream_error:
+            return []
+        out = self._finish_all()  # the stream ended without finishing a choice: decide what it still held
+        return [out] if out else []
+
+    def error(self, message: str, type_: str, code: Any) -> bytes:
+        self.broke_off = True
+        return strict.encode_event(error_body(message, type_, code=code)) + DONE
+
+    def fail(self, detail: str, status: int | None = None) -> None:
+        self.ex.record.fail("upstream_error", detail, status)
+
+    def unjudged_output(self, call: ToolCall) -> None:
+        self._decide([call])
 
     def _keep_rest(self) -> None:
         if self.usage is not None:
@@ -185,48 +191,37 @@ class _Relay:
         new, self.released = self.judged[self.released:], len(self.judged)
         await self.ex.release(1, new)
 
-    def _event(self, event: SSEEvent) -> bytes | None:
+    def done_event(self, event: SSEEvent) -> bytes | None:
+        if self.done_seen:
+            return self._unjudgeable(event, "data after [DONE]")
+        self.done_seen = True
+        out = self._finish_all()
+        if self.rejected:
+            return out
+        return (out or b"") + (event.raw if not self.ex.enforce else DONE)
+
+    def object_event(self, event: SSEEvent, obj: dict[str, Any]) -> bytes | None:
         enforce = self.ex.enforce
-        if event.invalid is not None:
-            return self._unjudgeable(event, event.invalid, parse=True)
-        if event.data is None:
-            return event.raw if not enforce else (b": keep-alive\n\n" if event.comment else None)
-        if self.ended:
-            return self._unjudgeable(event, "data after [DONE]", parse=False)
-        if event.is_done:
-            self.ended = True
-            out = self._finish_all()
-            if self.rejected:
-                return out
-            return (out or b"") + (event.raw if not enforce else DONE)
-        try:
-            obj = strict.loads(event.data) if enforce else json.loads(event.data)
-        except ValueError as exc:
-            return self._unjudgeable(event, f"an event that does not parse: {exc}", parse=True)
-        if not isinstance(obj, dict):
-            return self._unjudgeable(event, f"an event that is a JSON {type(obj).__name__}", parse=True)
         if "error" in obj and not obj.get("choices"):
-            self.upstream_error = True
-            self.ex.record.fail("upstream_error", json.dumps(obj.get("error"))[:1000])
-            return event.raw if not enforce else strict.encode_event({"error": obj.get("error")})
+            return error_chunk(self, event, obj)
         if obj.get("usage"):
             self.usage = obj["usage"]  # cumulative when continuous: the last one counts
         choices = obj.get("choices")
         if not choices:
             if choices is not None and not isinstance(choices, list):
-                return self._unjudgeable(event, "`choices` that is not a list", parse=False)
+                return self._unjudgeable(event, "`choices` that is not a list")
             if obj.get("usage") and not self.ex.client_wants_usage:
                 return None  # the usage chunk the proxy asked for
             return event.raw if not enforce else strict.encode_event(obj)
         if not isinstance(choices, list):
-            return self._unjudgeable(event, "`choices` that is not a list", parse=False)
+            return self._unjudgeable(event, "`choices` that is not a list")
         for choice in choices:
             problem = choice_problem(choice, "text")
             known = self.choices.get(choice.get("index", 0)) if problem is None else None
             if known is not None and known.finished and (choice.get("text") or choice.get("finish_reason")):
                 problem = "text after the choice's finish_reason"
             if problem is not None:
-                return self._unjudgeable(event, problem, parse=False)
+                return self._unjudgeable(event, problem)
         texts: dict[int, str] = {}
         for choice in choices:
             index = choice.get("index", 0)
@@ -247,13 +242,10 @@ class _Relay:
             return None
         return strict.encode_event({**obj, "choices": rebuilt})
 
-    def _unjudgeable(self, event: SSEEvent, detail: str, *, parse: bool) -> bytes | None:
-        """Output the proxy cannot judge. Enforce mode: an event that does not parse refuses the stream as an
-        upstream error; one of an unknown shape or after the end is a call that cannot be allowed, which
-        refuses the completion as a rejected call does. Observe mode: relayed and recorded."""
-        if self.ex.enforce and parse:
-            raise UpstreamUnjudgeable(f"unjudgeable: the upstream sent {detail}")
-        self._decide([unjudgeable_call("completion", detail, event.raw.decode("utf-8", "replace"))])
+    def _unjudgeable(self, event: SSEEvent, detail: str) -> bytes | None:
+        """Output of an unknown shape or after the end: a call that cannot be allowed, which refuses the
+        completion in enforce mode as a rejected call does; relayed and recorded in observe mode."""
+        self._decide([unjudgeable_call(self.event_name, detail, event.raw.decode("utf-8", "replace"))])
         if self.rejected:
             return self._refuse()
         return event.raw if not self.ex.enforce else None
