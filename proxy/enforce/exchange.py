@@ -9,7 +9,7 @@ import functools
 import json
 import logging
 import sys
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
@@ -48,12 +48,11 @@ from proxy.toolcalls.families import XmlRules
 from proxy.toolcalls.registry import TEXT_FORMATS
 from proxy.upstream import strict
 from proxy.upstream.client import response_headers
-from proxy.upstream.sse import SSEDecoder, SSEEvent
 
 __all__ = ["Exchange", "Outcome", "RetryFailed", "RouteShape", "WholeAttempt", "end_stream", "event_stream",
            "finish_exchange", "judged_json", "normalize_stream", "open_exchange", "open_retry_stream",
            "open_stream_attempt", "pick_policy", "refused_status", "refused_stream", "request_attempt", "serve",
-           "upstream_events", "whole_attempt"]
+           "whole_attempt"]
 
 T = TypeVar("T")
 ExchangeT = TypeVar("ExchangeT", bound="Exchange")
@@ -607,21 +606,6 @@ async def end_stream(ex: Exchange, *, done: bool, upstream: httpx.Response | Non
         if then is not None:
             then()
         finish_exchange(ex)
-
-
-async def upstream_events(ex: Exchange, response: httpx.Response) -> AsyncGenerator[SSEEvent, None]:
-    """The events of a streaming upstream response as they arrive, whatever the chunk boundaries.
-
-    Raises ProxyError when the upstream breaks off. Use under `contextlib.aclosing` when leaving early.
-    """
-    decoder = SSEDecoder()
-    with ex.state.upstream.errors_translated():
-        async for chunk in response.aiter_raw():
-            ex.record.mark_first_byte()
-            for event in decoder.feed(chunk):
-                yield event
-    for event in decoder.close():
-        yield event
 
 
 def _note_exception(record: RequestRecord, exc: BaseException | None) -> None:
