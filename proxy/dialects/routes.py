@@ -1,9 +1,11 @@
-"""Which other `/v1/*` routes reach the upstream: only those the policy lists in `passthrough_routes`.
+"""The judged route table (`JUDGED`), and which other `/v1/*` routes reach the upstream: only those the policy
+lists in `passthrough_routes`.
 
-Every route that can carry a model's tool call is judged by a handler of its own (`/v1/chat/completions`,
-`/v1/completions`, `/v1/responses`, `/v1/messages`). Anything else under `/v1` is forwarded untouched, so it is
-forwarded only when the operator says it cannot carry one: an unknown route (a newer vLLM endpoint, a batch or
-file API, a stored-response lookup) is refused rather than becoming a way around the allowlist. The proxy's own
+Every route that can carry a model's tool call is judged by its `Dialect` (`/v1/chat/completions`,
+`/v1/completions`, `/v1/responses`, `/v1/messages`), one line each in `JUDGED`. Anything else under `/v1` is
+forwarded untouched, so it is forwarded only when the operator says it cannot carry one: an unknown route (a
+newer vLLM endpoint, a batch or file API, a stored-response lookup) is refused rather than becoming a way around
+the allowlist. The proxy's own
 endpoints (`/health`, `/metrics`, `/policies`, `/stats/*`, `/dashboard`) live outside `/v1` and are never
 forwarded.
 """
