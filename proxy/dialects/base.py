@@ -428,11 +428,6 @@ class DialectStream(EventReader, StreamedAttempts, Generic[HeldT]):
     def unjudged_output(self, call: ToolCall) -> None:
         self.unjudged.append(call)
 
-    def drop(self, event: SSEEvent, detail: str, content: Any, *, name: str = "event") -> bytes | None:
-        """Output the proxy cannot judge: recorded; dropped in enforce mode, relayed in observe mode."""
-        self.unjudgeable(name, detail, content)
-        return event.raw if not self.enforce else None
-
     def fail(self, detail: str, status: int | None = None) -> None:
         self.upstream_error = True
         self.ex.record.fail("upstream_error", detail[:1000], status)

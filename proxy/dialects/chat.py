@@ -325,7 +325,7 @@ class _StreamRelay(EventReader, StreamedAttempts):
 
     def done_event(self, event: SSEEvent) -> bytes | None:
         if self.done_seen:
-            return self._late(event, "data after [DONE]", event.data)
+            return self.drop(event, "data after [DONE]", event.data, name="chunk")
         self.done_seen = True
         # Enforce mode: one [DONE] at the very end, after the held calls. Observe mode: where it came.
         return None if self.ex.enforce else event.raw
@@ -342,7 +342,7 @@ class _StreamRelay(EventReader, StreamedAttempts):
             self.template = {k: v for k, v in obj.items() if k not in _PER_CHUNK}
         if not choices:
             if choices is not None and not isinstance(choices, list):
-                return self._late(event, "`choices` that is not a list", obj)
+                return self.drop(event, "`choices` that is not a list", obj, name="chunk")
             if usage:
                 self.usage_chunk = obj
                 if not enforce:  # where it came, when the client asked for it
@@ -350,7 +350,7 @@ class _StreamRelay(EventReader, StreamedAttempts):
                 return None
             return event.raw if not enforce else strict.encode_event(obj)
         if not isinstance(choices, list):
-            return self._late(event, "`choices` that is not a list", obj)
+            return self.drop(event, "`choices` that is not a list", obj, name="chunk")
         for raw_choice in choices:
             problem = choice_problem(raw_choice, "delta")
             if problem is None:
@@ -358,7 +358,7 @@ class _StreamRelay(EventReader, StreamedAttempts):
                 if known is not None and known.finish_reason is not None and _carries(raw_choice):
                     problem = "a delta after the choice's finish_reason"
             if problem is not None:
-                return self._late(event, problem, raw_choice)
+                return self.drop(event, problem, raw_choice, name="chunk")
         learnt = TextFrame.learn(event.data or "", obj)  # an object event has data
         if learnt is not None and (not enforce or (event.plain and strict.dumps(obj) == event.data)):
             # Raw bytes go out only when they are the canonical encoding of the judged chunk.
@@ -387,12 +387,6 @@ class _StreamRelay(EventReader, StreamedAttempts):
             self.ex.record.mark_first_token()
             return event.raw
         return None
-
-    def _late(self, event: SSEEvent, detail: str, content: Any) -> bytes | None:
-        """Output the proxy does not judge (after the end, or of an unknown shape): dropped in enforce mode,
-        relayed in observe mode; recorded as an `unjudgeable` call of the attempt in both."""
-        self.late_calls.append(unjudgeable_call("chunk", detail, content))
-        return event.raw if not self.ex.enforce else None
 
     def _chunk(self, event: SSEEvent, obj: dict[str, Any], has_usage: bool, choices: list[Any]) -> bytes | None:
         ex = self.ex

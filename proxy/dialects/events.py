@@ -63,6 +63,12 @@ class EventReader(ABC):
         self.unjudged_output(unjudgeable_call(self.event_name, detail, event.raw.decode("utf-8", "replace")))
         return event.raw
 
+    def drop(self, event: SSEEvent, detail: str, content: Any, *, name: str = "event") -> bytes | None:
+        """Output the proxy does not judge (after the end, or of an unknown shape): dropped in enforce mode,
+        relayed in observe mode; recorded as an `unjudgeable` call of the attempt in both."""
+        self.unjudged_output(unjudgeable_call(name, detail, content))
+        return event.raw if not self.ex.enforce else None
+
     @abstractmethod
     def unjudged_output(self, call: ToolCall) -> None:
         """Output of this attempt the proxy cannot judge, as a call that is never allowed: recorded with the
