@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from starlette.responses import JSONResponse
+from starlette.responses import Response
 
 from proxy.dialects.base import Dialect, missing_pieces
 from proxy.dialects.chat import ChatDialect
 from proxy.dialects.completions import CompletionsDialect
-from proxy.dialects.messages import MessagesDialect, anthropic_error
+from proxy.dialects.messages import MessagesDialect
 from proxy.dialects.responses import ResponsesDialect
-from proxy.errors import error_body
+from proxy.errors import Forbidden, error_response
 from proxy.logs import get_logger
 from proxy.policy import LoadedPolicy
 from proxy.policy.schema import DEFAULT_PASSTHROUGH_ROUTES
@@ -69,7 +69,7 @@ def route_listed(path: str, routes: Iterable[str]) -> bool:
     return any(path == route or path.startswith(route.rstrip("/") + "/") for route in routes)
 
 
-def passthrough_refusal(method: str, path: str, policy: LoadedPolicy) -> JSONResponse | None:
+def passthrough_refusal(method: str, path: str, policy: LoadedPolicy) -> Response | None:
     """None when `path` (the full path, `/v1/...`) may be forwarded, else the 403 to answer."""
     routes = policy.policy.passthrough_routes
     if _dot_segments(path):
@@ -91,8 +91,13 @@ def _dot_segments(path: str) -> bool:
     return any(segment in (".", "..") for segment in path.split("/"))
 
 
-def _refusal(path: str, message: str, policy: LoadedPolicy) -> JSONResponse:
+class RouteNotAllowed(Forbidden, code=ROUTE_NOT_ALLOWED): ...
+
+
+def _refusal(path: str, message: str, policy: LoadedPolicy) -> Response:
     log.warning("passthrough.refused", path=path, policy=policy.name)
-    if route_listed(path, ("/v1/messages",)):
-        return anthropic_error(message, 403)  # Anthropic clients read Anthropic's error shape on their routes
-    return JSONResponse(error_body(message, "permission_error", code=ROUTE_NOT_ALLOWED), status_code=403)
+    refused = RouteNotAllowed(message)
+    for route_path, route in JUDGED.items():
+        if route_listed(path, (route_path,)):
+            return route.error_response(refused)  # a client of that API reads its error shape below its route too
+    return error_response(refused)
