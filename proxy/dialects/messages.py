@@ -24,7 +24,8 @@ from typing import Any
 
 from starlette.responses import JSONResponse, Response
 
-from proxy.dialects.base import DialectExchange, DialectStream, StructuredDialect
+from proxy.dialects.base import DialectExchange
+from proxy.dialects.structured import DialectStream, StructuredDialect
 from proxy.enforce.actions import unjudgeable_call
 from proxy.enforce.feedback_turns import blocked_message
 from proxy.enforce.judging import JudgedCall

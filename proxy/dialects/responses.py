@@ -25,8 +25,9 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.dialects.base import DialectExchange, DialectStream, StructuredDialect
+from proxy.dialects.base import DialectExchange
 from proxy.dialects.shapes import parts_text
+from proxy.dialects.structured import DialectStream, StructuredDialect
 from proxy.enforce.actions import ACTION_ITEMS, UNJUDGEABLE, action_call, unjudgeable_call
 from proxy.enforce.feedback_turns import blocked_message
 from proxy.enforce.judging import JudgedCall
