@@ -52,6 +52,9 @@ class _NoRetry(Dialect, route="partial", path="/partial", history_key="messages"
     def conversation(self, payload: dict[str, Any]) -> None:
         return None
 
+    def client_texts(self, payload: dict[str, Any]) -> list[str]:
+        return []
+
     def read_whole(self, ex: DialectExchange, obj: dict[str, Any]) -> list[Any]:
         return []
 

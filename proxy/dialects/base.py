@@ -22,7 +22,7 @@ come from the one `retry_messages`, translated into the route's items.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
@@ -93,6 +93,11 @@ class Dialect(ABC):
     @abstractmethod
     def conversation(self, payload: dict[str, Any]) -> list[dict[str, Any]] | None:
         """The request's conversation as chat messages, for the session lineage (None: it has none)."""
+
+    @abstractmethod
+    def client_texts(self, payload: dict[str, Any]) -> Iterable[str]:
+        """The texts the client wrote about itself (`client_parts`, proxy/sessions/project_root.py), where the
+        project root it states is read."""
 
     # -- a whole answer
 
@@ -208,7 +213,7 @@ class Dialect(ABC):
 
 # The pieces a judged route declares, by what they do; `missing_pieces` checks them for every route of the table.
 PIECES: dict[str, tuple[str, ...]] = {
-    "request reading": ("validate", "offered", "conversation"),
+    "request reading": ("validate", "offered", "conversation", "client_texts"),
     "call extraction, whole": ("read_whole", "text"),
     "call extraction, streamed": ("stream",),
 }
@@ -259,6 +264,9 @@ class DialectExchange(Exchange):
 
     def broken_error_body(self, response: Any, exc: Exception) -> Response:
         return self.spec.broken_error_body(self, response, exc)
+
+    def client_texts(self) -> Iterable[str]:
+        return self.spec.client_texts(self.payload)
 
     def remember(self, reply: list[dict[str, Any]], response_id: str | None = None) -> None:
         """Let the client's next request (this conversation plus what it got, or the response id it was given)

@@ -8,6 +8,7 @@ held back and the model is asked again with the reasons, within the policy's ret
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ from proxy.enforce.record import Usage
 from proxy.enforce.relay import StreamedAttempts
 from proxy.errors import BadRequest, error_body
 from proxy.logs import get_logger
+from proxy.sessions.project_root import client_parts
 from proxy.toolcalls import (
     ChoiceStream,
     CompletedCall,
@@ -95,6 +97,9 @@ class ChatDialect(Dialect, route="chat", path="/chat/completions", history_key="
         return payload["messages"]  # validated: a list of messages
 
     # -- a whole answer
+
+    def client_texts(self, payload: dict[str, Any]) -> Iterable[str]:
+        return client_parts((), payload["messages"])
 
     def read_whole(self, ex: DialectExchange, obj: dict[str, Any]) -> list[ExtractionResult]:
         return extract_from_response(obj, ex.tools, rules=ex.rules)

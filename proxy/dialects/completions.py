@@ -13,7 +13,7 @@ sent if every call in it is allowed, and an error event plus `[DONE]` end the st
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import aclosing
 from typing import Any
 
@@ -89,6 +89,9 @@ class CompletionsDialect(Dialect, route="completions", path="/completions", hist
 
     def conversation(self, payload: dict[str, Any]) -> None:
         return None  # a raw prompt has no turns for lineage to follow
+
+    def client_texts(self, payload: dict[str, Any]) -> Iterable[str]:
+        return ()  # a raw prompt: the proxy cannot tell the client's parts from the rest
 
     def read_whole(self, ex: DialectExchange, obj: dict[str, Any]) -> list[ToolCall]:
         return _text_calls(obj, ex.rules)

@@ -19,6 +19,7 @@ Errors on this route, the proxy's own included, have Anthropic's shape: `{"type"
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,7 @@ from proxy.enforce.feedback_turns import blocked_message
 from proxy.enforce.judging import JudgedCall
 from proxy.enforce.record import Usage
 from proxy.errors import BadRequest, BlockedTurn, ProxyError
+from proxy.sessions.project_root import client_parts
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.openai import structured_call
 from proxy.upstream import strict
@@ -116,6 +118,10 @@ class MessagesDialect(StructuredDialect, route="messages", path="/messages", his
         for message in self.history(payload):
             messages += message_chat(message)
         return messages
+
+    def client_texts(self, payload: dict[str, Any]) -> Iterable[str]:
+        # The system prompt is a field of its own; a message's role is only ever user or assistant.
+        return client_parts([payload.get("system")], payload.get("messages"), system_messages=False)
 
     def calls(self, obj: dict[str, Any]) -> list[ToolCall]:
         content = obj.get("content")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,7 @@ from proxy.enforce.feedback_turns import blocked_message
 from proxy.enforce.judging import JudgedCall
 from proxy.enforce.record import Usage
 from proxy.errors import BadRequest, BlockedTurn
+from proxy.sessions.project_root import client_parts
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.openai import structured_call
 from proxy.upstream import strict
@@ -140,6 +141,10 @@ class ResponsesDialect(StructuredDialect, route="responses", path="/responses", 
         messages = [{"role": "system", "content": payload["instructions"]}] \
             if isinstance(payload.get("instructions"), str) else []
         return messages + [m for m in map(item_message, self.history(payload)) if m is not None]
+
+    def client_texts(self, payload: dict[str, Any]) -> Iterable[str]:
+        instructions = payload.get("instructions")
+        return client_parts([instructions] if isinstance(instructions, str) else [], payload.get("input"))
 
     def calls(self, obj: dict[str, Any]) -> list[ToolCall]:
         output = obj.get("output")

@@ -9,7 +9,7 @@ import functools
 import json
 import logging
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
@@ -91,11 +91,15 @@ class Exchange:
     toolset: ToolSet | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
-        stated = self.state.sessions.project_root(self.record.session, stated_root(self.record.route, self.payload))
+        stated = self.state.sessions.project_root(self.record.session, stated_root(self.client_texts()))
         self.toolset = request_tools(self.policy, self.record, self.payload, self.headers,
                                      root_header=getattr(self.state.settings, "project_root_header", None),
                                      stated_root=stated)
     conversation: list[dict[str, Any]] | None = None  # the request's conversation as chat messages (lineage)
+
+    def client_texts(self) -> Iterable[str]:
+        """The texts the client wrote about itself in this request (proxy/sessions/project_root.py)."""
+        return ()
 
     @property
     def enforce(self) -> bool:
