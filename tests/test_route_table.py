@@ -29,6 +29,8 @@ def test_every_judged_route_declares_every_piece() -> None:
         assert isinstance(route, Dialect), path
         assert missing_pieces(type(route)) == [], path
         assert path.startswith("/v1/") and route.path.startswith("/"), path
+        # The conversation a retry appends to is held to `max_messages` (open_exchange counts these lists).
+        assert route.history_key in route.counted_keys or not route.reasks, path
     names = [route.route for route in JUDGED.values()]
     assert len(set(names)) == len(names), "two routes record one name"
 

@@ -60,6 +60,7 @@ class Dialect(ABC):
     history_key: ClassVar[str]  # the request field retries append to
     asks_usage: ClassVar[bool]  # streams get `stream_options.include_usage` (the statistics count tokens)
     reasks: ClassVar[bool]  # a rejected call is fed back and the model asked again (else `complete` is the route's)
+    counted_keys: ClassVar[tuple[str, ...]]  # the request's lists of turns, each held to `max_messages`
 
     def __init_subclass__(cls, *, route: str = "", path: str = "", history_key: str = "", asks_usage: bool = False,
                           reasks: bool = True, **kwargs: Any) -> None:
@@ -68,6 +69,10 @@ class Dialect(ABC):
         super().__init_subclass__(**kwargs)
         cls.route, cls.path, cls.history_key = route, path, history_key
         cls.asks_usage, cls.reasks = asks_usage, reasks
+        # A conversation a retry appends to is judged again turn by turn: its length is held to `max_messages`
+        # on every route (a raw prompt's token ids are not turns).
+        cls.counted_keys = ("messages", "input", *((history_key,) if reasks and history_key not in
+                                                   ("messages", "input") else ()))
 
     # -- the request
 

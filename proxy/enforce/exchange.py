@@ -285,6 +285,7 @@ class RouteShape(Protocol):
 
     route: ClassVar[str]  # the `route` recorded with every request and call
     asks_usage: ClassVar[bool]  # streams get `stream_options.include_usage` (the statistics count tokens)
+    counted_keys: ClassVar[tuple[str, ...]]  # the request's lists of turns, each held to `max_messages`
 
     def validate(self, payload: dict[str, Any]) -> None:
         """Raise BadRequest for a malformed conversation."""
@@ -303,7 +304,8 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
     body = await read_body(request, state.settings.max_body_bytes)
     # A large body is parsed in a thread: tens of megabytes of JSON would stall every other client's stream.
     # Counted there too, so that a refused request's objects are also freed off the loop.
-    limits = {"max_tools": state.settings.max_tools, "max_messages": state.settings.max_messages}
+    limits: dict[str, Any] = {"max_tools": state.settings.max_tools, "max_messages": state.settings.max_messages,
+                              "counted": shape.counted_keys}
     payload = _read_payload(body, **limits) if len(body) < _PARSE_INLINE_BYTES else \
         await asyncio.to_thread(_read_large_payload, body, **limits)
     model = payload.get("model")
@@ -338,27 +340,28 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
 _PARSE_INLINE_BYTES = 1 << 20
 
 
-def _read_payload(body: bytes, *, max_tools: int, max_messages: int) -> dict[str, Any]:
+def _read_payload(body: bytes, *, max_tools: int, max_messages: int, counted: tuple[str, ...]) -> dict[str, Any]:
     payload = read_json_object(body)
-    check_counts(payload, max_tools=max_tools, max_messages=max_messages)
+    check_counts(payload, max_tools=max_tools, max_messages=max_messages, counted=counted)
     return payload
 
 
-def _read_large_payload(body: bytes, *, max_tools: int, max_messages: int) -> dict[str, Any]:
+def _read_large_payload(body: bytes, *, max_tools: int, max_messages: int, counted: tuple[str, ...]) -> dict[str, Any]:
     # Parsed JSON holds no reference cycles, yet its hundreds of thousands of new objects set off the
     # cyclic collector, which holds the GIL (and so every client's stream) for a full pass: 300 ms for 35 MB.
     with gc_paused():
-        return _read_payload(body, max_tools=max_tools, max_messages=max_messages)
+        return _read_payload(body, max_tools=max_tools, max_messages=max_messages, counted=counted)
 
 
-def check_counts(payload: dict[str, Any], *, max_tools: int, max_messages: int) -> None:
+def check_counts(payload: dict[str, Any], *, max_tools: int, max_messages: int,
+                 counted: tuple[str, ...] = ("messages", "input")) -> None:
     """400 for a request offering more tools or carrying more messages than the settings allow: the work of
     judging a request grows with both, and one request must not hold the proxy for everyone else."""
     tools = payload.get("tools")
     if isinstance(tools, list) and len(tools) > max_tools:
         raise BadRequest(f"the request offers {len(tools)} tools; the limit is {max_tools} (setting max_tools)",
                          param="tools")
-    for key in ("messages", "input"):
+    for key in counted:
         items = payload.get(key)
         if isinstance(items, list) and len(items) > max_messages:
             raise BadRequest(f"the request carries {len(items)} {key}; the limit is {max_messages} "
