@@ -63,6 +63,9 @@ class _NoRetry(Dialect, route="partial", path="/partial", history_key="messages"
     def text(self, obj: dict[str, Any]) -> str:
         return ""
 
+    def usage(self, obj: dict[str, Any] | None) -> dict[str, Any] | None:
+        return obj
+
 
 class _NoClassLine(ChatDialect):
     """A whole route in every method, which forgot to say what it records and where it goes."""

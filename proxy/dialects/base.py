@@ -71,8 +71,7 @@ class Dialect(ABC):
         cls.asks_usage, cls.reasks = asks_usage, reasks
         # A conversation a retry appends to is judged again turn by turn: its length is held to `max_messages`
         # on every route (a raw prompt's token ids are not turns).
-        cls.counted_keys = ("messages", "input", *((history_key,) if reasks and history_key not in
-                                                   ("messages", "input") else ()))
+        cls.counted_keys = tuple(dict.fromkeys(("messages", "input", *((history_key,) if reasks else ()))))
 
     # -- the request
 
@@ -125,8 +124,8 @@ class Dialect(ABC):
         return self.text(obj)
 
     def usage(self, obj: dict[str, Any] | None) -> dict[str, Any] | None:
-        """A usage object of this route as chat usage (`prompt_tokens`, ...), which `Usage.add` reads."""
-        return obj
+        """A whole answer's usage object as chat usage (`prompt_tokens`, ...), which `Usage.add` reads."""
+        raise NotImplementedError
 
     def set_usage(self, obj: dict[str, Any], usage: Usage) -> None:
         """Write the usage summed over the attempts into a response (the client pays for all of them)."""
@@ -221,6 +220,7 @@ PIECES: dict[str, tuple[str, ...]] = {
     "request reading": ("validate", "offered", "conversation", "client_texts"),
     "call extraction, whole": ("read_whole", "text"),
     "call extraction, streamed": ("stream",),
+    "token usage": ("usage",),
 }
 # What a route that re-asks declares beyond them; one that does not has its own `complete`.
 REASK_PIECES: dict[str, tuple[str, ...]] = {

@@ -111,6 +111,9 @@ class ChatDialect(Dialect, route="chat", path="/chat/completions", history_key="
     def text(self, obj: dict[str, Any]) -> str:
         return _texts(obj)
 
+    def usage(self, obj: dict[str, Any] | None) -> dict[str, Any] | None:
+        return obj  # chat-shaped already
+
     def retry_text(self, obj: dict[str, Any], found: list[ExtractionResult]) -> str | None:
         return found[0].content if found else None  # the text with the calls written in it taken out
 

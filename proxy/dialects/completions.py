@@ -100,8 +100,11 @@ class CompletionsDialect(Dialect, route="completions", path="/completions", hist
         choices = obj.get("choices")
         return "".join(c.get("text") or "" for c in choices if isinstance(c, dict)) if isinstance(choices, list) else ""
 
+    def usage(self, obj: dict[str, Any] | None) -> dict[str, Any] | None:
+        return obj  # chat-shaped already
+
     async def complete(self, ex: DialectExchange) -> Response:
-        read = await whole_attempt(ex, self.path, "a completion", lambda obj: None)
+        read = await whole_attempt(ex, self.path, "a completion", lambda obj: None, self.usage)
         if isinstance(read, Response):
             return read
         judged = _judge(ex, self.read_whole(ex, read.obj))
