@@ -96,10 +96,10 @@ class ChatDialect(Dialect, route="chat", path="/chat/completions", history_key="
     def conversation(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
         return payload["messages"]  # validated: a list of messages
 
-    # -- a whole answer
-
     def client_texts(self, payload: dict[str, Any]) -> Iterable[str]:
         return client_parts((), payload["messages"])
+
+    # -- a whole answer
 
     def read_whole(self, ex: DialectExchange, obj: dict[str, Any]) -> list[ExtractionResult]:
         return extract_from_response(obj, ex.tools, rules=ex.rules)
