@@ -29,19 +29,13 @@ from typing import Any, ClassVar, Protocol
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.enforce.exchange import (
-    Exchange,
-    Outcome,
-    WholeAttempt,
-    judged_json,
-    open_exchange,
-    serve,
-    whole_attempt,
-)
+from proxy.enforce.attempts import WholeAttempt, whole_attempt
+from proxy.enforce.exchange import Exchange, Outcome
 from proxy.enforce.feedback_turns import blocked_message, retry_messages
-from proxy.enforce.judging import JudgedCall
-from proxy.enforce.record import Usage
+from proxy.enforce.prelude import open_exchange
+from proxy.enforce.serve import judged_json, serve
 from proxy.errors import BlockedTurn, ProxyError, UpstreamProtocolError, error_response
+from proxy.record import JudgedCall, Usage
 from proxy.services import Services
 
 __all__ = ["PIECES", "REASK_PIECES", "Dialect", "DialectExchange", "Relay", "missing_pieces"]

@@ -14,17 +14,20 @@ from typing import Any
 
 from starlette.responses import Response
 
+from proxy import strict
 from proxy.dialects.base import Dialect, DialectExchange
-from proxy.dialects.events import EventReader, error_chunk
+from proxy.dialects.event_reader import EventReader, error_chunk
 from proxy.dialects.shapes import choice_problem
 from proxy.enforce.actions import unjudgeable_call
-from proxy.enforce.exchange import Exchange, WholeAttempt, judged_json
+from proxy.enforce.attempts import WholeAttempt
+from proxy.enforce.exchange import Exchange
 from proxy.enforce.feedback_turns import blocked_message, retry_messages
-from proxy.enforce.judging import JudgedCall, apply_repairs
-from proxy.enforce.record import Usage
+from proxy.enforce.judging import apply_repairs
 from proxy.enforce.relay import StreamedAttempts
+from proxy.enforce.serve import judged_json
 from proxy.errors import BadRequest, error_body
 from proxy.logs import get_logger
+from proxy.record import JudgedCall, Usage
 from proxy.sessions.project_root import client_parts
 from proxy.toolcalls import (
     ChoiceStream,
@@ -36,7 +39,6 @@ from proxy.toolcalls import (
     openai_call,
     openai_call_delta,
 )
-from proxy.upstream import strict
 from proxy.upstream.sse import DONE, SSEEvent
 from proxy.upstream.text_frame import TextFrame
 

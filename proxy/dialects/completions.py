@@ -19,19 +19,22 @@ from typing import Any
 
 from starlette.responses import JSONResponse, Response
 
+from proxy import strict
 from proxy.dialects.base import Dialect, DialectExchange
-from proxy.dialects.events import EventReader, error_chunk
+from proxy.dialects.event_reader import EventReader, error_chunk
 from proxy.dialects.shapes import choice_problem
 from proxy.enforce.actions import judge_output, unjudgeable_call
-from proxy.enforce.exchange import Exchange, end_stream, judged_json, whole_attempt
+from proxy.enforce.attempts import whole_attempt
+from proxy.enforce.exchange import Exchange
 from proxy.enforce.feedback_turns import blocked_message, turn_allowed
-from proxy.enforce.judging import JudgedCall
+from proxy.enforce.finish import end_stream
+from proxy.enforce.serve import judged_json
 from proxy.errors import StoreUnavailable, error_body
+from proxy.record import JudgedCall
 from proxy.toolcalls import CompletedCall, ToolCall
 from proxy.toolcalls.families import XmlRules
 from proxy.toolcalls.registry import content_formats
 from proxy.toolcalls.scanner import ContentScanner, scan_text
-from proxy.upstream import strict
 from proxy.upstream.sse import DONE, SSEEvent
 
 __all__ = ["REJECTED_CODE", "CompletionsDialect"]

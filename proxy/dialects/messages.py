@@ -25,17 +25,16 @@ from typing import Any
 
 from starlette.responses import JSONResponse, Response
 
+from proxy import strict
 from proxy.dialects.base import DialectExchange
 from proxy.dialects.structured import DialectStream, StructuredDialect
 from proxy.enforce.actions import unjudgeable_call
 from proxy.enforce.feedback_turns import blocked_message
-from proxy.enforce.judging import JudgedCall
-from proxy.enforce.record import Usage
 from proxy.errors import BadRequest, BlockedTurn, ProxyError
+from proxy.record import JudgedCall, Usage
 from proxy.sessions.project_root import client_parts
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.openai import structured_call
-from proxy.upstream import strict
 from proxy.upstream.sse import SSEEvent
 
 __all__ = ["MessagesDialect", "anthropic_error", "anthropic_error_type"]

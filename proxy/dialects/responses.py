@@ -25,18 +25,17 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy import strict
 from proxy.dialects.base import DialectExchange
 from proxy.dialects.shapes import parts_text
 from proxy.dialects.structured import DialectStream, StructuredDialect
 from proxy.enforce.actions import ACTION_ITEMS, UNJUDGEABLE, action_call, unjudgeable_call
 from proxy.enforce.feedback_turns import blocked_message
-from proxy.enforce.judging import JudgedCall
-from proxy.enforce.record import Usage
 from proxy.errors import BadRequest, BlockedTurn
+from proxy.record import JudgedCall, Usage
 from proxy.sessions.project_root import client_parts
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.openai import structured_call
-from proxy.upstream import strict
 from proxy.upstream.sse import SSEEvent
 
 __all__ = ["ResponsesDialect"]

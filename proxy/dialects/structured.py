@@ -6,7 +6,7 @@ stream (`DialectStream`) holds each call's events until the attempt is judged, h
 (one narration per turn), and gives every event its number and the client's position for its item only when it
 is sent (`IndexMap`), so held events released later, or dropped with a rejected attempt, leave no gap. Its
 attempts run in the one streamed attempt loop (proxy/enforce/relay.py), its events are read by the one
-`EventReader` (proxy/dialects/events.py).
+`EventReader` (proxy/dialects/event_reader.py).
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from starlette.responses import Response
 
 from proxy.dialects.base import Dialect, DialectExchange
-from proxy.dialects.events import EventReader
+from proxy.dialects.event_reader import EventReader
 from proxy.enforce.actions import unjudgeable_call
-from proxy.enforce.exchange import WholeAttempt, judged_json
+from proxy.enforce.attempts import WholeAttempt
 from proxy.enforce.feedback_turns import blocked_message, retry_messages
-from proxy.enforce.judging import JudgedCall
 from proxy.enforce.relay import StreamedAttempts
+from proxy.enforce.serve import judged_json
+from proxy.record import JudgedCall
 from proxy.toolcalls import ToolCall
 from proxy.upstream.sse import SSEEvent
 

@@ -16,11 +16,11 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator
 from typing import Any, ClassVar
 
+from proxy import strict
 from proxy.enforce.actions import unjudgeable_call
 from proxy.enforce.exchange import Exchange
 from proxy.errors import ProxyError, UpstreamUnjudgeable
 from proxy.toolcalls import ToolCall
-from proxy.upstream import strict
 from proxy.upstream.sse import SSEDecoder, SSEEvent
 
 __all__ = ["KEEP_ALIVE", "EventReader", "error_chunk"]
