@@ -106,8 +106,7 @@ class Dialect(ABC):
 
     def judge_whole(self, ex: DialectExchange, obj: dict[str, Any], found: Any) -> list[JudgedCall]:
         """A whole answer's calls judged (`found`: what `read_whole` read)."""
-        ex.text_unjudged(self.text(obj))
-        return ex.judge(found)
+        return ex.judge(found) + ex.judge_text(self.text(obj))
 
     @abstractmethod
     def text(self, obj: dict[str, Any]) -> str:
