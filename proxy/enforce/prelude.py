@@ -1,11 +1,10 @@
-"""The one request prelude of every judged route: what sets a route apart (`RouteShape`), then the body read,
+"""The one request prelude of every judged route: what it reads of the route (`RouteShape`), then the body read,
 the model, the policy and the session resolved, and the exchange begun (`open_exchange`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, Protocol
 
 from starlette.requests import Request
 
@@ -20,16 +19,27 @@ from proxy.sessions.project_root import stated_root
 __all__ = ["RouteShape", "open_exchange"]
 
 
-@dataclass(kw_only=True, frozen=True)
-class RouteShape:
-    """What sets one judged route's requests apart before the first attempt; the rest is `open_exchange`."""
+class RouteShape(Protocol):
+    """What the request prelude reads of a judged route: `Dialect` (proxy/dialects/base.py), the one shape of a
+    judged route, has these; the rest is `open_exchange`."""
 
-    name: str  # the `route` recorded with every request and call
-    validate: Callable[[dict[str, Any]], None]  # raise BadRequest for a malformed conversation
-    conversation: Callable[[dict[str, Any]], list[dict[str, Any]] | None]  # chat messages for the lineage
-    tools: Callable[[dict[str, Any]], tuple[list[dict[str, Any]] | None, set[str]]]  # tool schemas, offered names
-    asks_usage: bool = True  # streams get `stream_options.include_usage` (the statistics count tokens)
-    history_key: str | None = None  # the member holding the conversation (not kept parsed once read)
+    route: ClassVar[str]  # the `route` recorded with every request and call
+    asks_usage: ClassVar[bool]  # streams get `stream_options.include_usage` (the statistics count tokens)
+    counted_keys: ClassVar[tuple[str, ...]]  # the request's lists of turns, each held to `max_messages`
+    history_key: ClassVar[str]  # the request field retries append to
+    reasks: ClassVar[bool]  # a rejected call is fed back and the model asked again
+
+    def validate(self, payload: dict[str, Any]) -> None:
+        """Raise BadRequest for a malformed conversation."""
+
+    def conversation(self, payload: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The conversation as chat messages, for the lineage."""
+
+    def tools(self, payload: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, set[str]]:
+        """The offered tools' schemas (where content calls are typed by them) and names."""
+
+    def client_texts(self, payload: dict[str, Any]) -> Iterable[str]:
+        """The texts the client wrote about itself in this request (proxy/sessions/project_root.py)."""
 
 
 async def open_exchange(request: Request, state: Services, shape: RouteShape,
@@ -37,7 +47,8 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
     """The one request prelude of every judged route: the body read and checked, the model resolved, the
     policy and the session picked, the `stream` decided, the request counted in and its record begun."""
     body = await read_body(request, state.settings.max_body_bytes)
-    payload = await read_payload(body, max_tools=state.settings.max_tools, max_messages=state.settings.max_messages)
+    payload = await read_payload(body, max_tools=state.settings.max_tools, max_messages=state.settings.max_messages,
+                                 counted=shape.counted_keys)
     model = payload.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("`model` must be a non-empty string", param="model")
@@ -47,7 +58,7 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
     # larger than its bytes, until it streams. After this, the bytes are the one copy kept.
     conversation = shape.conversation(payload)
     lineage = state.sessions.prepare(request.headers, conversation, payload)
-    text_client, stated = _text_client(conversation, payload), stated_root(shape.name, payload)
+    text_client, stated = _text_client(conversation, payload), stated_root(shape.client_texts(payload))
     del conversation
     refused: BadRequest | None = None
     try:
@@ -67,19 +78,22 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
     tools, offered = shape.tools(payload)
     if changed and refused is None:
         body = edited_bytes(body, payload)  # the bytes sent: the client's, with the proxy's top-level changes
-    payload = {key: value for key, value in payload.items() if key != shape.history_key}
+    # A route that re-asks reads its conversation again from the bytes when it retries; one that does not
+    # (a raw prompt) keeps it.
+    dropped = shape.history_key if shape.reasks else None
+    payload = {key: value for key, value in payload.items() if key != dropped}
     headers = state.upstream.headers(request.headers)
     await state.models.resolve(model, headers)
     if refused is not None:
         raise refused
     policy = state.policy_for(request.headers)
     session = await state.sessions.finish(lineage)  # replicas share the lineage
-    record = RequestRecord(session=session, model=upstream_model, route=shape.name, upstream=state.upstream.base_url,
+    record = RequestRecord(session=session, model=upstream_model, route=shape.route, upstream=state.upstream.base_url,
                            stream=stream, concurrency=state.enter(upstream_model))
     record.policy_name, record.policy_hash, record.mode = policy.name, policy.hash, policy.policy.mode
     return (make or Exchange)(state=state, record=record, payload=payload, original_body=body, body_changed=False,
                               headers=headers, policy=policy, tools=tools, offered=offered,
-                              client_wants_usage=client_wants_usage, history_key=shape.history_key, client=request,
+                              client_wants_usage=client_wants_usage, history_key=dropped, client=request,
                               text_client=text_client, stated=stated, **extra)
 
 
