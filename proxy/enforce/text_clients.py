@@ -45,7 +45,8 @@ TEXT_CLIENTS = (
     TextClient("bash-blocks", re.compile(r"(?i)exactly one bash code block"), ("bash_block",),
                ("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", "echo MINI_SWE_AGENT_FINAL_OUTPUT")),
     # Roo Code and Kilo Code's legacy prompt name themselves; their tags are Cline's with names of their own.
-    TextClient("roo-xml", re.compile(r"(?s)(?=.*<execute_command>\s*<command>).*\b(?:Roo|Kilo Code)\b"),
+    # Anchored: unanchored, the lookahead's `.*` rescans the rest of the text from every start (quadratic).
+    TextClient("roo-xml", re.compile(r"(?s)\A(?=.*<execute_command>\s*<command>).*\b(?:Roo|Kilo Code)\b"),
                ("roo_xml",)),
     TextClient("cline-xml", re.compile(r"<execute_command>\s*<command>"), ("cline_xml",)),
     TextClient("smolagents-code", re.compile(r"(?s)final_answer.*(?:<end_code>|</code>)"),
