@@ -27,6 +27,7 @@ import re
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
+from json.encoder import encode_basestring
 from typing import Any, NamedTuple
 
 from sqlalchemy import func, select
@@ -167,10 +168,27 @@ def _canonical(message: Mapping[str, Any]) -> bytes:
         if isinstance(function, dict):
             calls.append([call.get("id"), function.get("name"), _arguments(function.get("arguments"))])
     try:
-        key = [message.get("role"), _text(message.get("content")), calls, message.get("tool_call_id")]
+        role, text, answers = message.get("role"), _text(message.get("content")), message.get("tool_call_id")
+        if isinstance(role, str) and (answers is None or isinstance(answers, str)):
+            return _canonical_plain(role, text, calls, answers)
+        key = [role, text, calls, answers]
         return json.dumps(key, sort_keys=True, ensure_ascii=False, default=str).encode()
     except (RecursionError, TypeError, ValueError):  # nested past what json walks: identified by its role only
         return json.dumps([str(message.get("role")), "unreadable"]).encode()
+
+
+def _canonical_plain(role: str, text: str, calls: list[Any], answers: str | None) -> bytes:
+    """`json.dumps([role, text, calls, answers], sort_keys=True, ensure_ascii=False, default=str)`, byte for byte
+    (stored digests depend on it), without building an encoder per message: most of a long conversation's
+    digest time was that per-message setup."""
+    encoded = _CALLS_NONE if not calls else _DUMPS(calls)
+    tail = "null" if answers is None else _ESCAPE(answers)
+    return f"[{_ESCAPE(role)}, {_ESCAPE(text)}, {encoded}, {tail}]".encode()
+
+
+_ESCAPE = encode_basestring
+_DUMPS = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str).encode
+_CALLS_NONE = "[]"
 
 
 # Instructions are not part of the conversation a session is: clients rewrite them between turns (a date, a
