@@ -233,7 +233,13 @@ def backend_for_url(url: str) -> Backend:
 
 def insert_ignore(bound: Any, table: Table) -> Any:
     """INSERT into `table` that skips rows whose key is already there."""
-    return backend_of(bound).insert(table).on_conflict_do_nothing()
+    return _insert_ignore(backend_of(bound), table)
+
+
+@functools.lru_cache(maxsize=256)
+def _insert_ignore(backend: Backend, table: Table) -> Any:
+    # One statement object per table, as `_upsert_add`: every answer's audit rows skip building and keying it.
+    return backend.insert(table).on_conflict_do_nothing()
 
 
 def upsert_add(bound: Any, table: Table, merge: Callable[[Any], Mapping[str, Any]] | None = None) -> Any:
