@@ -21,26 +21,24 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from starlette.requests import Request
-from starlette.responses import Response
-
 from proxy import strict
-from proxy.dialects.base import Dialect, DialectExchange, DialectStream, handle
+from proxy.dialects.base import DialectExchange
 from proxy.dialects.shapes import parts_text
+from proxy.dialects.structured import DialectStream, StructuredDialect
 from proxy.enforce.actions import ACTION_ITEMS, UNJUDGEABLE, action_call, unjudgeable_call
 from proxy.enforce.feedback_turns import blocked_message
 from proxy.errors import BadRequest, BlockedTurn
 from proxy.record import JudgedCall, Usage
-from proxy.services import Services
+from proxy.sessions.project_root import client_parts
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.openai import structured_call
 from proxy.upstream.sse import SSEEvent
 
-__all__ = ["ResponsesDialect", "create_response"]
+__all__ = ["ResponsesDialect"]
 
 _COMPACT = (",", ":")
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
@@ -64,10 +62,6 @@ _ITEM_EVENTS = frozenset({
 })
 _CALL_DELTAS = frozenset({"response.function_call_arguments.delta", "response.function_call_arguments.done",
                           "response.custom_tool_call_input.delta", "response.custom_tool_call_input.done"})
-
-
-async def create_response(request: Request, state: Services) -> Response:
-    return await handle(request, state, ResponsesDialect())
 
 
 def item_message(item: Any) -> dict[str, Any] | None:
@@ -123,7 +117,8 @@ def _message_item(text: str, *, status: str = "completed") -> dict[str, Any]:
             "status": status, "type": "message"}
 
 
-class ResponsesDialect(Dialect, route="responses", path="/responses", history_key="input", output_key="output"):
+class ResponsesDialect(StructuredDialect, route="responses", path="/responses", history_key="input",
+                       output_key="output"):
 
     def validate(self, payload: dict[str, Any]) -> None:
         value = payload.get("input")
@@ -145,6 +140,10 @@ class ResponsesDialect(Dialect, route="responses", path="/responses", history_ke
         messages = [{"role": "system", "content": payload["instructions"]}] \
             if isinstance(payload.get("instructions"), str) else []
         return messages + [m for m in map(item_message, self.history(payload)) if m is not None]
+
+    def client_texts(self, payload: dict[str, Any]) -> Iterable[str]:
+        instructions = payload.get("instructions")
+        return client_parts([instructions] if isinstance(instructions, str) else [], payload.get("input"))
 
     def calls(self, obj: dict[str, Any]) -> list[ToolCall]:
         output = obj.get("output")
