@@ -1,9 +1,10 @@
 """SIGKILL under load, again and again: no call a client received is missing from the store after restart.
 
 Each trial starts the proxy as its own process on a test database (SQLite, and Postgres when configured,
-each database's trials beside the other's) (the start also recovers what the previous, killed, proxy left), drives concurrent sessions through it (streamed and whole), and kills it with
-SIGKILL at a random moment. Every call a client has seen, even in a stream cut by the kill, must be stored
-as delivered, with its request's row.
+each database's trials beside the other's; the start also recovers what the previous, killed, proxy
+left), drives concurrent sessions through it (streamed and whole), and kills it with SIGKILL at a random
+moment. Every call a client has seen, even in a stream cut by the kill, must be stored as delivered, with
+its request's row.
 """
 
 from __future__ import annotations
