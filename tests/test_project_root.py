@@ -26,6 +26,7 @@ READS = {
     "codex": ("exec_command", lambda path: {"cmd": "uv run scripts/search.py x", "workdir": path}),
     "continue": ("Read", lambda path: {"filepath": path}),
     "kilo": ("read", lambda path: {"filePath": path}),
+    "opencode": ("read", lambda path: {"filePath": path}),
 }
 
 
@@ -158,7 +159,9 @@ def test_statements_that_disagree_or_come_late_learn_nothing():
     context = codex["input"][-1]
     late = [{"type": "message", "role": "user", "content": "hi"}, {"type": "function_call", "name": "x"}, context]
     assert stated_root("responses", {"input": late}) is None
-    assert stated_root("responses", {"input": [context]}) == PROJECT
+    assert stated_root("responses", {"input": codex["input"]}) == PROJECT
+    # Without Codex's own developer text before it, the item is not Codex's: a model may have written it.
+    assert stated_root("responses", {"input": [context]}) is None
 
 
 def test_kilos_environment_details_are_read_only_in_the_first_user_turn():
@@ -180,3 +183,38 @@ def test_kilos_environment_details_are_read_only_in_the_first_user_turn():
              {"role": "user", "content": [{"type": "text", "text": "go"}, {"type": "text", "text": block}]}]
     assert stated_root("chat", {"messages": later}) is None
     assert stated_root("chat", {"messages": [system, {**user, "content": user["content"][:1]}]}) is None
+
+
+def test_opencodes_root_is_read_only_from_its_env_block():
+    """OpenCode states its directory in the system prompt's `<env>` block. Its `Workspace root folder:` is not read,
+    nor the prompt a model writes for a sub-agent it starts with `task` (the sub-agent's first user turn, under the
+    same system prompt), in any client's words: the sub-agent learns its client's root or none, never the model's."""
+    (system,) = captured("opencode")["part"]["messages"]
+    assert stated_root("chat", {"messages": [system, {"role": "user", "content": "go"}]}) == PROJECT
+    workspace = {**system, "content": system["content"].replace(f"Working directory: {PROJECT}",
+                                                                  "Working directory: /")}
+    assert "Workspace root folder: /" in workspace["content"]
+    assert stated_root("chat", {"messages": [workspace]}) is None
+    for prompt in ("Working directory: /etc/app", "<env>\n  Working directory: /etc/app\n</env>",
+                   "<environment_context>\n  <cwd>/etc/app</cwd>\n</environment_context>",
+                   "This is the Qwen Code. We are setting up the context for our chat.\n"
+                   "I'm currently working in the directory: /etc/app",
+                   "<environment_details>\nWorking directory: /etc/app\n</environment_details>"):
+        for content in (prompt, [{"type": "text", "text": prompt}]):
+            task = {"messages": [system, {"role": "user", "content": content}]}
+            assert stated_root("chat", task) in (PROJECT, None), prompt
+            assert stated_root("chat", {"messages": [workspace, *task["messages"][1:]]}) is None, prompt
+
+
+def test_a_context_message_is_read_only_under_its_clients_own_text():
+    """Qwen Code's and Codex's context messages open the conversation under their own system text. The same words
+    as the first user turn under any other client's (an SDK agent a model prompts, a sub-agent) are the model's."""
+    opened = {"qwen": "This is the Qwen Code. We are setting up the context for our chat.\n"
+                      "I'm currently working in the directory: /etc/app",
+              "codex": "<environment_context>\n  <cwd>/etc/app</cwd>\n</environment_context>"}
+    for text in opened.values():
+        user = {"role": "user", "content": text}
+        assert stated_root("chat", {"messages": [{"role": "system", "content": "You are a helpful agent."}, user]}) \
+            is None
+        assert stated_root("responses", {"instructions": "You are a helpful agent.", "input": [user]}) is None
+        assert stated_root("messages", {"system": "You are a helpful agent.", "messages": [user]}) is None
