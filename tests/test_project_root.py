@@ -218,3 +218,40 @@ def test_a_context_message_is_read_only_under_its_clients_own_text():
             is None
         assert stated_root("responses", {"instructions": "You are a helpful agent.", "input": [user]}) is None
         assert stated_root("messages", {"system": "You are a helpful agent.", "messages": [user]}) is None
+
+
+# Clients that state no working directory: their built-in prompts name none (smolagents, mini-swe-agent) or the
+# system prompt is the developer's (the OpenAI Agents SDK, pydantic-ai, LangGraph, the Vercel AI SDK). Per client,
+# a call of its own tool that names a project file by absolute path.
+STATELESS = {
+    "openai-agents": ("read_file", {"path": PROJECT + "/a.txt"}),
+    "pydantic-ai": ("read_file", {"path": PROJECT + "/a.txt", "encoding": None}),
+    "langchain": ("read_file", {"file_path": PROJECT + "/a.txt"}),
+    "vercel-ai-sdk": ("readFile", {"path": PROJECT + "/a.txt"}),
+    "mini-swe-agent": ("bash", {"command": f"uv run scripts/search.py {PROJECT}/a.txt"}),
+}
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize("client", sorted(STATELESS))
+def test_clients_that_state_no_root_need_it_pinned(upstream, start_proxy, client):
+    """docs/policy.md "Project root": such a client's absolute path is refused until the operator names the root
+    (here with the `project_root_header` setting; `paths.project_root` is the other way)."""
+    proxy = start_proxy(upstream.url, project_root_header="x-project-root")
+    tool, arguments = STATELESS[client]
+    catalogue = json.loads((TOOLS / f"{client}.json").read_text())
+    system = "You are a helpful assistant."
+    if catalogue["route"] == "responses":
+        tools = [{"type": "function", **t["function"]} if "function" in t else t for t in catalogue["tools"]]
+        path, body = "/v1/responses", {"model": MODEL, "instructions": system, "tools": tools,
+                                       "input": [{"type": "message", "role": "user", "content": "read a.txt"}]}
+    else:
+        path, body = "/v1/chat/completions", chat([{"role": "system", "content": system},
+                                                   {"role": "user", "content": "read a.txt"}], tools=catalogue["tools"])
+    upstream.script(*[Reply(tool_calls=[(tool, arguments)])] * 5)
+    with proxy.client() as client_:
+        assert client_.post(path, json=body).status_code == 200
+        assert client_.post(path, json=body, headers={"x-project-root": PROJECT}).status_code == 200
+    rows = proxy.rows("SELECT r.project_root, t.decision FROM tool_calls t JOIN requests r ON r.id = t.request_id "
+                      "ORDER BY t.created_at")
+    assert [tuple(r) for r in rows] == [(None, "reject")] * 4 + [(PROJECT, "allow")]
