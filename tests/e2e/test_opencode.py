@@ -8,7 +8,9 @@ session id OpenCode sends.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -53,6 +55,18 @@ def history_calls(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 def tool_results(body: dict[str, Any]) -> list[str]:
     return [str(message.get("content")) for message in body["messages"] if message.get("role") == "tool"]
+
+
+def stub_ripgrep(world: OpenCodeWorld) -> Path:
+    """An `rg` first on PATH that logs its argv and finds nothing: OpenCode's grep runs ripgrep, and downloads it
+    from GitHub when none is on PATH (a run must talk to nothing but its provider)."""
+    log = world.root / "rg-calls.jsonl"
+    rg = world.bin / "rg"
+    rg.write_text(f"#!{sys.executable}\nimport json, sys\n"
+                  f"open({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\nsys.exit(1)\n")
+    rg.chmod(0o755)
+    log.touch()
+    return log
 
 
 def only_session(run: OpenCodeRun) -> str:
@@ -134,6 +148,7 @@ def test_a_search_of_the_project_whose_filter_selects_its_secret_is_refused(
     """A grep over `.` reads every file its filter selects: with the root learned the proxy sees the project's
     `.env` on disk, refuses the filter that selects it, and lets one that does not through."""
     (world.project / ".env").write_text(f"API_KEY={SECRET}\n")
+    searched = stub_ripgrep(world)
     selecting = {"pattern": "KEY", "path": ".", "include": "*"}
     narrow = {"pattern": "NOTES", "path": ".", "include": "*.txt"}
     proxy = through_proxy(scripted_turn([("grep", selecting), ("grep", narrow)]))
@@ -141,7 +156,9 @@ def test_a_search_of_the_project_whose_filter_selects_its_secret_is_refused(
     run = world.run("Search the project for keys.", timeout=RUN_SECONDS)
 
     assert run.returncode == 0, run.describe()
-    assert [p["state"]["input"] for p in run.tool_parts()] == [narrow]
+    assert [(p["state"]["input"], p["state"]["status"]) for p in run.tool_parts()] == [(narrow, "completed")]
+    (argv,) = [json.loads(line) for line in searched.read_text().splitlines()]
+    assert "--glob=*.txt" in argv and "--glob=*" not in argv
     assert all(SECRET not in json.dumps(body) for body in upstream.requests)
     rows = verdicts(proxy)
     assert [(r["tool_name"], json.loads(r["arguments_json"]), r["decision"], r["primary_reason"], r["delivered"])
