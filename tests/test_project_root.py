@@ -120,8 +120,9 @@ def test_a_session_keeps_its_root_for_requests_that_state_none(upstream, proxy):
 
 
 @SQLITE_ONLY
+@pytest.mark.parametrize("client", ["qwen-code", "opencode"])
 @pytest.mark.parametrize("pin", ["policy", "header", "off"])
-def test_an_operator_pins_roots_or_turns_inference_off(upstream, start_proxy, tmp_path, pin):
+def test_an_operator_pins_roots_or_turns_inference_off(upstream, start_proxy, tmp_path, pin, client):
     import yaml
 
     data = yaml.safe_load((ROOT / "policies" / "strict.yaml").read_text())
@@ -133,8 +134,9 @@ def test_an_operator_pins_roots_or_turns_inference_off(upstream, start_proxy, tm
     policy = tmp_path / "policy.yaml"
     policy.write_text(yaml.safe_dump(data))
     proxy = start_proxy(upstream.url, policy=policy, project_root_header="x-project-root")
-    upstream.script(*[Reply(tool_calls=[("read_file", {"file_path": PROJECT + "/a.txt"})])] * 4)
-    path, body = request("qwen-code")
+    tool, arguments = READS[client]
+    upstream.script(*[Reply(tool_calls=[(tool, arguments(PROJECT + "/a.txt"))])] * 4)
+    path, body = request(client)
     headers = {"x-project-root": "/srv/pinned"} if pin == "header" else {}
     with proxy.client() as client:
         client.post(path, json=body, headers=headers)
