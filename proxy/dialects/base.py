@@ -142,8 +142,8 @@ class DialectExchange(Exchange):
     def body(self) -> bytes:
         if not self.extra_messages and not self.body_changed:
             return self.original_body
-        key = self.spec.history_key
-        return self.edited_body(key, self.spec.history(self.payload) if self.extra_messages else [])
+        full = self.full_payload()
+        return self.edited_body(self.spec.history_key, self.spec.history(full) if self.extra_messages else [], full)
 
     def error_response(self, exc: ProxyError) -> Response:
         return self.spec.error_response(exc)
@@ -157,8 +157,8 @@ class DialectExchange(Exchange):
         continue this session."""
         if not reply:
             return
-        messages = list(self.conversation or []) + reply[:-1]
-        self.state.sessions.remember(self.record.session, messages, reply[-1], response_id=response_id)
+        # The conversation as hashed when the session was resolved; the reply's items before its last follow it.
+        self.state.sessions.remember(self.record.session, None, reply[-1], after=reply[:-1], response_id=response_id)
 
 
 class IndexMap:
@@ -397,7 +397,8 @@ async def handle(request: Request, state: Services, dialect: Dialect) -> Respons
 
 async def _exchange(request: Request, state: Services, dialect: Dialect) -> DialectExchange:
     shape = RouteShape(name=dialect.route, validate=dialect.validate, conversation=dialect.conversation,
-                       tools=lambda payload: (None, dialect.offered(payload)), asks_usage=False)
+                       tools=lambda payload: (None, dialect.offered(payload)), asks_usage=False,
+                       history_key=dialect.history_key)
     exchange: DialectExchange = await open_exchange(request, state, shape, DialectExchange, dialect=dialect)
     return exchange
 

@@ -81,12 +81,12 @@ def _validate(payload: dict[str, Any]) -> None:
 
 
 CHAT = RouteShape(name="chat", validate=_validate, conversation=lambda payload: payload["messages"],
-                  tools=lambda payload: _offered_tools(payload.get("tools")))
+                  tools=lambda payload: _offered_tools(payload.get("tools")), history_key="messages")
 
 
 async def chat_completions(request: Request, state: Services) -> Response:
     return await serve(await open_exchange(request, state, CHAT), path=_PATH,
-                       relay=lambda ex, response: _StreamRelay(ex, ex.conversation or []).run(response),
+                       relay=lambda ex, response: _StreamRelay(ex).run(response),
                        whole=_complete)
 
 
@@ -94,7 +94,7 @@ async def chat_completions(request: Request, state: Services) -> Response:
 
 
 async def _complete(ex: Exchange) -> Response:
-    record, messages = ex.record, ex.conversation or []
+    record = ex.record
     judged: list[JudgedCall] = []
     obj: dict[str, Any] = {}
     for attempt in range(1, ex.budget + 2):
@@ -115,7 +115,7 @@ async def _complete(ex: Exchange) -> Response:
                     changed = apply_repairs(choice.get("message") or {}, judged) or changed
             if attempt > 1 and isinstance(obj.get("usage"), dict):
                 _sum_usage(obj["usage"], record.usage)
-            _remember(ex, messages, obj)
+            _remember(ex, obj)
             if ex.enforce:  # what the client gets is the proxy's encoding of what it judged
                 return judged_json(obj)
             if not changed:
@@ -133,7 +133,7 @@ async def _complete(ex: Exchange) -> Response:
                        "logprobs": None, "finish_reason": "stop"}]
     if isinstance(obj.get("usage"), dict):
         _sum_usage(obj["usage"], record.usage)
-    _remember(ex, messages, obj)  # the explanation is the turn the client holds now
+    _remember(ex, obj)  # the explanation is the turn the client holds now
     return judged_json(obj)
 
 
@@ -191,10 +191,11 @@ def _convert_content_calls(ex: Exchange, obj: dict[str, Any], results: list[Any]
     return changed
 
 
-def _remember(ex: Exchange, messages: list[Any], obj: dict[str, Any]) -> None:
+def _remember(ex: Exchange, obj: dict[str, Any]) -> None:
     choices = obj.get("choices") or []
     reply = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
-    ex.state.sessions.remember(ex.record.session, messages, reply if isinstance(reply, dict) else None)
+    # The request's conversation as hashed when its session was resolved (sessions/resolve.py), then the reply.
+    ex.state.sessions.remember(ex.record.session, None, reply if isinstance(reply, dict) else None)
 
 
 # ---------------------------------------------------------------- streaming
@@ -230,9 +231,8 @@ def _tool_count(known: int, delta: dict[str, Any]) -> int:
 class _StreamRelay(StreamedAttempts):
     path = _PATH
 
-    def __init__(self, ex: Exchange, messages: list[Any]) -> None:
+    def __init__(self, ex: Exchange) -> None:
         self.ex = ex
-        self.messages = messages
         self.template: dict[str, Any] | None = None
         self.usage_chunk: dict[str, Any] | None = None
         self.choices: dict[int, _Choice] = {}
@@ -282,7 +282,7 @@ class _StreamRelay(StreamedAttempts):
         self.ex.record.fail("upstream_error", detail, status)
 
     def remember(self) -> None:
-        self.ex.state.sessions.remember(self.ex.record.session, self.messages, self._reply())
+        self.ex.state.sessions.remember(self.ex.record.session, None, self._reply())
 
     # -- one upstream attempt
 
@@ -292,16 +292,25 @@ class _StreamRelay(StreamedAttempts):
         decoder = SSEDecoder()
         event_of = self._event
         try:
-            # upstream_events, inlined: one generator less for each of a stream's many chunks.
+            # upstream_events, inlined: one generator less for each of a stream's many chunks. What the events of
+            # one read release goes out in one write, as a passthrough relays that read: a loaded proxy reads
+            # several events at once, and a write per event would cost a send per event.
             with ex.state.upstream.errors_translated():
                 async for chunk in response.aiter_raw():
                     record.mark_first_byte()
+                    pieces: list[bytes] = []
                     for event in decoder.feed(chunk):
                         out = event_of(event)
-                        if out:
-                            yield out
-                        if self.upstream_error:
+                        if self.upstream_error:  # the error ends the attempt, a piece of its own (held[-1:])
+                            if pieces:
+                                yield b"".join(pieces)
+                            if out:
+                                yield out
                             return
+                        if out:
+                            pieces.append(out)
+                    if pieces:
+                        yield pieces[0] if len(pieces) == 1 else b"".join(pieces)
             for event in decoder.close():
                 out = event_of(event)
                 if out:

@@ -9,11 +9,13 @@ from typing import Any
 
 from starlette.requests import Request
 
-from proxy.enforce.exchange import Exchange
+from proxy.enforce.exchange import Exchange, edited_bytes
 from proxy.enforce.payload import normalize_stream, read_body, read_payload
+from proxy.enforce.text_clients import TextClient, prompt_text, recognise, recognise_text
 from proxy.errors import BadRequest
 from proxy.record import RequestRecord
 from proxy.services import Services
+from proxy.sessions.project_root import stated_root
 
 __all__ = ["RouteShape", "open_exchange"]
 
@@ -27,6 +29,7 @@ class RouteShape:
     conversation: Callable[[dict[str, Any]], list[dict[str, Any]] | None]  # chat messages for the lineage
     tools: Callable[[dict[str, Any]], tuple[list[dict[str, Any]] | None, set[str]]]  # tool schemas, offered names
     asks_usage: bool = True  # streams get `stream_options.include_usage` (the statistics count tokens)
+    history_key: str | None = None  # the member holding the conversation (not kept parsed once read)
 
 
 async def open_exchange(request: Request, state: Services, shape: RouteShape,
@@ -39,12 +42,19 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
     if not isinstance(model, str) or not model:
         raise BadRequest("`model` must be a non-empty string", param="model")
     shape.validate(payload)
-    headers = state.upstream.headers(request.headers)
-    upstream_model = await state.models.resolve(model, headers)
-    policy = state.policy_for(request.headers)
+    # What the parsed conversation is needed for is read now, before the first wait: requests that arrive
+    # together all wait here (the model list, the lineage store), and each would hold its parsed conversation,
+    # larger than its bytes, until it streams. After this, the bytes are the one copy kept.
     conversation = shape.conversation(payload)
-    session = await state.sessions.aresolve(request.headers, conversation, payload)  # replicas share the lineage
-    stream, changed = normalize_stream(payload)
+    lineage = state.sessions.prepare(request.headers, conversation, payload)
+    text_client, stated = _text_client(conversation, payload), stated_root(shape.name, payload)
+    del conversation
+    refused: BadRequest | None = None
+    try:
+        stream, changed = normalize_stream(payload)
+    except BadRequest as exc:  # answered once the model is known to be served, as ever
+        refused, stream, changed = exc, False, False
+    upstream_model = state.models.upstream_name(model)
     if upstream_model != model:
         payload["model"] = upstream_model
         changed = True
@@ -55,10 +65,27 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
         payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
         changed = True
     tools, offered = shape.tools(payload)
+    if changed and refused is None:
+        body = edited_bytes(body, payload)  # the bytes sent: the client's, with the proxy's top-level changes
+    payload = {key: value for key, value in payload.items() if key != shape.history_key}
+    headers = state.upstream.headers(request.headers)
+    await state.models.resolve(model, headers)
+    if refused is not None:
+        raise refused
+    policy = state.policy_for(request.headers)
+    session = await state.sessions.finish(lineage)  # replicas share the lineage
     record = RequestRecord(session=session, model=upstream_model, route=shape.name, upstream=state.upstream.base_url,
                            stream=stream, concurrency=state.enter(upstream_model))
     record.policy_name, record.policy_hash, record.mode = policy.name, policy.hash, policy.policy.mode
-    return (make or Exchange)(state=state, record=record, payload=payload, original_body=body, body_changed=changed,
+    return (make or Exchange)(state=state, record=record, payload=payload, original_body=body, body_changed=False,
                               headers=headers, policy=policy, tools=tools, offered=offered,
-                              client_wants_usage=client_wants_usage, conversation=conversation, client=request,
-                              **extra)
+                              client_wants_usage=client_wants_usage, history_key=shape.history_key, client=request,
+                              text_client=text_client, stated=stated, **extra)
+
+
+def _text_client(conversation: list[dict[str, Any]] | None, payload: dict[str, Any]) -> TextClient | None:
+    """The text-acting client a request comes from (text_clients.py), recognised by what it wrote (a raw
+    completion: by its prompt)."""
+    if conversation is None and "prompt" in payload:
+        return recognise_text(prompt_text(payload.get("prompt")))
+    return recognise(conversation or [])
