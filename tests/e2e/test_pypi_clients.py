@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
 from tests.conftest import RunningProxy
 from tests.e2e.clients import CLIENTS, MODEL, NOTES_MARKER, SECRET_MARKER, AgentWorld
 from tests.e2e.responders import is_refusal
-from tests.e2e.test_clients import ALLOWED, PIPED, PROMPT, _model_stats
+from tests.e2e.test_clients import ALLOWED, PIPED, PROMPT, _model_stats, _requests_text
 from tests.e2e.test_clients import rooted_policy as rooted_policy  # a fixture, asked for by name
 
 pytestmark = pytest.mark.e2e
@@ -41,11 +42,14 @@ def _venv_python(client: str) -> Path:
     return python
 
 
-def _run(client: str, world: AgentWorld, base_url: str) -> dict[str, Any]:
+def _run(client: str, world: AgentWorld, base_url: str, mode: str | None = None) -> dict[str, Any]:
+    """One run of the client's driver (in `mode`, where its driver has modes); its closing JSON line."""
     python = _venv_python(client)
-    env = {"PATH": f"{world.bin}{os.pathsep}/usr/bin:/bin", "HOME": str(world.home), "NO_COLOR": "1"}
-    done = subprocess.run([str(python), str(DRIVERS / f"{client}_agent.py"), base_url, MODEL, str(world.project),
-                           PROMPT], cwd=world.project, env=env, capture_output=True, text=True, timeout=120)
+    env = {"PATH": f"{world.bin}{os.pathsep}/usr/bin:/bin", "HOME": str(world.home), "NO_COLOR": "1",
+           "OPENAI_AGENTS_DISABLE_TRACING": "1"}
+    argv = [str(python), str(DRIVERS / f"{client}_agent.py"), base_url, MODEL, str(world.project), PROMPT]
+    done = subprocess.run([*argv, *([mode] if mode else [])], cwd=world.project, env=env, capture_output=True,
+                          text=True, timeout=120)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     assert done.returncode == 0 and lines, f"{client} driver failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     result: dict[str, Any] = json.loads(lines[-1])
@@ -155,3 +159,84 @@ def test_mini_swe_agent_text_actions_are_governed(tmp_path: Path, upstream: Scri
     assert stats["reasons"] == {"pipe": 1}
     sources = {r[0] for r in proxy.rows("SELECT source FROM tool_calls")}
     assert sources == {"text:mswea_bash_command"}
+
+
+# ---------------------------------------------------------------- tool-calling SDK agents: each run unchanged, twice
+
+
+Call = tuple[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class SdkAgent:
+    """An agent framework's run as its docs show it: its own shell and read tools, each call in that tool's shape."""
+
+    client: str  # the venv and the driver
+    modes: tuple[str, ...]  # one conversation per mode, on one proxy
+    shell: Callable[[str], Call]
+    read: Callable[[Path], Call]
+
+
+SDK_AGENTS = {
+    "openai-agents": SdkAgent("openai-agents", ("chat", "responses-stream"),
+                              lambda command: ("run_shell", {"command": command}),
+                              lambda path: ("read_file", {"path": str(path)})),
+    # optional arguments declared as anyOf [string, null], sent as null the way models often do
+    "pydantic-ai": SdkAgent("pydantic-ai", ("run", "stream"),
+                            lambda command: ("run_command", {"command": command, "cwd": None}),
+                            lambda path: ("read_file", {"path": str(path), "encoding": None})),
+    # ShellTool's `commands` is a string or a list: one run sends each
+    "langgraph": SdkAgent("langgraph", ("invoke", "stream"),
+                          lambda command: ("terminal", {"commands": [command]}),
+                          lambda path: ("read_file", {"file_path": str(path)})),
+}
+
+
+def _sdk_steps(agent: SdkAgent, world: AgentWorld) -> Callable[[dict[str, Any]], Reply]:
+    """The pipe (refused), then the allowed command; a read outside the project (refused), then the notes inside
+    it; then the answer. A tool message that is the proxy's refusal moves a step to its next call, any other means
+    the call ran."""
+    steps = [[agent.shell(PIPED), agent.shell(ALLOWED)], [agent.read(world.secret), agent.read(world.notes)]]
+    if agent.client == "langgraph":  # the second conversation sends `commands` as one string
+        steps_str = [[("terminal", {"commands": PIPED}), ("terminal", {"commands": ALLOWED})], steps[1]]
+
+    def respond(body: dict[str, Any]) -> Reply:
+        done = refused = 0
+        for message in body.get("messages") or []:
+            if message.get("role") == "user":
+                done = refused = 0  # a new conversation's history (the chained Responses input starts over)
+            elif message.get("role") == "tool":
+                done, refused = (done, refused + 1) if is_refusal(message) else (done + 1, 0)
+        script = steps
+        if agent.client == "langgraph" and body.get("stream"):
+            script = steps_str
+        if done >= len(script):
+            return Reply(content="done")
+        step = script[done]
+        return Reply(content="", tool_calls=[step[min(refused, len(step) - 1)]])
+
+    return respond
+
+
+@pytest.mark.parametrize("client", sorted(SDK_AGENTS))
+def test_sdk_agent_is_governed_and_counted(client: str, tmp_path: Path, upstream: ScriptedUpstream, start_proxy,
+                                           request: pytest.FixtureRequest) -> None:
+    """Two conversations of the unchanged agent on the shipped policy (its project as the root): in each the pipe
+    never runs, the allowed command runs once, the read outside the project is refused and the one inside passes;
+    `/stats/models` counts two sessions, four errors, the pipes and the reads."""
+    agent = SDK_AGENTS[client]
+    _venv_python(client)
+    world = _world(tmp_path, client)
+    upstream.responder = _sdk_steps(agent, world)
+    proxy: RunningProxy = start_proxy(upstream.url, policy=request.getfixturevalue("rooted_policy")(world.project))
+    for mode in agent.modes:
+        result = _run(client, world, proxy.url + "/v1", mode)
+        assert result == {"answer": "done"}, f"{mode}: {result}\n{_requests_text(upstream)[-4000:]}"
+    runs = len(agent.modes)
+    sent = _requests_text(upstream)
+    assert world.calls("head") == [] and world.calls("tail") == [], "the blocked pipe ran"
+    assert world.calls("uv") == [["run", "scripts/search.py", "x"]] * runs, "the allowed command ran other than once"
+    assert SECRET_MARKER not in sent and NOTES_MARKER in sent
+    stats = _model_stats(proxy)
+    assert (stats["sessions"], stats["errors"]) == (runs, 2 * runs), stats
+    assert stats["reasons"] == {"pipe": runs, "absolute_path": runs}, stats["reasons"]

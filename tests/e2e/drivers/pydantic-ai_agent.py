@@ -1,0 +1,66 @@
+"""pydantic-ai, unchanged: an Agent on an OpenAI-compatible provider with two tools whose optional arguments it
+declares as `anyOf [string, null]` (a shell with an optional `cwd`, a reader with an optional `encoding`).
+
+Run by tests/e2e/test_pypi_clients.py with the python of pydantic-ai's own venv (scripts/install-agent-pys.sh):
+    python pydantic-ai_agent.py BASE_URL MODEL PROJECT PROMPT MODE
+MODE: `run` (Agent.run_sync) or `stream` (Agent.run_stream_events, the streamed requests).
+Prints one JSON line: {"answer": ...} or {"error": type, "message": ...} when the run raised.
+"""
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from openai import AsyncOpenAI
+from pydantic_ai import Agent, AgentRunResultEvent
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
+
+
+async def main() -> None:
+    base_url, model_id, project, prompt, mode = sys.argv[1:6]
+    client = AsyncOpenAI(base_url=base_url, api_key="none", max_retries=0)
+    model = OpenAIChatModel(model_id, provider=OpenAIProvider(openai_client=client))
+    agent = Agent(model, instructions="You are a careful coding agent.")
+
+    @agent.tool_plain
+    def run_command(command: str, cwd: str | None = None) -> str:
+        """Runs a shell command and returns its output.
+
+        Args:
+            command: the command line to run.
+            cwd: the directory to run it in (the project when left out).
+        """
+        done = subprocess.run(["bash", "-c", command], cwd=cwd or project, capture_output=True, text=True,
+                              timeout=30)
+        return done.stdout + done.stderr
+
+    @agent.tool_plain
+    def read_file(path: str, encoding: str | None = None) -> str:
+        """Reads a text file.
+
+        Args:
+            path: the file's path.
+            encoding: its text encoding (UTF-8 when left out).
+        """
+        return Path(path).read_text(encoding=encoding or "utf-8")
+
+    try:
+        if mode == "stream":
+            output = None
+            async with agent.run_stream_events(prompt) as events:
+                async for event in events:
+                    if isinstance(event, AgentRunResultEvent):
+                        output = event.result.output
+        else:
+            output = (await agent.run(prompt)).output
+    except Exception as error:  # what the user of pydantic-ai is shown
+        print(json.dumps({"error": type(error).__name__, "message": str(error)}))
+        return
+    print(json.dumps({"answer": str(output)}))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
