@@ -15,6 +15,7 @@ from proxy.enforce.record import RequestRecord
 from proxy.logs import get_logger
 from proxy.policy import PolicyManager, default_policy_path
 from proxy.sessions.resolve import SessionResolver
+from proxy.sessions.response_chains import ResponseChains
 from proxy.stats.prometheus import IN_FLIGHT, REQUESTS, UPSTREAM_ERRORS
 from proxy.stats.prometheus_feed import observe_request
 from proxy.stats.webhook import Webhook
@@ -47,6 +48,8 @@ class Services:
     # Called with every finished request (throughput windows, metrics); must not block.
     listeners: list[Callable[[RequestRecord], None]] = field(default_factory=list)
     live: LiveWindows | None = None
+    # The Responses ids handed out that the upstream must read as another (a retried stream's, a blocked turn's).
+    response_chains: ResponseChains = field(default_factory=ResponseChains)
     # What `close` undoes, newest first.
     _closers: AsyncExitStack = field(default_factory=AsyncExitStack, repr=False)
 

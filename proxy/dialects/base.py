@@ -115,6 +115,14 @@ class Dialect(ABC):
         """The id a whole response gives the client to continue from (`previous_response_id`), if the API has one."""
         return None
 
+    def prepare(self, ex: DialectExchange) -> None:
+        """Edit the request before its first attempt goes up (Responses: the id it continues from)."""
+        return None
+
+    def chain(self, ex: DialectExchange, response_id: str | None) -> None:
+        """Note what the id the client was given must continue from upstream (Responses)."""
+        return None
+
     @abstractmethod
     def repaired_fields(self, call: ToolCall) -> dict[str, Any]:
         """The fields of a call's item that carry a repaired call's judged arguments."""
@@ -162,6 +170,7 @@ class DialectExchange(Exchange):
     def remember(self, reply: list[dict[str, Any]], response_id: str | None = None) -> None:
         """Let the client's next request (this conversation plus what it got, or the response id it was given)
         continue this session."""
+        self.spec.chain(self, response_id)
         if not reply:
             return
         messages = list(self.conversation or []) + reply[:-1]
@@ -406,6 +415,7 @@ async def _exchange(request: Request, state: Services, dialect: Dialect) -> Dial
     shape = RouteShape(name=dialect.route, validate=dialect.validate, conversation=dialect.conversation,
                        tools=lambda payload: (None, dialect.offered(payload)), asks_usage=False)
     exchange: DialectExchange = await open_exchange(request, state, shape, DialectExchange, dialect=dialect)
+    dialect.prepare(exchange)
     return exchange
 
 

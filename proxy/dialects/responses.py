@@ -124,7 +124,35 @@ def _message_item(text: str, *, status: str = "completed") -> dict[str, Any]:
             "status": status, "type": "message"}
 
 
+def _answered(output: Any, text: str) -> list[dict[str, Any]]:
+    """A blocked turn as the client got it, for an upstream that holds its refused calls unanswered: each
+    `function_call` answered with the explanation, then the explanation as the assistant's message."""
+    calls = [i.get("call_id") for i in output if isinstance(i, dict) and i.get("type") == "function_call"] \
+        if isinstance(output, list) else []
+    return [*({"type": "function_call_output", "call_id": c, "output": text} for c in calls if isinstance(c, str)),
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}]
+
+
 class ResponsesDialect(Dialect, route="responses", path="/responses", history_key="input", output_key="output"):
+    """One request's dialect. `upstream_id` and `answered` say what the id the client is given must continue from
+    upstream (proxy/sessions/response_chains.py): the last attempt's response and, for a blocked turn, what the
+    client got in place of its calls."""
+
+    def __init__(self) -> None:
+        self.upstream_id: str | None = None
+        self.answered: list[dict[str, Any]] = []
+
+    def prepare(self, ex: DialectExchange) -> None:
+        found = ex.state.response_chains.get(ex.payload.get("previous_response_id"))
+        if found is None:
+            return
+        ex.payload["previous_response_id"] = found.upstream_id
+        if found.items:
+            ex.payload["input"] = [*found.items, *self.history(ex.payload)]
+        ex.body_changed = True
+
+    def chain(self, ex: DialectExchange, response_id: str | None) -> None:
+        ex.state.response_chains.remember(response_id, self.upstream_id or response_id, self.answered)
 
     def validate(self, payload: dict[str, Any]) -> None:
         value = payload.get("input")
@@ -170,6 +198,7 @@ class ResponsesDialect(Dialect, route="responses", path="/responses", history_ke
         _with_usage(obj, usage)
 
     def set_blocked(self, obj: dict[str, Any], text: str) -> None:
+        self.answered = _answered(obj.get("output"), text)
         obj["output"] = [_message_item(text)]
         obj["status"] = "completed"
         obj["incomplete_details"] = None
@@ -198,7 +227,7 @@ class ResponsesDialect(Dialect, route="responses", path="/responses", history_ke
         return {"arguments": call.arguments_text}
 
     def stream(self, ex: DialectExchange) -> DialectStream[Any]:
-        return _ResponsesStream(ex)
+        return _ResponsesStream(ex, self)
 
 
 @dataclass
@@ -262,8 +291,9 @@ class _HeldCall:
 
 
 class _ResponsesStream(DialectStream[_HeldCall]):
-    def __init__(self, ex: DialectExchange) -> None:
+    def __init__(self, ex: DialectExchange, dialect: ResponsesDialect) -> None:
         super().__init__(ex)
+        self.dialect = dialect
         self.sequence = 0  # the next sequence_number the client sees
         self.created: dict[str, Any] | None = None  # the response of the first response.created
         self.items: dict[int, dict[str, Any]] = {}  # client output_index -> the item as the client has it
@@ -302,6 +332,8 @@ class _ResponsesStream(DialectStream[_HeldCall]):
             response = obj.get("response")
             if isinstance(response, dict) and response.get("output"):
                 return self.drop(event, f"`{kind}` whose response already holds output", obj)
+            if kind == "response.created" and isinstance(response, dict) and isinstance(response.get("id"), str):
+                self.dialect.upstream_id = response["id"]  # the attempt the client's id continues from upstream
             if self.attempt > 1:
                 return None  # the client's response began with the first attempt
             if self.created is None and isinstance(response, dict):
@@ -436,6 +468,11 @@ class _ResponsesStream(DialectStream[_HeldCall]):
         return out
 
     def blocked(self, text: str) -> list[bytes]:
+        # The calls as the server stores them: vLLM's closing response re-parses them with ids of its own.
+        stored = self.completed[0].get("response") if self.completed is not None else None
+        output = stored.get("output") if isinstance(stored, dict) else None
+        self.dialect.answered = _answered(output if isinstance(output, list) else
+                                          [held.done or held.item for held in self.held.values()], text)
         item = _message_item(text, status="in_progress")
         position = ("blocked", self.attempt)  # a position of its own, after everything sent so far
         part = {"annotations": [], "text": "", "type": "output_text", "logprobs": []}

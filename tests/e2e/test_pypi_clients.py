@@ -240,3 +240,49 @@ def test_sdk_agent_is_governed_and_counted(client: str, tmp_path: Path, upstream
     stats = _model_stats(proxy)
     assert (stats["sessions"], stats["errors"]) == (runs, 2 * runs), stats
     assert stats["reasons"] == {"pipe": runs, "absolute_path": runs}, stats["reasons"]
+
+
+def _refused_calls_stay_refused(responder: Callable[[dict[str, Any]], Reply], refused: tuple[str, ...],
+                                broken: list[str]) -> Callable[[dict[str, Any]], Reply]:
+    """`responder`, noting each conversation in which a call the proxy refused reads as answered by a result (what
+    the model reads when a chained response id leads to an attempt the client never got). Results are paired
+    with the calls before them by position: vLLM gives a streamed response's stored items fresh call ids."""
+
+    def respond(body: dict[str, Any]) -> Reply:
+        pending: list[str] = []
+        for message in body.get("messages") or []:
+            if message.get("role") == "assistant":
+                pending = [json.dumps(call.get("function")) for call in message.get("tool_calls") or []]
+            elif message.get("role") == "tool" and pending:
+                call = pending.pop(0)
+                if not is_refusal(message) and any(json.dumps(r)[1:-1] in call for r in refused):
+                    broken.append(f"{call} answered by {message.get('content')!r}")
+        return responder(body)
+
+    return respond
+
+
+def test_agents_sdk_responses_chained_by_previous_response_id(tmp_path: Path, upstream: ScriptedUpstream,
+                                                              start_proxy, request: pytest.FixtureRequest) -> None:
+    """The Agents SDK continuing each turn by `previous_response_id` (`auto_previous_response_id`) against a server
+    that stores responses: a refused call's retry happens inside the proxy, so the id the client continues from must
+    lead the server to the turn the client got, never to the refused attempt; two conversations, two sessions."""
+    agent = SDK_AGENTS["openai-agents"]
+    _venv_python(agent.client)
+    world = _world(tmp_path, "agents-chained")
+    broken: list[str] = []
+    upstream.store_responses = True
+    upstream.responder = _refused_calls_stay_refused(_sdk_steps(agent, world), (PIPED, str(world.secret)), broken)
+    proxy: RunningProxy = start_proxy(upstream.url, policy=request.getfixturevalue("rooted_policy")(world.project))
+    modes = ("responses-chained", "responses-chained-stream")
+    for mode in modes:
+        result = _run(agent.client, world, proxy.url + "/v1", mode)
+        assert result == {"answer": "done"}, f"{mode}: {result}\n{_requests_text(upstream)[-4000:]}"
+    chained = [body for body in upstream.requests if body.get("previous_response_id")]
+    assert len(chained) >= 2 * len(modes), [(b.get("previous_response_id"), b.get("input")) for b in upstream.requests]
+    assert broken == [], f"the server continued from an attempt the client never got: {broken}"
+    assert world.calls("head") == [] and world.calls("uv") == [["run", "scripts/search.py", "x"]] * len(modes)
+    assert NOTES_MARKER in _requests_text(upstream) and SECRET_MARKER not in _requests_text(upstream)
+    stats = _model_stats(proxy)
+    assert (stats["sessions"], stats["errors"]) == (len(modes), 2 * len(modes)), stats
+    assert stats["reasons"] == {"pipe": len(modes), "absolute_path": len(modes)}, stats["reasons"]
