@@ -42,18 +42,30 @@ def _venv_python(client: str) -> Path:
     return python
 
 
-def _run(client: str, world: AgentWorld, base_url: str, mode: str | None = None) -> dict[str, Any]:
-    """One run of the client's driver (in `mode`, where its driver has modes); its closing JSON line."""
+def _driver(client: str, world: AgentWorld, base_url: str, mode: str | None = None) -> subprocess.Popen[str]:
+    """The client's driver started (in `mode`, where its driver has modes), by the python of the client's venv."""
     python = _venv_python(client)
     env = {"PATH": f"{world.bin}{os.pathsep}/usr/bin:/bin", "HOME": str(world.home), "NO_COLOR": "1",
            "OPENAI_AGENTS_DISABLE_TRACING": "1"}
     argv = [str(python), str(DRIVERS / f"{client}_agent.py"), base_url, MODEL, str(world.project), PROMPT]
-    done = subprocess.run([*argv, *([mode] if mode else [])], cwd=world.project, env=env, capture_output=True,
-                          text=True, timeout=120)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    assert done.returncode == 0 and lines, f"{client} driver failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return subprocess.Popen([*argv, *([mode] if mode else [])], cwd=world.project, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _result(client: str, driver: subprocess.Popen[str]) -> dict[str, Any]:
+    """The driver's closing JSON line."""
+    try:
+        stdout, stderr = driver.communicate(timeout=120)
+    finally:
+        driver.kill()
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    assert driver.returncode == 0 and lines, f"{client} driver failed:\n{stdout[-3000:]}\n{stderr[-3000:]}"
     result: dict[str, Any] = json.loads(lines[-1])
     return result
+
+
+def _run(client: str, world: AgentWorld, base_url: str, mode: str | None = None) -> dict[str, Any]:
+    return _result(client, _driver(client, world, base_url, mode))
 
 
 def _steps(world: AgentWorld) -> Callable[[dict[str, Any]], Reply]:
@@ -161,7 +173,7 @@ def test_mini_swe_agent_text_actions_are_governed(tmp_path: Path, upstream: Scri
     assert sources == {"text:mswea_bash_command"}
 
 
-# ---------------------------------------------------------------- tool-calling SDK agents: each run unchanged, twice
+# ---------------------------------------------------------------- tool-calling SDK agents: two runs side by side
 
 
 Call = tuple[str, dict[str, Any]]
@@ -172,22 +184,24 @@ class SdkAgent:
     """An agent framework's run as its docs show it: its own shell and read tools, each call in that tool's shape."""
 
     client: str  # the venv and the driver
-    modes: tuple[str, ...]  # one conversation per mode, on one proxy
-    shell: Callable[[str], Call]
+    modes: tuple[str, ...]  # one conversation per mode, side by side on one proxy
+    shell: Callable[[str, Path], Call]  # (command, project)
     read: Callable[[Path], Call]
 
 
 SDK_AGENTS = {
     "openai-agents": SdkAgent("openai-agents", ("chat", "responses-stream"),
-                              lambda command: ("run_shell", {"command": command}),
+                              lambda command, _: ("run_shell", {"command": command}),
                               lambda path: ("read_file", {"path": str(path)})),
-    # optional arguments declared as anyOf [string, null], sent as null the way models often do
+    # optional arguments declared as anyOf [string, null]: the pipe's `cwd` sent as null, the allowed command's as
+    # the project's absolute path
     "pydantic-ai": SdkAgent("pydantic-ai", ("run", "stream"),
-                            lambda command: ("run_command", {"command": command, "cwd": None}),
+                            lambda command, project: ("run_command", {
+                                "command": command, "cwd": str(project) if command == ALLOWED else None}),
                             lambda path: ("read_file", {"path": str(path), "encoding": None})),
     # ShellTool's `commands` is a string or a list: one run sends each
     "langgraph": SdkAgent("langgraph", ("invoke", "stream"),
-                          lambda command: ("terminal", {"commands": [command]}),
+                          lambda command, _: ("terminal", {"commands": [command]}),
                           lambda path: ("read_file", {"file_path": str(path)})),
 }
 
@@ -196,7 +210,8 @@ def _sdk_steps(agent: SdkAgent, world: AgentWorld) -> Callable[[dict[str, Any]],
     """The pipe (refused), then the allowed command; a read outside the project (refused), then the notes inside
     it; then the answer. A tool message that is the proxy's refusal moves a step to its next call, any other means
     the call ran."""
-    steps = [[agent.shell(PIPED), agent.shell(ALLOWED)], [agent.read(world.secret), agent.read(world.notes)]]
+    steps = [[agent.shell(PIPED, world.project), agent.shell(ALLOWED, world.project)],
+             [agent.read(world.secret), agent.read(world.notes)]]
     if agent.client == "langgraph":  # the second conversation sends `commands` as one string
         steps_str = [[("terminal", {"commands": PIPED}), ("terminal", {"commands": ALLOWED})], steps[1]]
 
@@ -218,21 +233,17 @@ def _sdk_steps(agent: SdkAgent, world: AgentWorld) -> Callable[[dict[str, Any]],
     return respond
 
 
-@pytest.mark.parametrize("client", sorted(SDK_AGENTS))
-def test_sdk_agent_is_governed_and_counted(client: str, tmp_path: Path, upstream: ScriptedUpstream, start_proxy,
-                                           request: pytest.FixtureRequest) -> None:
-    """Two conversations of the unchanged agent on the shipped policy (its project as the root): in each the pipe
-    never runs, the allowed command runs once, the read outside the project is refused and the one inside passes;
-    `/stats/models` counts two sessions, four errors, the pipes and the reads."""
-    agent = SDK_AGENTS[client]
-    _venv_python(client)
-    world = _world(tmp_path, client)
-    upstream.responder = _sdk_steps(agent, world)
-    proxy: RunningProxy = start_proxy(upstream.url, policy=request.getfixturevalue("rooted_policy")(world.project))
-    for mode in agent.modes:
-        result = _run(client, world, proxy.url + "/v1", mode)
-        assert result == {"answer": "done"}, f"{mode}: {result}\n{_requests_text(upstream)[-4000:]}"
-    runs = len(agent.modes)
+def _run_side_by_side(client: str, world: AgentWorld, upstream: ScriptedUpstream, proxy: RunningProxy,
+                      modes: tuple[str, ...]) -> None:
+    """One conversation per mode, all at once (their turns interleave at the proxy), each ending in the answer."""
+    drivers = [_driver(client, world, proxy.url + "/v1", mode) for mode in modes]
+    results = [_result(client, driver) for driver in drivers]
+    assert results == [{"answer": "done"}] * len(modes), f"{results}\n{_requests_text(upstream)[-4000:]}"
+
+
+def _assert_governed_and_counted(world: AgentWorld, upstream: ScriptedUpstream, proxy: RunningProxy, runs: int) -> None:
+    """In each run the pipe never ran, the allowed command ran once, the read outside the project was refused and
+    the one inside passed; `/stats/models` counts each run as one session, with its two errors and their reasons."""
     sent = _requests_text(upstream)
     assert world.calls("head") == [] and world.calls("tail") == [], "the blocked pipe ran"
     assert world.calls("uv") == [["run", "scripts/search.py", "x"]] * runs, "the allowed command ran other than once"
@@ -240,6 +251,19 @@ def test_sdk_agent_is_governed_and_counted(client: str, tmp_path: Path, upstream
     stats = _model_stats(proxy)
     assert (stats["sessions"], stats["errors"]) == (runs, 2 * runs), stats
     assert stats["reasons"] == {"pipe": runs, "absolute_path": runs}, stats["reasons"]
+
+
+@pytest.mark.parametrize("client", sorted(SDK_AGENTS))
+def test_sdk_agent_is_governed_and_counted(client: str, tmp_path: Path, upstream: ScriptedUpstream, start_proxy,
+                                           request: pytest.FixtureRequest) -> None:
+    """Two conversations of the unchanged agent side by side on the shipped policy (its project as the root)."""
+    agent = SDK_AGENTS[client]
+    _venv_python(client)
+    world = _world(tmp_path, client)
+    upstream.responder = _sdk_steps(agent, world)
+    proxy: RunningProxy = start_proxy(upstream.url, policy=request.getfixturevalue("rooted_policy")(world.project))
+    _run_side_by_side(client, world, upstream, proxy, agent.modes)
+    _assert_governed_and_counted(world, upstream, proxy, len(agent.modes))
 
 
 def _refused_calls_stay_refused(responder: Callable[[dict[str, Any]], Reply], refused: tuple[str, ...],
@@ -275,14 +299,8 @@ def test_agents_sdk_responses_chained_by_previous_response_id(tmp_path: Path, up
     upstream.responder = _refused_calls_stay_refused(_sdk_steps(agent, world), (PIPED, str(world.secret)), broken)
     proxy: RunningProxy = start_proxy(upstream.url, policy=request.getfixturevalue("rooted_policy")(world.project))
     modes = ("responses-chained", "responses-chained-stream")
-    for mode in modes:
-        result = _run(agent.client, world, proxy.url + "/v1", mode)
-        assert result == {"answer": "done"}, f"{mode}: {result}\n{_requests_text(upstream)[-4000:]}"
+    _run_side_by_side(agent.client, world, upstream, proxy, modes)
     chained = [body for body in upstream.requests if body.get("previous_response_id")]
     assert len(chained) >= 2 * len(modes), [(b.get("previous_response_id"), b.get("input")) for b in upstream.requests]
     assert broken == [], f"the server continued from an attempt the client never got: {broken}"
-    assert world.calls("head") == [] and world.calls("uv") == [["run", "scripts/search.py", "x"]] * len(modes)
-    assert NOTES_MARKER in _requests_text(upstream) and SECRET_MARKER not in _requests_text(upstream)
-    stats = _model_stats(proxy)
-    assert (stats["sessions"], stats["errors"]) == (len(modes), 2 * len(modes)), stats
-    assert stats["reasons"] == {"pipe": len(modes), "absolute_path": len(modes)}, stats["reasons"]
+    _assert_governed_and_counted(world, upstream, proxy, len(modes))
