@@ -304,3 +304,22 @@ def test_agents_sdk_responses_chained_by_previous_response_id(tmp_path: Path, up
     assert len(chained) >= 2 * len(modes), [(b.get("previous_response_id"), b.get("input")) for b in upstream.requests]
     assert broken == [], f"the server continued from an attempt the client never got: {broken}"
     _assert_governed_and_counted(world, upstream, proxy, len(modes))
+
+
+@pytest.mark.parametrize("client", sorted(SDK_AGENTS))
+def test_sdk_agent_user_learns_why_a_turn_was_blocked(client: str, tmp_path: Path, upstream: ScriptedUpstream,
+                                                      start_proxy, request: pytest.FixtureRequest) -> None:
+    """A model that keeps proposing the pipe: the turn ends, once the budget is spent, in the explanation the agent
+    hands its user as its answer; nothing ran, and the run is one session with the budget's four refusals."""
+    agent = SDK_AGENTS[client]
+    world = _world(tmp_path, f"{client}-blocked")
+    upstream.responder = lambda body: (Reply(content="", tool_calls=[agent.shell(PIPED, world.project)])
+                                       if not any(m.get("role") == "tool" and not is_refusal(m)
+                                                  for m in body.get("messages") or []) else Reply(content="done"))
+    proxy: RunningProxy = start_proxy(upstream.url, policy=request.getfixturevalue("rooted_policy")(world.project))
+    result = _run(client, world, proxy.url + "/v1", agent.modes[-1])
+    assert "allowlist-proxy blocked this turn" in result.get("answer", ""), result
+    assert PIPED in result["answer"] and "(pipe)" in result["answer"]
+    assert world.calls("head") == [] and world.calls("uv") == []
+    stats = _model_stats(proxy)
+    assert (stats["sessions"], stats["errors"], stats["reasons"]) == (1, 4, {"pipe": 4}), stats
