@@ -190,12 +190,12 @@ class SdkAgent:
 
 
 SDK_AGENTS = {
-    "openai-agents": SdkAgent("openai-agents", ("chat", "responses-stream"),
+    "openai-agents": SdkAgent("openai-agents", ("chat", "chat-stream", "responses-stream"),
                               lambda command, _: ("run_shell", {"command": command}),
                               lambda path: ("read_file", {"path": str(path)})),
     # optional arguments declared as anyOf [string, null]: the pipe's `cwd` sent as null, the allowed command's as
     # the project's absolute path
-    "pydantic-ai": SdkAgent("pydantic-ai", ("run", "stream"),
+    "pydantic-ai": SdkAgent("pydantic-ai", ("run", "stream", "responses"),
                             lambda command, project: ("run_command", {
                                 "command": command, "cwd": str(project) if command == ALLOWED else None}),
                             lambda path: ("read_file", {"path": str(path), "encoding": None})),
@@ -256,7 +256,8 @@ def _assert_governed_and_counted(world: AgentWorld, upstream: ScriptedUpstream, 
 @pytest.mark.parametrize("client", sorted(SDK_AGENTS))
 def test_sdk_agent_is_governed_and_counted(client: str, tmp_path: Path, upstream: ScriptedUpstream, start_proxy,
                                            request: pytest.FixtureRequest) -> None:
-    """Two conversations of the unchanged agent side by side on the shipped policy (its project as the root)."""
+    """One conversation per mode (the SDK's model classes, whole and streamed) of the unchanged agent, side by side,
+    on the shipped policy (its project as the root)."""
     agent = SDK_AGENTS[client]
     _venv_python(client)
     world = _world(tmp_path, client)
@@ -286,14 +287,16 @@ def _refused_calls_stay_refused(responder: Callable[[dict[str, Any]], Reply], re
     return respond
 
 
-def test_agents_sdk_responses_chained_by_previous_response_id(tmp_path: Path, upstream: ScriptedUpstream,
-                                                              start_proxy, request: pytest.FixtureRequest) -> None:
-    """The Agents SDK continuing each turn by `previous_response_id` (`auto_previous_response_id`) against a server
-    that stores responses: a refused call's retry happens inside the proxy, so the id the client continues from must
-    lead the server to the turn the client got, never to the refused attempt; two conversations, two sessions."""
-    agent = SDK_AGENTS["openai-agents"]
+@pytest.mark.parametrize("client", ["openai-agents", "pydantic-ai"])
+def test_sdk_agent_responses_chained_by_previous_response_id(client: str, tmp_path: Path, upstream: ScriptedUpstream,
+                                                             start_proxy, request: pytest.FixtureRequest) -> None:
+    """The Agents SDK (`auto_previous_response_id`) and pydantic-ai (`openai_previous_response_id='auto'`) continuing
+    each turn by `previous_response_id` against a server that stores responses: a refused call's retry happens
+    inside the proxy, so the id the client continues from must lead the server to the turn the client got, never
+    to the refused attempt; two conversations side by side, two sessions."""
+    agent = SDK_AGENTS[client]
     _venv_python(agent.client)
-    world = _world(tmp_path, "agents-chained")
+    world = _world(tmp_path, f"{client}-chained")
     broken: list[str] = []
     upstream.store_responses = True
     upstream.responder = _refused_calls_stay_refused(_sdk_steps(agent, world), (PIPED, str(world.secret)), broken)

@@ -3,7 +3,10 @@ declares as `anyOf [string, null]` (a shell with an optional `cwd`, a reader wit
 
 Run by tests/e2e/test_pypi_clients.py with the python of pydantic-ai's own venv (scripts/install-agent-pys.sh):
     python pydantic-ai_agent.py BASE_URL MODEL PROJECT PROMPT MODE
-MODE: `run` (Agent.run_sync) or `stream` (Agent.run_stream_events, the streamed requests).
+MODE: `run` (Agent.run on OpenAIChatModel), `stream` (Agent.run_stream_events, the streamed requests),
+`responses` (OpenAIResponsesModel, the whole history each turn) or `responses-chained` (with
+`openai_previous_response_id='auto'`: each turn continues the last response by its id); a mode ending in `stream`
+is streamed.
 Prints one JSON line: {"answer": ...} or {"error": type, "message": ...} when the run raised.
 """
 
@@ -15,15 +18,20 @@ from pathlib import Path
 
 from openai import AsyncOpenAI
 from pydantic_ai import Agent, AgentRunResultEvent
-from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 
 async def main() -> None:
     base_url, model_id, project, prompt, mode = sys.argv[1:6]
     client = AsyncOpenAI(base_url=base_url, api_key="none", max_retries=0)
-    model = OpenAIChatModel(model_id, provider=OpenAIProvider(openai_client=client))
-    agent = Agent(model, instructions="You are a careful coding agent.")
+    provider = OpenAIProvider(openai_client=client)
+    if mode.startswith("responses"):
+        model = OpenAIResponsesModel(model_id, provider=provider)
+        settings = {"openai_previous_response_id": "auto"} if "chained" in mode else {}
+    else:
+        model, settings = OpenAIChatModel(model_id, provider=provider), {}
+    agent = Agent(model, instructions="You are a careful coding agent.", model_settings=settings)
 
     @agent.tool_plain
     def run_command(command: str, cwd: str | None = None) -> str:
@@ -48,7 +56,7 @@ async def main() -> None:
         return Path(path).read_text(encoding=encoding or "utf-8")
 
     try:
-        if mode == "stream":
+        if mode.endswith("stream"):
             output = None
             async with agent.run_stream_events(prompt) as events:
                 async for event in events:
