@@ -11,44 +11,23 @@ Prints one JSON line: {"answer": ...} or {"error": type, "message": ...} when th
 
 import asyncio
 import json
-import subprocess
 import sys
-from pathlib import Path
 
+from agent_tools import read_text, run_shell
 from agents import Agent, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
 from openai import AsyncOpenAI
 
 
 async def main() -> None:
-    base_url, model_id, project, prompt, mode = sys.argv[1:6]
+    base_url, model_id, _project, prompt, mode = sys.argv[1:6]
     set_tracing_disabled(True)  # its exporter would post to OpenAI
     client = AsyncOpenAI(base_url=base_url, api_key="none", max_retries=0)
-
-    @function_tool
-    def run_shell(command: str) -> str:
-        """Runs a shell command in the project and returns its output.
-
-        Args:
-            command: the command line to run.
-        """
-        done = subprocess.run(["bash", "-c", command], cwd=project, capture_output=True, text=True, timeout=30)
-        return done.stdout + done.stderr
-
-    @function_tool
-    def read_file(path: str) -> str:
-        """Reads a text file.
-
-        Args:
-            path: the file's path.
-        """
-        return Path(path).read_text()
-
+    tools = [function_tool(run_shell), function_tool(read_text, name_override="read_file")]
     if mode.startswith("chat"):
         model = OpenAIChatCompletionsModel(model=model_id, openai_client=client)
     else:
         model = OpenAIResponsesModel(model=model_id, openai_client=client)
-    agent = Agent(name="Assistant", instructions="You are a careful coding agent.", model=model,
-                  tools=[run_shell, read_file])
+    agent = Agent(name="Assistant", instructions="You are a careful coding agent.", model=model, tools=tools)
     options = {"max_turns": 8, "auto_previous_response_id": "chained" in mode}
     try:
         if mode.endswith("-stream"):
