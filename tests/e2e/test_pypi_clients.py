@@ -42,13 +42,14 @@ def _venv_python(client: str) -> Path:
     return python
 
 
-def _driver(client: str, world: AgentWorld, base_url: str, mode: str | None = None) -> subprocess.Popen[str]:
-    """The client's driver started (in `mode`, where its driver has modes), by the python of the client's venv."""
+def _driver(client: str, world: AgentWorld, base_url: str, *args: str) -> subprocess.Popen[str]:
+    """The client's driver started (with its own further arguments: a mode, a follow-up), by the python of the
+    client's venv."""
     python = _venv_python(client)
     env = {"PATH": f"{world.bin}{os.pathsep}/usr/bin:/bin", "HOME": str(world.home), "NO_COLOR": "1",
            "OPENAI_AGENTS_DISABLE_TRACING": "1"}
     argv = [str(python), str(DRIVERS / f"{client}_agent.py"), base_url, MODEL, str(world.project), PROMPT]
-    return subprocess.Popen([*argv, *([mode] if mode else [])], cwd=world.project, env=env, text=True,
+    return subprocess.Popen([*argv, *args], cwd=world.project, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -64,8 +65,8 @@ def _result(client: str, driver: subprocess.Popen[str]) -> dict[str, Any]:
     return result
 
 
-def _run(client: str, world: AgentWorld, base_url: str, mode: str | None = None) -> dict[str, Any]:
-    return _result(client, _driver(client, world, base_url, mode))
+def _run(client: str, world: AgentWorld, base_url: str, *args: str) -> dict[str, Any]:
+    return _result(client, _driver(client, world, base_url, *args))
 
 
 def _steps(world: AgentWorld) -> Callable[[dict[str, Any]], Reply]:
@@ -177,6 +178,7 @@ def test_mini_swe_agent_text_actions_are_governed(tmp_path: Path, upstream: Scri
 
 
 Call = tuple[str, dict[str, Any]]
+FOLLOW_UP = "Thanks. Anything else to note?"
 
 
 @dataclass(frozen=True)
@@ -208,19 +210,20 @@ SDK_AGENTS = {
 
 def _sdk_steps(agent: SdkAgent, world: AgentWorld) -> Callable[[dict[str, Any]], Reply]:
     """The pipe (refused), then the allowed command; a read outside the project (refused), then the notes inside
-    it; then the answer. A tool message that is the proxy's refusal moves a step to its next call, any other means
-    the call ran."""
+    it; then the answer; the user's follow-up is answered at once. A tool message that is the proxy's refusal moves
+    a step to its next call, any other means the call ran."""
     steps = [[agent.shell(PIPED, world.project), agent.shell(ALLOWED, world.project)],
              [agent.read(world.secret), agent.read(world.notes)]]
     if agent.client == "langgraph":  # the second conversation sends `commands` as one string
         steps_str = [[("terminal", {"commands": PIPED}), ("terminal", {"commands": ALLOWED})], steps[1]]
 
     def respond(body: dict[str, Any]) -> Reply:
+        messages = body.get("messages") or []
+        if any(m.get("role") == "user" and FOLLOW_UP in json.dumps(m.get("content")) for m in messages):
+            return Reply(content="nothing else")
         done = refused = 0
-        for message in body.get("messages") or []:
-            if message.get("role") == "user":
-                done = refused = 0  # a new conversation's history (the chained Responses input starts over)
-            elif message.get("role") == "tool":
+        for message in messages:
+            if message.get("role") == "tool":
                 done, refused = (done, refused + 1) if is_refusal(message) else (done + 1, 0)
         script = steps
         if agent.client == "langgraph" and body.get("stream"):
@@ -235,22 +238,27 @@ def _sdk_steps(agent: SdkAgent, world: AgentWorld) -> Callable[[dict[str, Any]],
 
 def _run_side_by_side(client: str, world: AgentWorld, upstream: ScriptedUpstream, proxy: RunningProxy,
                       modes: tuple[str, ...]) -> None:
-    """One conversation per mode, all at once (their turns interleave at the proxy), each ending in the answer."""
-    drivers = [_driver(client, world, proxy.url + "/v1", mode) for mode in modes]
+    """One conversation per mode, all at once (their turns interleave at the proxy), each two runs of the agent:
+    the task, then the user's follow-up in the same conversation."""
+    drivers = [_driver(client, world, proxy.url + "/v1", mode, FOLLOW_UP) for mode in modes]
     results = [_result(client, driver) for driver in drivers]
-    assert results == [{"answer": "done"}] * len(modes), f"{results}\n{_requests_text(upstream)[-4000:]}"
+    expected = {"answer": "done", "follow_up": "nothing else"}
+    assert results == [expected] * len(modes), f"{results}\n{_requests_text(upstream)[-4000:]}"
 
 
-def _assert_governed_and_counted(world: AgentWorld, upstream: ScriptedUpstream, proxy: RunningProxy, runs: int) -> None:
-    """In each run the pipe never ran, the allowed command ran once, the read outside the project was refused and
-    the one inside passed; `/stats/models` counts each run as one session, with its two errors and their reasons."""
+def _assert_governed_and_counted(world: AgentWorld, upstream: ScriptedUpstream, proxy: RunningProxy,
+                                 conversations: int) -> None:
+    """In each conversation the pipe never ran, the allowed command ran once, the read outside the project was
+    refused and the one inside passed; `/stats/models` counts each conversation as one session, with its two errors
+    and their reasons."""
     sent = _requests_text(upstream)
     assert world.calls("head") == [] and world.calls("tail") == [], "the blocked pipe ran"
-    assert world.calls("uv") == [["run", "scripts/search.py", "x"]] * runs, "the allowed command ran other than once"
+    ran = world.calls("uv")
+    assert ran == [["run", "scripts/search.py", "x"]] * conversations, "the allowed command ran other than once"
     assert SECRET_MARKER not in sent and NOTES_MARKER in sent
     stats = _model_stats(proxy)
-    assert (stats["sessions"], stats["errors"]) == (runs, 2 * runs), stats
-    assert stats["reasons"] == {"pipe": runs, "absolute_path": runs}, stats["reasons"]
+    assert (stats["sessions"], stats["errors"]) == (conversations, 2 * conversations), stats
+    assert stats["reasons"] == {"pipe": conversations, "absolute_path": conversations}, stats["reasons"]
 
 
 @pytest.mark.parametrize("client", sorted(SDK_AGENTS))
@@ -313,16 +321,16 @@ def test_sdk_agent_responses_chained_by_previous_response_id(client: str, tmp_pa
 def test_sdk_agent_user_learns_why_a_turn_was_blocked(client: str, tmp_path: Path, upstream: ScriptedUpstream,
                                                       start_proxy, request: pytest.FixtureRequest) -> None:
     """A model that keeps proposing the pipe: the turn ends, once the budget is spent, in the explanation the agent
-    hands its user as its answer; nothing ran, and the run is one session with the budget's four refusals."""
+    hands its user as its answer; nothing ran, and the conversation (the user's follow-up included) is one session
+    with the budget's four refusals."""
     agent = SDK_AGENTS[client]
     world = _world(tmp_path, f"{client}-blocked")
-    upstream.responder = lambda body: (Reply(content="", tool_calls=[agent.shell(PIPED, world.project)])
-                                       if not any(m.get("role") == "tool" and not is_refusal(m)
-                                                  for m in body.get("messages") or []) else Reply(content="done"))
+    upstream.responder = lambda body: (Reply(content="nothing else") if FOLLOW_UP in json.dumps(body["messages"])
+                                       else Reply(content="", tool_calls=[agent.shell(PIPED, world.project)]))
     proxy: RunningProxy = start_proxy(upstream.url, policy=request.getfixturevalue("rooted_policy")(world.project))
-    result = _run(client, world, proxy.url + "/v1", agent.modes[-1])
+    result = _run(client, world, proxy.url + "/v1", agent.modes[-1], FOLLOW_UP)
     assert "allowlist-proxy blocked this turn" in result.get("answer", ""), result
-    assert PIPED in result["answer"] and "(pipe)" in result["answer"]
+    assert PIPED in result["answer"] and "(pipe)" in result["answer"] and result["follow_up"] == "nothing else"
     assert world.calls("head") == [] and world.calls("uv") == []
     stats = _model_stats(proxy)
     assert (stats["sessions"], stats["errors"], stats["reasons"]) == (1, 4, {"pipe": 4}), stats

@@ -2,12 +2,13 @@
 declares as `anyOf [string, null]` (a shell with an optional `cwd`, a reader with an optional `encoding`).
 
 Run by tests/e2e/test_pypi_clients.py with the python of pydantic-ai's own venv (scripts/install-agent-pys.sh):
-    python pydantic-ai_agent.py BASE_URL MODEL PROJECT PROMPT MODE
+    python pydantic-ai_agent.py BASE_URL MODEL PROJECT PROMPT MODE FOLLOW_UP
 MODE: `run` (Agent.run on OpenAIChatModel), `stream` (Agent.run_stream_events, the streamed requests),
 `responses` (OpenAIResponsesModel, the whole history each turn) or `responses-chained` (with
 `openai_previous_response_id='auto'`: each turn continues the last response by its id); a mode ending in `stream`
 is streamed.
-Prints one JSON line: {"answer": ...} or {"error": type, "message": ...} when the run raised.
+Two runs of one conversation: PROMPT, then the user's FOLLOW_UP.
+Prints one JSON line: {"answer": ..., "follow_up": ...} or {"error": type, "message": ...} when a run raised.
 """
 
 import asyncio
@@ -15,15 +16,16 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from openai import AsyncOpenAI
-from pydantic_ai import Agent, AgentRunResultEvent
+from pydantic_ai import Agent, AgentRunResult, AgentRunResultEvent
 from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 
 async def main() -> None:
-    base_url, model_id, project, prompt, mode = sys.argv[1:6]
+    base_url, model_id, project, prompt, mode, follow_up = sys.argv[1:7]
     client = AsyncOpenAI(base_url=base_url, api_key="none", max_retries=0)
     provider = OpenAIProvider(openai_client=client)
     if mode.startswith("responses"):
@@ -55,19 +57,22 @@ async def main() -> None:
         """
         return Path(path).read_text(encoding=encoding or "utf-8")
 
+    async def run(given: str, history: list[Any] | None) -> AgentRunResult[str]:
+        if not mode.endswith("stream"):
+            return await agent.run(given, message_history=history)
+        async with agent.run_stream_events(given, message_history=history) as events:
+            async for event in events:
+                if isinstance(event, AgentRunResultEvent):
+                    return event.result
+        raise RuntimeError("the stream ended without a result")
+
     try:
-        if mode.endswith("stream"):
-            output = None
-            async with agent.run_stream_events(prompt) as events:
-                async for event in events:
-                    if isinstance(event, AgentRunResultEvent):
-                        output = event.result.output
-        else:
-            output = (await agent.run(prompt)).output
+        first = await run(prompt, None)
+        then = await run(follow_up, first.all_messages())  # the user's next message in the same conversation
     except Exception as error:  # what the user of pydantic-ai is shown
         print(json.dumps({"error": type(error).__name__, "message": str(error)}))
         return
-    print(json.dumps({"answer": str(output)}))
+    print(json.dumps({"answer": str(first.output), "follow_up": str(then.output)}))
 
 
 if __name__ == "__main__":
