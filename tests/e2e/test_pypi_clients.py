@@ -210,8 +210,9 @@ SDK_AGENTS = {
 
 def _sdk_steps(agent: SdkAgent, world: AgentWorld) -> Callable[[dict[str, Any]], Reply]:
     """The pipe (refused), then the allowed command; a read outside the project (refused), then the notes inside
-    it; then the answer; the user's follow-up is answered at once. A tool message that is the proxy's refusal moves
-    a step to its next call, any other means the call ran."""
+    it, each turn with reasoning and a narration as Qwen3 on vLLM gives them; then the answer; the user's follow-up
+    is answered at once. A tool message that is the proxy's refusal moves a step to its next call, any other means
+    the call ran."""
     steps = [[agent.shell(PIPED, world.project), agent.shell(ALLOWED, world.project)],
              [agent.read(world.secret), agent.read(world.notes)]]
     if agent.client == "langgraph":  # the second conversation sends `commands` as one string
@@ -231,7 +232,7 @@ def _sdk_steps(agent: SdkAgent, world: AgentWorld) -> Callable[[dict[str, Any]],
         if done >= len(script):
             return Reply(content="done")
         step = script[done]
-        return Reply(content="", tool_calls=[step[min(refused, len(step) - 1)]])
+        return Reply(content="On it.", reasoning="The next step.", tool_calls=[step[min(refused, len(step) - 1)]])
 
     return respond
 
