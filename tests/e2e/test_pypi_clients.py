@@ -34,7 +34,7 @@ DRIVERS = Path(__file__).parent / "drivers"
 def _venv_python(client: str) -> Path:
     cache = Path(os.environ.get("AGENT_PYS_CACHE", Path.home() / ".cache" / "allowlist-proxy-e2e-py"))
     python = cache / client / "bin" / "python"
-    if not python.exists():
+    if not python.exists() or not (cache / client / ".installed").exists():  # the marker: its install finished
         detail = f"{client} is not installed in {python.parent.parent} (run scripts/install-agent-pys.sh)"
         if os.environ.get("E2E_REQUIRE_CLIENTS") == "1":
             pytest.fail(detail)
