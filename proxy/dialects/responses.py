@@ -130,7 +130,7 @@ def _answered(output: Any, text: str) -> list[dict[str, Any]]:
     calls = [i.get("call_id") for i in output if isinstance(i, dict) and i.get("type") == "function_call"] \
         if isinstance(output, list) else []
     return [*({"type": "function_call_output", "call_id": c, "output": text} for c in calls if isinstance(c, str)),
-            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}]
+            {"type": "message", "role": "assistant", "content": text}]  # an easy input message: any server reads it
 
 
 class ResponsesDialect(Dialect, route="responses", path="/responses", history_key="input", output_key="output"):
