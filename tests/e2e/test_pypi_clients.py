@@ -318,20 +318,42 @@ def test_sdk_agent_responses_chained_by_previous_response_id(client: str, tmp_pa
     _assert_governed_and_counted(world, upstream, proxy, len(modes))
 
 
-@pytest.mark.parametrize("client", sorted(SDK_AGENTS))
-def test_sdk_agent_user_learns_why_a_turn_was_blocked(client: str, tmp_path: Path, upstream: ScriptedUpstream,
-                                                      start_proxy, request: pytest.FixtureRequest) -> None:
+BLOCKED_RUNS = [("openai-agents", "responses-stream"), ("openai-agents", "responses-chained-stream"),
+                ("pydantic-ai", "responses"), ("pydantic-ai", "responses-chained"), ("langgraph", "stream")]
+
+
+@pytest.mark.parametrize(("client", "mode"), BLOCKED_RUNS)
+def test_sdk_agent_user_learns_why_a_turn_was_blocked(client: str, mode: str, tmp_path: Path,
+                                                      upstream: ScriptedUpstream, start_proxy,
+                                                      request: pytest.FixtureRequest) -> None:
     """A model that keeps proposing the pipe: the turn ends, once the budget is spent, in the explanation the agent
-    hands its user as its answer; nothing ran, and the conversation (the user's follow-up included) is one session
-    with the budget's four refusals."""
+    hands its user as its answer; nothing ran. The user's follow-up (by the whole history, or chained by the
+    response id against a server that stores responses) reaches the model after that explanation, every call it
+    made answered; the conversation is one session with the budget's four refusals."""
     agent = SDK_AGENTS[client]
     world = _world(tmp_path, f"{client}-blocked")
-    upstream.responder = lambda body: (Reply(content="nothing else") if FOLLOW_UP in json.dumps(body["messages"])
-                                       else Reply(content="", tool_calls=[agent.shell(PIPED, world.project)]))
+    read: list[list[dict[str, Any]]] = []
+
+    def respond(body: dict[str, Any]) -> Reply:
+        read.append(body["messages"])
+        if FOLLOW_UP in json.dumps(body["messages"]):
+            return Reply(content="nothing else")
+        return Reply(content="", tool_calls=[agent.shell(PIPED, world.project)])
+
+    upstream.store_responses = True
+    upstream.responder = respond
     proxy: RunningProxy = start_proxy(upstream.url, policy=request.getfixturevalue("rooted_policy")(world.project))
-    result = _run(client, world, proxy.url + "/v1", agent.modes[-1], FOLLOW_UP)
-    assert "allowlist-proxy blocked this turn" in result.get("answer", ""), result
-    assert PIPED in result["answer"] and "(pipe)" in result["answer"] and result["follow_up"] == "nothing else"
+    result = _run(client, world, proxy.url + "/v1", mode, FOLLOW_UP)
+    explanation = result.get("answer", "")
+    assert "allowlist-proxy blocked this turn" in explanation, result
+    assert PIPED in explanation and "(pipe)" in explanation and result["follow_up"] == "nothing else"
     assert world.calls("head") == [] and world.calls("uv") == []
+    assert bool(upstream.requests[-1].get("previous_response_id")) == ("chained" in mode)
+    follow_up = read[-1]
+    assert FOLLOW_UP in json.dumps(follow_up[-1]) and follow_up[-2]["role"] == "assistant", follow_up[-3:]
+    assert "allowlist-proxy blocked this turn" in json.dumps(follow_up[-2]["content"]), follow_up[-3:]
+    for position, message in enumerate(follow_up):
+        for n, _ in enumerate(message.get("tool_calls") or []):
+            assert follow_up[position + 1 + n]["role"] == "tool", f"a call left unanswered: {follow_up[position:]}"
     stats = _model_stats(proxy)
     assert (stats["sessions"], stats["errors"], stats["reasons"]) == (1, 4, {"pipe": 4}), stats
