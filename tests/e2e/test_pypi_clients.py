@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
-from tests.conftest import RunningProxy
+from tests.conftest import ROOT, RunningProxy
 from tests.e2e.clients import CLIENTS, MODEL, NOTES_MARKER, SECRET_MARKER, AgentWorld
 from tests.e2e.responders import is_refusal
 from tests.e2e.test_clients import ALLOWED, PIPED, PROMPT, _model_stats, _requests_text
@@ -208,13 +208,14 @@ SDK_AGENTS = {
 }
 
 
-def _sdk_steps(agent: SdkAgent, world: AgentWorld) -> Callable[[dict[str, Any]], Reply]:
+def _sdk_steps(agent: SdkAgent, world: AgentWorld, *, relative: bool = False) -> Callable[[dict[str, Any]], Reply]:
     """The pipe (refused), then the allowed command; a read outside the project (refused), then the notes inside
-    it, each turn with reasoning and a narration as Qwen3 on vLLM gives them; then the answer; the user's follow-up
-    is answered at once. A tool message that is the proxy's refusal moves a step to its next call, any other means
-    the call ran."""
-    steps = [[agent.shell(PIPED, world.project), agent.shell(ALLOWED, world.project)],
-             [agent.read(world.secret), agent.read(world.notes)]]
+    it (by absolute paths, or `relative` to the project the agent runs in); each turn with reasoning and a
+    narration as Qwen3 on vLLM gives them; then the answer; the user's follow-up is answered at once. A tool
+    message that is the proxy's refusal moves a step to its next call, any other means the call ran."""
+    project, notes = (Path("."), Path(world.notes.name)) if relative else (world.project, world.notes)
+    steps = [[agent.shell(PIPED, project), agent.shell(ALLOWED, project)],
+             [agent.read(world.secret), agent.read(notes)]]
     if agent.client == "langgraph":  # the second conversation sends `commands` as one string
         steps_str = [[("terminal", {"commands": PIPED}), ("terminal", {"commands": ALLOWED})], steps[1]]
 
@@ -357,3 +358,18 @@ def test_sdk_agent_user_learns_why_a_turn_was_blocked(client: str, mode: str, tm
             assert follow_up[position + 1 + n]["role"] == "tool", f"a call left unanswered: {follow_up[position:]}"
     stats = _model_stats(proxy)
     assert (stats["sessions"], stats["errors"], stats["reasons"]) == (1, 4, {"pipe": 4}), stats
+
+
+@pytest.mark.parametrize("client", sorted(SDK_AGENTS))
+def test_sdk_agent_on_the_bare_shipped_policy(client: str, tmp_path: Path, upstream: ScriptedUpstream, start_proxy,
+                                              ) -> None:
+    """policies/strict.yaml as shipped, no root pinned: an SDK agent states no working directory, so the project is
+    what its relative paths name (the agent runs in it): the pipe is refused, the allowed command runs (pydantic-ai's
+    `cwd` "."), the read of the notes by a relative path passes, the absolute read outside is refused, and the
+    conversation is one session."""
+    agent = SDK_AGENTS[client]
+    world = _world(tmp_path, f"{client}-bare")
+    upstream.responder = _sdk_steps(agent, world, relative=True)
+    proxy: RunningProxy = start_proxy(upstream.url, policy=ROOT / "policies" / "strict.yaml")
+    _run_side_by_side(client, world, upstream, proxy, agent.modes[:1])
+    _assert_governed_and_counted(world, upstream, proxy, 1)
