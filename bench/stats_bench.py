@@ -169,7 +169,7 @@ async def bench(path: Path, n_calls: int, runs: int) -> None:
             "attempt_histograms": lambda c: figures.attempt_histograms(c, f),
             "throughput_by_concurrency": lambda c: figures.throughput_by_concurrency(c, f),
             "latency_bins": lambda c: figures.latency_bins(c, f),
-            "rows only (no rollups)": lambda c: queries.call_counts(c, f),
+            "rows only (no rollups)": lambda c: queries.call_counts_from_rows(c, f),
         }
         for label, query in parts.items():
             async def one(query: Any = query) -> None:

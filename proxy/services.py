@@ -4,23 +4,25 @@ place (`Services.close`, in the reverse order), and the one place a request ends
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from proxy import events
 from proxy.config import Settings
-from proxy.enforce.record import RequestRecord
+from proxy.errors import StoreUnavailable
 from proxy.logs import get_logger
-from proxy.policy import PolicyManager, default_policy_path
+from proxy.policy import LoadedPolicy, PolicyManager, default_policy_path
+from proxy.record import RequestRecord
 from proxy.sessions.resolve import SessionResolver
 from proxy.sessions.response_chains import ResponseChains
-from proxy.stats.prometheus import IN_FLIGHT, REQUESTS, UPSTREAM_ERRORS
-from proxy.stats.prometheus_feed import observe_request
+from proxy.stats.prometheus import observe_request
 from proxy.stats.webhook import Webhook
 from proxy.store.db import create_engine, migrate
 from proxy.store.journal import OwnerLock, recover
+from proxy.store.recorder import queue_request
 from proxy.store.retention import Retention
 from proxy.store.writer import StoreWriter
 from proxy.throughput.live import LiveWindows
@@ -117,15 +119,24 @@ class Services:
 
     # -- one request ----------------------------------------------------------------------------------
 
+    def policy_for(self, headers: Mapping[str, str]) -> LoadedPolicy:
+        """The request's policy (`PolicyManager.pick`). In enforce mode with `on_store_failure: refuse`, while
+        the store cannot record, no request starts (the GPU would answer for nothing the client may receive)."""
+        policy = self.policies.pick(headers.get("x-allowlist-policy"), by_header=self.settings.policy_header)
+        if policy.policy.mode == "enforce" and self.settings.on_store_failure == "refuse" and \
+                (reason := self.writer.health()) is not None:
+            raise StoreUnavailable(f"the proxy cannot record calls now, so it serves none: {reason}")
+        return policy
+
     def enter(self, model: str) -> int:
         """Counts the request in; returns the concurrency it started at (itself included)."""
         self.in_flight[model] += 1
-        IN_FLIGHT.labels(model).inc()
+        events.emit(events.InFlight(model, 1))
         return self.in_flight[model]
 
     def _leave(self, model: str) -> None:
         self.in_flight[model] -= 1
-        IN_FLIGHT.labels(model).dec()
+        events.emit(events.InFlight(model, -1))
         if self.in_flight[model] <= 0:
             del self.in_flight[model]
 
@@ -136,10 +147,7 @@ class Services:
         if record.saved:
             return
         self._leave(record.model)
-        record.save(self.writer)
-        REQUESTS.labels(record.model, record.route, str(record.status)).inc()
-        if record.outcome == "upstream_error":
-            UPSTREAM_ERRORS.labels(record.model, str(record.status)).inc()
+        queue_request(self.writer, record)
         for listener in self.listeners:
             listener(record)
         # A blocked turn or an upstream failure is what an operator filtering on `warning` wants to see.

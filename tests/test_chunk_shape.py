@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from proxy.upstream.strict import dumps
+from proxy.strict import dumps
 from proxy.upstream.text_frame import TextFrame
 
 HEAD = '{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'

@@ -103,7 +103,12 @@ class DevTools:
     def wait_for(self, expression: str, timeout: float = 15.0) -> Any:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            value = self.evaluate(expression)
+            try:
+                value = self.evaluate(expression)
+            except RuntimeError as exc:  # the page navigated while asked (a click that leaves it): ask again
+                if "navigated or closed" not in str(exc) and "context was destroyed" not in str(exc):
+                    raise
+                value = None
             if value:
                 return value
             time.sleep(0.1)

@@ -198,3 +198,28 @@ def test_unknown_model_names_never_take_the_label_room_of_served_models(model_up
     assert not any(("model_name", f"nope-{i}") in labels for (_name, labels) in metrics for i in range(210))
     assert value(metrics, "allowlist_proxy_requests_total", model_name=model, route="chat",
                  status="200") >= 1
+
+
+def test_every_event_is_counted_by_the_metrics_listener():
+    """The proxy's parts emit events (proxy/events.py) and import no metric: an event the listener does not
+    handle would vanish from /metrics without a sound."""
+    import dataclasses
+    import inspect
+
+    from proxy import events
+    from proxy.stats import prometheus
+
+    kinds = {c for _, c in inspect.getmembers(events, inspect.isclass)
+             if c.__module__ == events.__name__ and dataclasses.is_dataclass(c)}
+    assert kinds and kinds == set(prometheus._HANDLERS)
+
+
+def test_an_emitted_event_moves_its_series():
+    from proxy import events
+    from proxy.stats.prometheus import REGISTRY
+
+    model = f"m-{uuid.uuid4().hex[:8]}"
+    # An unserved model name reads "other" (bounded labels): count that series before and after instead.
+    before = REGISTRY.get_sample_value("allowlist_proxy_store_refusals_total", {"model_name": "other"}) or 0.0
+    events.emit(events.StoreRefused(model))
+    assert REGISTRY.get_sample_value("allowlist_proxy_store_refusals_total", {"model_name": "other"}) == before + 1

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from proxy.upstream.strict import MAX_DEPTH, Unparseable, dumps, encode_event, loads
+from proxy.strict import MAX_DEPTH, Unparseable, dumps, encode_event, loads
 
 
 @pytest.mark.parametrize("raw", [

@@ -169,7 +169,7 @@ def test_arguments_with_a_duplicate_key_are_never_relayed(sqlite_only, upstream,
 
 
 def test_an_upstream_chunk_with_a_duplicate_key_is_unjudgeable(sqlite_only, start_proxy):
-    from proxy.upstream import strict
+    from proxy import strict
 
     with pytest.raises(strict.Unparseable, match="twice"):
         strict.loads('{"choices": [{"delta": {"content": "a", "content": "b"}}]}')

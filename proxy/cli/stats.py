@@ -20,7 +20,7 @@ from proxy.cli.command import add_command
 from proxy.cli.store_options import add_db, add_loop_min_attempts, add_window
 from proxy.config import Settings, normalize_db_url
 
-__all__ = ["parse_pair", "read_store", "register", "run", "sqlite_path"]
+__all__ = ["read_store", "register", "run", "sqlite_path"]
 
 
 def register(subparsers: Any) -> None:
@@ -145,16 +145,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_pair(text: str) -> tuple[str, str]:
-    """`a,b` -> ("a", "b"); ValueError unless exactly two different, non-empty names."""
-    names = [n.strip() for n in text.split(",")]
-    if len(names) != 2 or not all(names) or names[0] == names[1]:
-        raise ValueError(f"expected two different model names as A,B (got {text!r})")
-    return names[0], names[1]
-
-
 def _compare(args: argparse.Namespace, url: str, since: float | None, until: float | None) -> int:
-    from proxy.stats.compare import compare_models, comparison_table
+    from proxy.stats.compare import compare_models, comparison_table, parse_pair
 
     try:
         pair = parse_pair(args.compare)

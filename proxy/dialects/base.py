@@ -13,7 +13,7 @@ upstream wrote it (proxy/enforce/judging.py).
 A `Dialect` says what its requests, whole responses and retries look like, and makes the `DialectStream` that
 reads its server-sent events; this module runs the whole-response loop for both dialects, and `DialectStream`
 gives the streamed loop that chat shares (proxy/enforce/relay.py) the dialects' steps, with the held-call
-machinery both dialects use. The upstream attempts themselves are the Exchange's (proxy/enforce/exchange.py).
+machinery both dialects use. The upstream attempts themselves are proxy/enforce/attempts.py's.
 The reasons a model reads come from the same `retry_messages` as chat, translated into the dialect's items.
 """
 
@@ -29,25 +29,18 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy import strict
 from proxy.enforce.actions import unjudgeable_call
-from proxy.enforce.exchange import (
-    Exchange,
-    Outcome,
-    RouteShape,
-    judged_json,
-    open_exchange,
-    serve,
-    upstream_events,
-    whole_attempt,
-)
+from proxy.enforce.attempts import upstream_events, whole_attempt
+from proxy.enforce.exchange import Exchange, Outcome
 from proxy.enforce.feedback_turns import blocked_message, retry_messages
-from proxy.enforce.judging import JudgedCall
-from proxy.enforce.record import Usage
+from proxy.enforce.prelude import RouteShape, open_exchange
 from proxy.enforce.relay import StreamedAttempts
+from proxy.enforce.serve import judged_json, serve
 from proxy.errors import BlockedTurn, ProxyError, UpstreamProtocolError, UpstreamUnjudgeable, error_response
+from proxy.record import JudgedCall, Usage
 from proxy.services import Services
 from proxy.toolcalls import ToolCall
-from proxy.upstream import strict
 from proxy.upstream.sse import SSEEvent
 
 __all__ = ["Dialect", "DialectExchange", "DialectStream", "HeldCall", "IndexMap", "handle"]

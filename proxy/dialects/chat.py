@@ -15,14 +15,19 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy import strict
 from proxy.dialects.shapes import choice_problem
 from proxy.enforce.actions import unjudgeable_call
-from proxy.enforce.exchange import Exchange, Outcome, RouteShape, judged_json, open_exchange, serve, whole_attempt
+from proxy.enforce.attempts import whole_attempt
+from proxy.enforce.exchange import Exchange, Outcome
 from proxy.enforce.feedback_turns import blocked_message, retry_messages
-from proxy.enforce.judging import JudgedCall, apply_repairs
+from proxy.enforce.judging import apply_repairs
+from proxy.enforce.prelude import RouteShape, open_exchange
 from proxy.enforce.relay import StreamedAttempts
+from proxy.enforce.serve import judged_json, serve
 from proxy.errors import BadRequest, BlockedTurn, ProxyError, UpstreamUnjudgeable, error_body
 from proxy.logs import get_logger
+from proxy.record import JudgedCall
 from proxy.services import Services
 from proxy.toolcalls import (
     ChoiceStream,
@@ -33,7 +38,6 @@ from proxy.toolcalls import (
     openai_call,
     openai_call_delta,
 )
-from proxy.upstream import strict
 from proxy.upstream.sse import DONE, SSEDecoder, SSEEvent
 from proxy.upstream.text_frame import TextFrame
 

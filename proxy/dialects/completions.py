@@ -21,27 +21,22 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from proxy import strict
 from proxy.dialects.shapes import choice_problem
 from proxy.enforce.actions import judge_output, unjudgeable_call
-from proxy.enforce.exchange import (
-    Exchange,
-    RouteShape,
-    end_stream,
-    judged_json,
-    open_exchange,
-    serve,
-    upstream_events,
-    whole_attempt,
-)
+from proxy.enforce.attempts import upstream_events, whole_attempt
+from proxy.enforce.exchange import Exchange
 from proxy.enforce.feedback_turns import blocked_message, turn_allowed
-from proxy.enforce.judging import JudgedCall
+from proxy.enforce.finish import end_stream
+from proxy.enforce.prelude import RouteShape, open_exchange
+from proxy.enforce.serve import judged_json, serve
 from proxy.errors import ProxyError, StoreUnavailable, UpstreamUnjudgeable, error_body
+from proxy.record import JudgedCall
 from proxy.services import Services
 from proxy.toolcalls import CompletedCall, ToolCall
 from proxy.toolcalls.families import XmlRules
 from proxy.toolcalls.registry import content_formats
 from proxy.toolcalls.scanner import ContentScanner, scan_text
-from proxy.upstream import strict
 from proxy.upstream.sse import DONE, SSEEvent
 
 __all__ = ["REJECTED_CODE", "completions"]

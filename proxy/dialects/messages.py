@@ -25,16 +25,15 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from proxy import strict
 from proxy.dialects.base import Dialect, DialectExchange, DialectStream, handle
 from proxy.enforce.actions import unjudgeable_call
 from proxy.enforce.feedback_turns import blocked_message
-from proxy.enforce.judging import JudgedCall
-from proxy.enforce.record import Usage
 from proxy.errors import BadRequest, BlockedTurn, ProxyError
+from proxy.record import JudgedCall, Usage
 from proxy.services import Services
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.openai import structured_call
-from proxy.upstream import strict
 from proxy.upstream.sse import SSEEvent
 
 __all__ = ["MessagesDialect", "anthropic_error", "anthropic_error_type", "create_message"]

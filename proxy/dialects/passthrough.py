@@ -9,11 +9,11 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from proxy import events
+from proxy.enforce.payload import read_body
 from proxy.errors import ProxyError
-from proxy.http.body import read_body
 from proxy.logs import get_logger
 from proxy.services import Services
-from proxy.stats.prometheus import REQUESTS
 from proxy.upstream.client import response_headers
 
 __all__ = ["forward", "list_models"]
@@ -32,7 +32,7 @@ async def forward(request: Request, state: Services, path: str) -> Response:
     headers = state.upstream.headers(request.headers)
     response = await state.upstream.open_stream(request.method, path, headers=headers, content=body or None,
                                                 params=request.query_params)
-    REQUESTS.labels("", path, str(response.status_code)).inc()
+    events.emit(events.PassthroughAnswered(path, response.status_code))
     upstream = state.upstream
 
     async def relay() -> Any:

@@ -28,17 +28,16 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy import strict
 from proxy.dialects.base import Dialect, DialectExchange, DialectStream, handle
 from proxy.dialects.shapes import parts_text
 from proxy.enforce.actions import ACTION_ITEMS, UNJUDGEABLE, action_call, unjudgeable_call
 from proxy.enforce.feedback_turns import blocked_message
-from proxy.enforce.judging import JudgedCall
-from proxy.enforce.record import Usage
 from proxy.errors import BadRequest, BlockedTurn
+from proxy.record import JudgedCall, Usage
 from proxy.services import Services
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.openai import structured_call
-from proxy.upstream import strict
 from proxy.upstream.sse import SSEEvent
 
 __all__ = ["ResponsesDialect", "create_response"]

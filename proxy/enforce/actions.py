@@ -17,10 +17,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from proxy.enforce.judging import JudgedCall, judge_calls
+from proxy.enforce.judging import judge_calls
 from proxy.policy import LoadedPolicy
 from proxy.policy.profiles import ToolSet
 from proxy.policy.verdict import REJECT, Verdict
+from proxy.record import JudgedCall
 from proxy.toolcalls import ToolCall
 
 __all__ = ["ACTION", "ACTION_ITEMS", "UNJUDGEABLE", "action_call", "judge_output", "unjudgeable_call"]

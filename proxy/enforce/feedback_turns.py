@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
-from proxy.enforce.judging import JudgedCall
 from proxy.policy import LoadedPolicy, format_feedback
-from proxy.policy.judge import shell_command
+from proxy.record import JudgedCall, shown_call
 from proxy.toolcalls import openai_call
 from proxy.toolcalls.text_actions import is_text_action
 
@@ -59,11 +57,7 @@ def _describe(item: JudgedCall, policy: LoadedPolicy) -> str:
     call = item.call
     if call.source == "unjudgeable":  # its content never reaches the client, not even quoted
         return f"{call.name}: {call.error} (unjudgeable)"
-    command = None
-    if isinstance(call.arguments, dict):
-        with contextlib.suppress(Exception):  # only for display
-            command = shell_command(policy.policy, call.name, call.arguments)
-    shown = command if command is not None else f"{call.name} {call.arguments_text}"
+    shown = shown_call(policy.policy, call)
     if len(shown) > 300:
         shown = shown[:300] + "..."
     return f"`{shown}` ({', '.join(item.verdict.reasons) or item.verdict.decision})"

@@ -13,63 +13,27 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import KW_ONLY, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from proxy import events
 from proxy.logs import get_logger
 from proxy.policy import LoadedPolicy, judge_call
-from proxy.policy.judge import shell_command
+from proxy.policy.judge import call_command
 from proxy.policy.profiles import ToolSet
 from proxy.policy.repair import repair_call
 from proxy.policy.variants import variant_for
 from proxy.policy.verdict import REJECT, REPAIRED, Verdict
-from proxy.stats.prometheus import UNGOVERNED_REQUESTS
+from proxy.record import JudgedCall, RequestRecord
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.openai import structured_call
 
-if TYPE_CHECKING:
-    from proxy.enforce.record import RequestRecord
-
-__all__ = ["JudgedCall", "apply_repairs", "call_command", "judge_calls", "judge_offline", "request_tools"]
+__all__ = ["apply_repairs", "judge_calls", "judge_offline", "request_tools"]
 
 log = get_logger("proxy.enforce.judging")
 
 # Sessions already told that none of their tools is governed (bounded: oldest forgotten first).
 _UNGOVERNED_TOLD: OrderedDict[str, None] = OrderedDict()
 _UNGOVERNED_MEMORY = 10_000
-
-
-@dataclass(slots=True)
-class JudgedCall:
-    call: ToolCall
-    verdict: Verdict
-    _: KW_ONLY
-    # When repaired: the arguments text and command the model wrote (`call` now holds the repaired form).
-    original_arguments: str | None = None
-    original_command: str | None = None
-    original_object: dict[str, Any] | None = None
-    # The feedback variant of the call's session (policy `feedback_variants`), None without an experiment.
-    variant: str | None = None
-
-    @property
-    def allowed(self) -> bool:
-        """May be delivered: allowed as written, or repaired into an allowed call."""
-        return self.verdict.allowed or self.verdict.decision == REPAIRED
-
-    @property
-    def repaired(self) -> bool:
-        return self.verdict.decision == REPAIRED
-
-
-def call_command(policy: LoadedPolicy, call: ToolCall, tools: ToolSet | None) -> str | None:
-    """The shell command a call carries, as the judge reads it (for display, the record and the loops)."""
-    if not isinstance(call.arguments, dict):
-        return None
-    try:
-        command = shell_command(policy.policy, call.name, call.arguments, tools=tools)
-    except Exception:  # only for display: a call it cannot show is stored without it
-        return None
-    return command if isinstance(command, str) else None
 
 
 def request_tools(policy: LoadedPolicy, record: RequestRecord, payload: Mapping[str, Any],
@@ -86,7 +50,7 @@ def request_tools(policy: LoadedPolicy, record: RequestRecord, payload: Mapping[
     record.profiles = ",".join(tools.profiles)[:256] or None
     record.project_root = ",".join(tools.roots)[:1024] or None
     if tools.offered and not tools.governed():
-        UNGOVERNED_REQUESTS.labels(record.model).inc()
+        events.emit(events.UngovernedRequest(record.model))
         session = record.session.id
         if session not in _UNGOVERNED_TOLD:
             _UNGOVERNED_TOLD[session] = None
@@ -109,7 +73,7 @@ def _repair(policy: LoadedPolicy, item: JudgedCall, tools: ToolSet | None, offer
     if fix is None:
         return
     item.original_arguments = call.arguments_text
-    item.original_command = call_command(policy, call, tools)
+    item.original_command = call_command(policy.policy, call.name, call.arguments, tools=tools)
     item.original_object = call.arguments
     call.arguments = fix.arguments
     call.arguments_text = json.dumps(fix.arguments, ensure_ascii=False)

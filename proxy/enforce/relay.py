@@ -14,10 +14,12 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from typing import Any
 
-from proxy.enforce.exchange import Exchange, Outcome, RetryFailed, end_stream, open_retry_stream
+from proxy.enforce.attempts import RetryFailed, open_retry_stream
+from proxy.enforce.exchange import Exchange, Outcome
 from proxy.enforce.feedback_turns import blocked_message
-from proxy.enforce.judging import JudgedCall
+from proxy.enforce.finish import end_stream
 from proxy.errors import BlockedTurn, StoreUnavailable
+from proxy.record import JudgedCall
 
 __all__ = ["StreamedAttempts"]
 

@@ -17,10 +17,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.enforce.judging import JudgedCall, judge_calls
+from proxy.enforce.judging import judge_calls
 from proxy.policy import LoadedPolicy
 from proxy.policy.profiles import ToolSet
 from proxy.policy.verdict import ALLOW, Verdict
+from proxy.record import JudgedCall
 from proxy.toolcalls.registry import TEXT_FORMATS
 
 __all__ = ["TEXT_CLIENTS", "TextClient", "judge_text", "recognise", "ungoverned_reasons"]

@@ -15,7 +15,6 @@ from proxy.banner import render, startup_report
 from proxy.config import Settings
 from proxy.dialects.passthrough import forward, list_models
 from proxy.dialects.routes import JUDGED, passthrough_refusal
-from proxy.enforce.exchange import pick_policy
 from proxy.http.auth import ADMIN
 from proxy.http.dashboard import router as dashboard_router
 from proxy.http.error_handlers import install_error_handlers
@@ -23,7 +22,6 @@ from proxy.http.host_origin import HostOriginGuard
 from proxy.http.stats_routes import router as stats_router
 from proxy.logs import configure_logging, get_logger
 from proxy.services import Services
-from proxy.stats.overview import router as overview_router
 from proxy.stats.prometheus import REGISTRY
 
 __all__ = ["create_app"]
@@ -59,7 +57,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(router)
     app.include_router(dashboard_router)
     app.include_router(stats_router)
-    app.include_router(overview_router)
     return app
 
 
@@ -80,7 +77,7 @@ router = APIRouter()
 @router.get("/v1/models")
 async def _models(request: Request) -> Response:
     services = services_of(request)
-    if refused := passthrough_refusal("GET", "/v1/models", pick_policy(request, services)):
+    if refused := passthrough_refusal("GET", "/v1/models", services.policy_for(request.headers)):
         return refused
     return await list_models(request, services)
 
@@ -89,7 +86,7 @@ async def _models(request: Request) -> Response:
 async def _forward(request: Request, path: str) -> Response:
     # Only what the policy's passthrough_routes lists; the routes that carry tool calls are judged above.
     services = services_of(request)
-    if refused := passthrough_refusal(request.method, "/v1/" + path, pick_policy(request, services)):
+    if refused := passthrough_refusal(request.method, "/v1/" + path, services.policy_for(request.headers)):
         return refused
     return await forward(request, services, "/" + path)
 

@@ -1,5 +1,5 @@
 """HTTP routes of the statistics: `/stats/models`, `/stats/compare`, `/stats/variants`,
-`/stats/sessions/{id}`, `/stats/loops`.
+`/stats/sessions/{id}`, `/stats/loops`, `/stats/overview` (the dashboard's).
 
 Every route needs the admin token (`require_admin`). Errors leave in the one OpenAI error shape; the routes
 answer it themselves (`ShapedErrorRoute`, not the app's exception handlers) so the router behaves the same
@@ -13,14 +13,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
 from proxy.errors import BadRequest, ProxyError
 from proxy.http.auth import ADMIN
 from proxy.http.error_handlers import ShapedErrorRoute
-from proxy.stats.compare import compare_models
+from proxy.stats.compare import compare_models, parse_pair
 from proxy.stats.models import model_stats, parse_time, session_detail, top_loops
+from proxy.stats.overview import blocked_turns, error_timeline, loop_groups, upstream_errors
 from proxy.stats.session_feedback import add_feedback
 from proxy.stats.variants import variant_stats
 
@@ -107,7 +108,6 @@ async def stats_models(request: Request, q: Params) -> JSONResponse:
 
 
 def _pair(models: str | None) -> tuple[str, str]:
-    from proxy.cli.stats import parse_pair
 
     try:
         return parse_pair(models or "")
@@ -146,5 +146,39 @@ async def stats_loops(request: Request, q: Params, limit: str | None = None) -> 
         loops = await top_loops(request.app.state.proxy.engine, limit=_integer(limit, "limit", 1, 1000) or 20,
                                 **q.window(), model=q.model, loop_min_attempts=q.loop_min(request))
         return {"loops": loops}
+
+    return await _answer(request, compute)
+
+
+async def proxy_status(request: Request) -> dict[str, Any]:
+    """The troubles an operator should see first: upstreams that do not answer, a refused policy, the store."""
+    state = request.app.state.proxy
+    served = await state.models.served({})
+    upstreams = [{"url": upstream.base_url, "reachable": names is not None or await upstream.reachable(),
+                  "models": names} for upstream, names in served]
+    policies = state.policies.status()
+    writer = state.writer
+    return {
+        "upstreams": upstreams,
+        "policy": policies["active"],
+        "policy_errors": policies["errors"],
+        "store": {"queue": writer.depth, "failures": getattr(writer, "failures", 0),
+                  "rows_rejected": getattr(writer, "rows_rejected", 0)},
+        "compare": any(getattr(route, "path", None) == "/stats/compare" for route in request.app.routes),
+    }
+
+
+@router.get("/stats/overview")
+async def stats_overview(request: Request, range_name: str = Query("24h", alias="range"),
+                         loop_min_attempts: str | None = None) -> JSONResponse:
+    async def compute() -> dict[str, Any]:
+        engine = request.app.state.proxy.engine
+        return {
+            "timeline": await error_timeline(engine, range_name),
+            "loop_groups": await loop_groups(engine, min_attempts=_loop_min(request, loop_min_attempts)),
+            "blocked": await blocked_turns(engine),
+            "upstream_errors": await upstream_errors(engine),
+            "status": await proxy_status(request),
+        }
 
     return await _answer(request, compute)

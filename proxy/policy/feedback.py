@@ -7,7 +7,7 @@ import json
 import re
 from typing import Any
 
-from .judge import shell_command
+from .judge import call_command
 from .matcher import matcher_for
 from .reasons import BASH_CONTENT, BASH_FORM
 from .schema import Policy
@@ -73,7 +73,7 @@ def _scripts(policy: Policy) -> str:
 
 
 def _command(policy: Policy, tool: str, arguments: Any) -> str:
-    value = shell_command(policy, tool, arguments) if isinstance(arguments, dict) else None
+    value = call_command(policy, tool, arguments)
     text = value if value is not None else json.dumps(arguments, ensure_ascii=False, default=str)
     return text if len(text) <= _MAX_COMMAND else text[:_MAX_COMMAND] + "..."
 

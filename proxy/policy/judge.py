@@ -24,7 +24,7 @@ from .shell_forms import commands_of
 from .urls import url_problem
 from .verdict import ALLOW, MALFORMED, REJECT, Verdict
 
-__all__ = ["judge_call", "judge_command", "shell_command", "tool_set"]
+__all__ = ["call_command", "judge_call", "judge_command", "tool_set"]
 
 _log = structlog.get_logger("proxy.policy")
 _ALLOWED = Verdict(ALLOW, (), None)
@@ -256,17 +256,20 @@ def _judge_call(policy: Policy, tool: str, arguments: dict[str, Any] | None, off
     return found.verdict()
 
 
-def shell_command(policy: Policy, tool: str, arguments: Mapping[str, Any], *,
-                  tools: ToolSet | None = None) -> str | None:
-    """The command text a shell call runs (several on separate lines), for display; None for other tools."""
-    for rule in (tools or tool_set(policy)).rules(tool, arguments):
-        shell = rule.map.shell
-        if shell is None:
-            continue
-        try:
+def call_command(policy: Policy, tool: str, arguments: Any, *, tools: ToolSet | None = None) -> str | None:
+    """The command a shell call runs (several on separate lines), as the judge reads it: the one reading of
+    "the command a call carries" for display, the record, the feedback and the loops. None for any other
+    call, and for arguments it cannot read (only for display: a call it cannot show is shown without it)."""
+    if not isinstance(arguments, Mapping):
+        return None
+    try:
+        for rule in (tools or tool_set(policy)).rules(tool, arguments):
+            shell = rule.map.shell
+            if shell is None:
+                continue
             values = _values(arguments, shell.source)
-        except _BadArguments:
-            return None
-        commands = commands_of(values[0][1], each=shell.commands is not None) if len(values) == 1 else None
-        return "\n".join(commands) if commands is not None else None
+            commands = commands_of(values[0][1], each=shell.commands is not None) if len(values) == 1 else None
+            return "\n".join(commands) if commands is not None else None
+    except Exception:
+        return None
     return None

@@ -20,7 +20,8 @@ from typing import Any
 import structlog
 import yaml
 
-from ..stats.prometheus import POLICY_RELOAD_FAILURES, POLICY_VALID
+from .. import events
+from ..errors import BadRequest
 from .errors import PolicyError
 from .loader import LoadedPolicy, load_policy_file
 from .profiles import profile_table
@@ -131,6 +132,16 @@ class PolicyManager:
             return current
         return self._siblings.get(name)
 
+    def pick(self, wanted: str | None, *, by_header: bool) -> LoadedPolicy:
+        """The one policy-selection rule: the main policy, unless `by_header` (the `policy_header` setting) and
+        the request's `x-allowlist-policy` header names another loaded policy (a name none has is a 400)."""
+        if not wanted or not by_header:
+            return self._current
+        found = self.get(wanted)
+        if found is None:
+            raise BadRequest(f"x-allowlist-policy names no loaded policy: {wanted!r}", param="x-allowlist-policy")
+        return found
+
     # -- loading --------------------------------------------------------------------------------------
 
     def _file_key(self, path: Path) -> str:
@@ -149,14 +160,13 @@ class PolicyManager:
         if previous is not None and all(previous[k] == entry[k] for k in ("line", "key", "message")):
             entry["at"] = previous["at"]  # the same error seen again: keep when it first appeared
         self._errors[file] = entry
-        POLICY_RELOAD_FAILURES.labels(file=file).inc()
-        POLICY_VALID.labels(file=file).set(0)
+        events.emit(events.PolicyFileRefused(file))
         _log.error("policy.refused", file=entry["file"], line=error.line, key=error.key, error=error.message)
 
     def _record_good(self, path: Path, loaded: LoadedPolicy) -> None:
         file = self._file_key(path)
         self._errors.pop(file, None)
-        POLICY_VALID.labels(file=file).set(1)
+        events.emit(events.PolicyFileLoaded(file))
         if self._hashes.get(file) != loaded.hash:
             if file in self._hashes:
                 _log.info("policy.reloaded", file=file, name=loaded.name, hash=loaded.hash, mode=loaded.mode)

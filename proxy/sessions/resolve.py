@@ -22,7 +22,6 @@ import re
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, select
@@ -30,11 +29,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.logs import get_logger
+from proxy.record import SessionRef
 from proxy.store import tables
 from proxy.store.recorder import queue_lineage
 from proxy.store.writer import StoreWriter
 
-__all__ = ["DEFAULT_SESSION_HEADERS", "SessionRef", "SessionResolver", "body_session", "conversation_digests",
+__all__ = ["DEFAULT_SESSION_HEADERS", "SessionResolver", "body_session", "conversation_digests",
            "response_digest"]
 
 DEFAULT_SESSION_HEADERS = ("x-session-id", "x-claude-code-session-id", "session-id", "session_id")
@@ -46,13 +46,6 @@ log = get_logger("proxy.sessions.resolve")
 _SHARED_LOOKBACK = 64
 _MAX_ID = 128
 _LEGACY_USER_ID = re.compile(r"_session_([0-9A-Za-z-]{8,128})$")
-
-
-@dataclass(frozen=True, slots=True)
-class SessionRef:
-    id: str
-    source: str  # header | metadata (Claude Code's body) | lineage (previous_response_id included)
-    is_new: bool
 
 
 def body_session(payload: Mapping[str, Any] | None) -> str | None:

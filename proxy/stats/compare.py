@@ -19,7 +19,7 @@ from proxy.stats.confidence import PermutationResult as PermutationTest
 from proxy.store import figures
 from proxy.store.queries import Filters, SessionErrors
 
-__all__ = ["ALPHA", "compare_counts", "compare_models", "comparison_sentence", "comparison_table"]
+__all__ = ["ALPHA", "compare_counts", "compare_models", "comparison_sentence", "comparison_table", "parse_pair"]
 
 ALPHA = 0.05
 
@@ -151,3 +151,11 @@ def comparison_table(result: dict[str, Any], *, markdown: bool = False) -> str:
 
 def _range(bounds: tuple[float, float] | list[float] | None) -> str:
     return "-" if bounds is None else f"{bounds[0] * 100:.1f} - {bounds[1] * 100:.1f} %"
+
+
+def parse_pair(text: str) -> tuple[str, str]:
+    """`a,b` -> ("a", "b"); ValueError unless exactly two different, non-empty names."""
+    names = [n.strip() for n in text.split(",")]
+    if len(names) != 2 or not all(names) or names[0] == names[1]:
+        raise ValueError(f"expected two different model names as A,B (got {text!r})")
+    return names[0], names[1]

@@ -1,6 +1,6 @@
-"""`GET /stats/overview`: what the dashboard needs beside `/stats/models`: the error rate over time in the
-picked range, loops grouped by model and shape, blocked turns per model, and the proxy's own troubles
-(an unreachable upstream, a refused policy, a store that fails to write)."""
+"""The figures of `GET /stats/overview` (proxy/http/stats_routes.py), what the dashboard needs beside
+`/stats/models`: the error rate over time in the picked range, loops grouped by model and shape, blocked
+turns and upstream errors per model."""
 
 from __future__ import annotations
 
@@ -8,22 +8,15 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse
 from sqlalchemy import and_, case, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.errors import BadRequest
-from proxy.http.auth import ADMIN
-from proxy.http.error_handlers import ShapedErrorRoute
-from proxy.http.stats_routes import _answer, _loop_min
 from proxy.store.dialect import backend_of
 from proxy.store.tables import error_runs, requests, tool_calls
 from proxy.store.verdict_sql import is_error_sql
 
-__all__ = ["RANGES", "error_timeline", "loop_groups", "router"]
-
-router = APIRouter(route_class=ShapedErrorRoute, dependencies=[ADMIN])
+__all__ = ["RANGES", "blocked_turns", "error_timeline", "loop_groups", "upstream_errors"]
 
 # range name -> (seconds back from now, bucket seconds); "all" spans the store in about 60 buckets.
 RANGES: dict[str, tuple[float | None, float]] = {
@@ -101,37 +94,3 @@ async def upstream_errors(engine: AsyncEngine) -> dict[str, int]:
         rows = (await conn.execute(select(r.model, func.count()).where(r.outcome == "upstream_error")
                                    .group_by(r.model))).all()
     return {model: int(count) for model, count in rows}
-
-
-async def proxy_status(request: Request) -> dict[str, Any]:
-    """The troubles an operator should see first: upstreams that do not answer, a refused policy, the store."""
-    state = request.app.state.proxy
-    served = await state.models.served({})
-    upstreams = [{"url": upstream.base_url, "reachable": names is not None or await upstream.reachable(),
-                  "models": names} for upstream, names in served]
-    policies = state.policies.status()
-    writer = state.writer
-    return {
-        "upstreams": upstreams,
-        "policy": policies["active"],
-        "policy_errors": policies["errors"],
-        "store": {"queue": writer.depth, "failures": getattr(writer, "failures", 0),
-                  "rows_rejected": getattr(writer, "rows_rejected", 0)},
-        "compare": any(getattr(route, "path", None) == "/stats/compare" for route in request.app.routes),
-    }
-
-
-@router.get("/stats/overview")
-async def stats_overview(request: Request, range_name: str = Query("24h", alias="range"),
-                         loop_min_attempts: str | None = None) -> JSONResponse:
-    async def compute() -> dict[str, Any]:
-        engine = request.app.state.proxy.engine
-        return {
-            "timeline": await error_timeline(engine, range_name),
-            "loop_groups": await loop_groups(engine, min_attempts=_loop_min(request, loop_min_attempts)),
-            "blocked": await blocked_turns(engine),
-            "upstream_errors": await upstream_errors(engine),
-            "status": await proxy_status(request),
-        }
-
-    return await _answer(request, compute)

@@ -1,10 +1,21 @@
-"""Prometheus metrics of the proxy, declared once in a registry of its own.
+"""Prometheus metrics of the proxy: declared once in a registry of its own, and fed in one place, by the
+listener at the end of this module. The rest of the proxy emits plain events (proxy/events.py) and finished
+requests (`Services.finish` calls `observe_request`); none of it imports a metric.
 
 Per-model series are labelled `model_name`, as vLLM labels its own, so one dashboard can join them.
+
+Loops follow `proxy.store.queries`' definition so `/metrics` and `/stats/models` count the same thing: a
+run is consecutive error calls (`Verdict.is_error`) of one session and one model with the same
+`Verdict.loop_key`; it becomes a loop when it reaches the policy's `loop_min_attempts`, and is counted
+once, at that moment. The tracker keeps one small entry per recently active session, so it costs a
+dictionary update per judged call.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Info, disable_created_metrics
@@ -12,9 +23,11 @@ from prometheus_client import Counter as _Counter
 from prometheus_client import Gauge as _Gauge
 from prometheus_client import Histogram as _Histogram
 
-from proxy import __version__
+from proxy import __version__, events
+from proxy.record import RequestRecord
 
-__all__ = ["OTHER_LABEL", "REGISTRY", "bound_label", "note_served_models"]
+__all__ = ["LOOP_TRACKER", "OTHER_LABEL", "REGISTRY", "LoopTracker", "bound_label", "note_served_models",
+           "observe_request"]
 
 # The `_created` series double every counter's output and no dashboard reads them.
 disable_created_metrics()
@@ -152,3 +165,116 @@ UPSTREAM_ERRORS = Counter(
 CONNECTION_LIMITS = Counter(
     "allowlist_proxy_connection_limits",
     "Client connections closed or refused by a limit (header_timeout | body_timeout | idle | too_many)", ["limit"])
+
+
+# -- the one listener ---------------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class _Run:
+    model: str
+    shape: str | None  # None: the session's last call was allowed
+    length: int
+
+
+class LoopTracker:
+    def __init__(self, max_sessions: int = 50_000) -> None:
+        # Least recently active sessions are forgotten first; a session idle that long has no run worth counting.
+        self._runs: OrderedDict[str, _Run] = OrderedDict()
+        self._max = max_sessions
+
+    def observe(self, session: str, model: str, is_error: bool, loop_key: str | None,
+                loop_min_attempts: int) -> bool:
+        """Feed one judged call, in session order; True when it made its run a loop."""
+        run = self._runs.get(session)
+        if not is_error:
+            self._remember(session, _Run(model, None, 0))
+            return False
+        if run is not None and run.shape == loop_key and run.model == model:
+            run.length += 1
+            self._runs.move_to_end(session)
+        else:
+            run = _Run(model, loop_key, 1)
+            self._remember(session, run)
+        if run.length == max(1, loop_min_attempts):
+            LOOPS.labels(model).inc()
+            return True
+        return False
+
+    def _remember(self, session: str, run: _Run) -> None:
+        self._runs[session] = run
+        self._runs.move_to_end(session)
+        while len(self._runs) > self._max:
+            self._runs.popitem(last=False)
+
+
+LOOP_TRACKER = LoopTracker()
+
+
+def observe_request(record: RequestRecord) -> None:
+    """Services listener, for every finished request: counted by route and status, its latency by outcome,
+    first-token latency of streamed requests, blocked turns, and the tokens the upstream counted."""
+    REQUESTS.labels(record.model, record.route, str(record.status)).inc()
+    if record.outcome == "upstream_error":
+        UPSTREAM_ERRORS.labels(record.model, str(record.status)).inc()
+    REQUEST_LATENCY.labels(record.model, record.outcome).observe((record.duration_ms or 0) / 1000.0)
+    if record.outcome == "blocked":
+        BLOCKED_TURNS.labels(record.model).inc()
+    if record.stream and record.ttft_ms is not None and record.outcome == "ok":
+        FIRST_TOKEN_LATENCY.labels(record.model).observe(record.ttft_ms / 1000.0)
+    if record.usage.seen:
+        TOKENS.labels(record.model, "prompt").inc(record.usage.prompt_tokens)
+        TOKENS.labels(record.model, "completion").inc(record.usage.completion_tokens)
+
+
+def _call_judged(e: events.CallJudged) -> None:
+    TOOL_CALLS.labels(e.model, e.decision, e.reason).inc()
+    LOOP_TRACKER.observe(e.session, e.model, e.is_error, e.loop_key, e.loop_min_attempts)
+
+
+def _in_flight(e: events.InFlight) -> None:
+    IN_FLIGHT.labels(e.model).inc(e.change)
+
+
+def _store_health(e: events.StoreHealth) -> None:
+    STORE_UP.set(1 if e.up else 0)
+
+
+def _policy_refused(e: events.PolicyFileRefused) -> None:
+    POLICY_RELOAD_FAILURES.labels(file=e.file).inc()
+    POLICY_VALID.labels(file=e.file).set(0)
+
+
+_HANDLERS: dict[type, Callable[[Any], None]] = {
+    events.CallJudged: _call_judged,
+    events.AttemptRetried: lambda e: RETRIES.labels(e.model).inc(),
+    events.BudgetSpent: lambda e: BUDGET_EXHAUSTED.labels(e.model).inc(),
+    events.UngovernedText: lambda e: UNGOVERNED_TEXT.labels(e.model, e.client).inc(),
+    events.UngovernedRequest: lambda e: UNGOVERNED_REQUESTS.labels(e.model).inc(),
+    events.InFlight: _in_flight,
+    events.PassthroughAnswered: lambda e: REQUESTS.labels("", e.route, str(e.status)).inc(),
+    events.ConnectionLimited: lambda e: CONNECTION_LIMITS.labels(e.limit).inc(),
+    events.UpstreamAttempt: lambda e: UPSTREAM_LATENCY.labels(e.model, e.upstream, e.outcome).observe(e.seconds),
+    events.UpstreamProbed: lambda e: UPSTREAM_UP.labels(e.upstream).set(int(e.up)),
+    events.ModelsServed: lambda e: note_served_models(e.names),
+    events.ModelNotFound: lambda e: MODEL_NOT_FOUND.labels(e.model).inc(),
+    events.PolicyFileLoaded: lambda e: POLICY_VALID.labels(file=e.file).set(1),
+    events.PolicyFileRefused: _policy_refused,
+    events.StoreQueue: lambda e: STORE_QUEUE_DEPTH.set(e.depth),
+    events.StoreHealth: _store_health,
+    events.StoreWriteFailed: lambda e: STORE_WRITE_FAILURES.inc(),
+    events.StoreRowRepaired: lambda e: STORE_ROWS_REPAIRED.inc(),
+    events.StoreRowLost: lambda e: STORE_ROWS_LOST.labels(e.table).inc(),
+    events.ReleaseWaited: lambda e: RELEASE_WAIT.observe(e.seconds),
+    events.ReleasedUnrecorded: lambda e: STORE_UNRECORDED_RELEASES.labels(e.model).inc(e.calls),
+    events.StoreRefused: lambda e: STORE_REFUSALS.labels(e.model).inc(),
+}
+
+
+def _listen(event: object) -> None:
+    handler = _HANDLERS.get(type(event))
+    if handler is not None:
+        handler(event)
+
+
+# Whatever loads the metrics (the app for /metrics, Services, a test reading REGISTRY) counts from then on.
+events.subscribe(_listen)

@@ -112,7 +112,7 @@ async def call_counts(conn: AsyncConnection, f: Filters) -> dict[str, CallCounts
                 .where(*_rollup_conditions(f, parts.hours, stats_calls)).group_by(c.model))
         out = {m: CallCounts(calls=int(n), errors=int(e or 0)) for m, n, e in await conn.execute(stmt)}
     for edge in parts.edges:
-        for model, found in (await queries.call_counts(conn, edge)).items():
+        for model, found in (await queries.call_counts_from_rows(conn, edge)).items():
             mine = out.get(model, CallCounts())
             out[model] = CallCounts(calls=mine.calls + found.calls, errors=mine.errors + found.errors)
     return out
@@ -139,13 +139,13 @@ async def _counts_by_key(
 
 async def primary_reason_counts(conn: AsyncConnection, f: Filters) -> dict[str, dict[str, int]]:
     """model -> {primary reason: error calls led by it}."""
-    return await _counts_by_key(conn, f, stats_calls, "primary_reason", queries.primary_reason_counts,
+    return await _counts_by_key(conn, f, stats_calls, "primary_reason", queries.primary_reason_counts_from_rows,
                                 is_error_sql(stats_calls.c.decision))
 
 
 async def reason_counts(conn: AsyncConnection, f: Filters) -> dict[str, dict[str, int]]:
     """model -> {reason code: calls carrying it}."""
-    return await _counts_by_key(conn, f, stats_reasons, "reason", queries.reason_counts)
+    return await _counts_by_key(conn, f, stats_reasons, "reason", queries.reason_counts_from_rows)
 
 
 async def request_counts(conn: AsyncConnection, f: Filters) -> dict[str, RequestCounts]:
@@ -196,7 +196,7 @@ async def session_error_counts(conn: AsyncConnection, f: Filters) -> dict[str, l
 
 async def attempt_histograms(conn: AsyncConnection, f: Filters) -> dict[str, dict[int, int]]:
     """model -> {upstream attempts: requests}."""
-    found = await _counts_by_key(conn, f, stats_requests, "attempts", queries.attempt_histograms)
+    found = await _counts_by_key(conn, f, stats_requests, "attempts", queries.attempt_histograms_from_rows)
     return {m: {int(k): n for k, n in h.items()} for m, h in found.items()}
 
 

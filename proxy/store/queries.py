@@ -42,15 +42,15 @@ __all__ = [
     "SessionErrorRow",
     "SessionErrors",
     "SessionRecovery",
-    "attempt_histograms",
-    "call_counts",
+    "attempt_histograms_from_rows",
+    "call_counts_from_rows",
     "conditions",
-    "primary_reason_counts",
-    "reason_counts",
+    "primary_reason_counts_from_rows",
+    "reason_counts_from_rows",
     "request_conditions",
-    "request_counts",
+    "request_counts_from_rows",
     "session_calls",
-    "session_error_counts",
+    "session_error_counts_from_rows",
     "session_error_rows",
     "session_exists",
     "session_profiles",
@@ -144,7 +144,7 @@ def request_conditions(f: Filters) -> list[Any]:
 
 # --- plain counts -----------------------------------------------------------------------------------------
 
-async def call_counts(conn: AsyncConnection, f: Filters) -> dict[str, CallCounts]:
+async def call_counts_from_rows(conn: AsyncConnection, f: Filters) -> dict[str, CallCounts]:
     """model -> its tool calls and errors.
 
     Grouped by model alone so the rows come in index order and need no sort; the primary reasons are a
@@ -167,7 +167,7 @@ async def session_error_rows(conn: AsyncConnection, f: Filters) -> list[SessionE
             for model, session, e, n in await conn.execute(stmt)]
 
 
-async def session_error_counts(conn: AsyncConnection, f: Filters) -> dict[str, list[SessionErrors]]:
+async def session_error_counts_from_rows(conn: AsyncConnection, f: Filters) -> dict[str, list[SessionErrors]]:
     """model -> errors and tool calls of each session: the units the session bootstrap resamples."""
     out: dict[str, list[SessionErrors]] = {}
     for row in await session_error_rows(conn, f):
@@ -185,7 +185,7 @@ async def variant_calls(conn: AsyncConnection, f: Filters) -> list[dict[str, Any
     return [dict(row._mapping) for row in await conn.execute(stmt)]
 
 
-async def request_counts(conn: AsyncConnection, f: Filters) -> dict[str, RequestCounts]:
+async def request_counts_from_rows(conn: AsyncConnection, f: Filters) -> dict[str, RequestCounts]:
     """model -> its requests and the distinct sessions among them."""
     r = requests.c
     stmt = (select(r.model, func.count(), func.count(distinct(r.session_id)))
@@ -193,7 +193,7 @@ async def request_counts(conn: AsyncConnection, f: Filters) -> dict[str, Request
     return {m: RequestCounts(requests=int(n), sessions=int(s)) for m, n, s in await conn.execute(stmt)}
 
 
-async def reason_counts(conn: AsyncConnection, f: Filters) -> dict[str, dict[str, int]]:
+async def reason_counts_from_rows(conn: AsyncConnection, f: Filters) -> dict[str, dict[str, int]]:
     """model -> {reason code: calls carrying it}; a call counts once for each code it carries."""
     tr = tool_call_reasons.c
     stmt = select(tr.model, tr.reason, func.count())
@@ -210,7 +210,7 @@ async def reason_counts(conn: AsyncConnection, f: Filters) -> dict[str, dict[str
     return out
 
 
-async def primary_reason_counts(conn: AsyncConnection, f: Filters) -> dict[str, dict[str, int]]:
+async def primary_reason_counts_from_rows(conn: AsyncConnection, f: Filters) -> dict[str, dict[str, int]]:
     """model -> {primary reason: error calls led by it}; an error stored without reasons counts under its
     decision."""
     t = tool_calls.c
@@ -224,7 +224,7 @@ async def primary_reason_counts(conn: AsyncConnection, f: Filters) -> dict[str, 
     return out
 
 
-async def attempt_histograms(conn: AsyncConnection, f: Filters) -> dict[str, dict[int, int]]:
+async def attempt_histograms_from_rows(conn: AsyncConnection, f: Filters) -> dict[str, dict[int, int]]:
     """model -> {upstream attempts: requests}; small whatever the store's size, so medians come from it."""
     r = requests.c
     stmt = (select(r.model, r.attempts, func.count())

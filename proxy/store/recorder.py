@@ -20,18 +20,19 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Table
 
-from proxy.enforce.judging import JudgedCall, call_command
+from proxy import events
 from proxy.errors import StoreUnavailable
 from proxy.logs import get_logger
-from proxy.stats.prometheus import RELEASE_WAIT, STORE_REFUSALS, STORE_UNRECORDED_RELEASES
+from proxy.policy.judge import call_command
+from proxy.record import JudgedCall, RequestRecord
 from proxy.store import tables
 from proxy.store.safe_text import cut
 from proxy.store.writer import StoreFailure, StoreWriter
 
 if TYPE_CHECKING:
-    from proxy.enforce.record import RequestRecord
     from proxy.policy import LoadedPolicy
     from proxy.policy.profiles import ToolSet
+    from proxy.toolcalls import ToolCall
 
 __all__ = ["ARGUMENT_CHARS", "journal_row", "queue_calls", "queue_lineage", "queue_request", "release_calls",
            "request_row"]
@@ -75,7 +76,14 @@ def journal_row(record: RequestRecord, owner: str) -> dict[str, Any]:
 
 
 def queue_request(writer: StoreWriter, record: RequestRecord) -> None:
-    """The request's final row (and its session's, the first time); replaces its journal entry."""
+    """The request's final row (and its session's, the first time), once; replaces its journal entry.
+    `Services.finish` calls it as a request ends."""
+    if record.saved:
+        return
+    record.saved = True
+    record.settle_outcome()
+    if record.duration_ms is None:
+        record.duration_ms = record.elapsed_ms()
     writer.put_many([*_session_rows(record), (tables.requests, request_row(record))])
 
 
@@ -108,6 +116,10 @@ def call_rows(record: RequestRecord, policy: LoadedPolicy, attempt: int, judged:
     now = time.time()
     enforce = policy.policy.mode == "enforce"
     rows: Rows = []
+
+    def command(call: ToolCall) -> str | None:
+        return call_command(policy.policy, call.name, call.arguments, tools=tools)
+
     for position, item in enumerate(judged):
         call, verdict = item.call, item.verdict
         call_id = uuid.uuid4().hex
@@ -121,8 +133,8 @@ def call_rows(record: RequestRecord, policy: LoadedPolicy, attempt: int, judged:
             # What the model wrote; for a repaired call also the command delivered instead.
             "arguments_raw": cut(written_text, ARGUMENT_CHARS),
             "arguments_json": _arguments_json(written_text, written),
-            "command": _shown(item.original_command if item.repaired else call_command(policy, call, tools)),
-            "repaired_command": _shown(call_command(policy, call, tools)) if item.repaired else None,
+            "command": _shown(item.original_command if item.repaired else command(call)),
+            "repaired_command": _shown(command(call)) if item.repaired else None,
             "feedback_variant": item.variant, "decision": verdict.decision,
             "primary_reason": verdict.reasons[0] if verdict.reasons else None,
             "reasons": ",".join(verdict.reasons), "shape": verdict.shape,
@@ -192,11 +204,11 @@ async def release_calls(writer: StoreWriter, record: RequestRecord, policy: Load
             _refuse(writer, record, attempt, rows, str(exc), queued=True)
         _released_unrecorded(record, len(judged), str(exc))
     finally:
-        RELEASE_WAIT.observe(time.perf_counter() - started)
+        events.emit(events.ReleaseWaited(time.perf_counter() - started))
 
 
 def _released_unrecorded(record: RequestRecord, calls: int, reason: str) -> None:
-    STORE_UNRECORDED_RELEASES.labels(record.model).inc(calls)
+    events.emit(events.ReleasedUnrecorded(record.model, calls))
     log.error("store.released_unrecorded", request_id=record.id, calls=calls, reason=reason)
 
 
@@ -210,6 +222,6 @@ def _refuse(writer: StoreWriter, record: RequestRecord, attempt: int, rows: Rows
         writer.put_many(_with_journal(writer, record, rows))
     message = f"the proxy cannot record this answer, so it is not delivered: {reason}"
     record.fail("store_unavailable", message, 503)
-    STORE_REFUSALS.labels(record.model).inc()
+    events.emit(events.StoreRefused(record.model))
     log.error("store.release_refused", request_id=record.id, attempt=attempt, reason=reason)
     raise StoreUnavailable(message)

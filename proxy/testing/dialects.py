@@ -24,16 +24,14 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from proxy.dialects.shapes import parts_text
-
-if TYPE_CHECKING:  # the scripted upstream imports this module to mount its routes
-    from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
+from proxy.testing.reply import Reply, arguments_text
 
 __all__ = ["dialect_routes", "messages_to_chat", "responses_to_chat"]
 
@@ -49,8 +47,26 @@ def _sse(event: str, obj: dict[str, Any]) -> bytes:
     return b"event: " + event.encode() + b"\ndata: " + _dump(obj) + b"\n\n"
 
 
-def _arguments(arguments: Any) -> str:
-    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+class ScriptedUpstream(Protocol):
+    """What the dialects use of the scripted upstream that mounts them (proxy/testing/scripted_upstream.py)."""
+
+    models: list[str]
+    requests: list[dict[str, Any]]
+    raw_requests: list[bytes]
+    responses: list[bytes]
+    headers: list[dict[str, str]]
+    disconnects: int
+    disconnected_at: list[float]
+    completed_streams: int
+    store_responses: bool
+
+    def _next(self, body: dict[str, Any]) -> Reply: ...
+
+    def _call_id(self, *, streamed: bool = False) -> str: ...
+
+    async def _completions(self, request: Request) -> Response: ...
+
+    def deltas(self, reply: Reply) -> list[dict[str, Any]]: ...
 
 
 # ---------------------------------------------------------------- requests as chat messages
@@ -264,7 +280,7 @@ class _Responses(_Dialect):
                 {"annotations": [], "text": reply.content, "type": "output_text", "logprobs": None}],
                 "role": "assistant", "status": "completed", "type": "message"})
         for name, args in reply.tool_calls:
-            out.append({"arguments": _arguments(args), "call_id": self.up._call_id(), "name": name,
+            out.append({"arguments": arguments_text(args), "call_id": self.up._call_id(), "name": name,
                         "type": "function_call", "id": f"fc_{uuid.uuid4().hex}", "status": "completed"})
         return out
 

@@ -21,7 +21,6 @@ import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.applications import Starlette
@@ -30,45 +29,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from proxy.testing.dialects import dialect_routes
+from proxy.testing.reply import Reply, arguments_text
 from proxy.testing.vllm_bytes import FamilyBytes, family_bytes
 
 __all__ = ["Reply", "ScriptedUpstream"]
 
 _COMPACT = (",", ":")
-
-
-@dataclass(kw_only=True)
-class Reply:
-    content: str = ""
-    reasoning: str | None = None
-    reasoning_field: str = "reasoning"  # vLLM >= 0.16; older servers use reasoning_content
-    tool_calls: list[tuple[str, Any]] = field(default_factory=list)  # (name, dict or raw arguments text)
-    finish_reason: str | None = None
-    prompt_tokens: int = 12
-    completion_tokens: int | None = None
-    cached_tokens: int | None = None
-    status: int = 200
-    error_message: str | None = None  # with status >= 400: vLLM's error body
-    stream_error_after: int | None = None  # an error event after this many chunks, then [DONE]
-    drop_after: int | None = None  # the connection breaks after this many chunks
-    stall: float = 0.0  # seconds before the response starts
-    chunk_delay: float = 0.0  # seconds between chunks
-    content_chunk: int = 4  # characters per content delta
-    arguments_chunk: int = 7  # characters per tool-argument delta
-    extra_message: dict[str, Any] = field(default_factory=dict)  # unknown fields that must survive
-
-    def finish(self) -> str:
-        return self.finish_reason or ("tool_calls" if self.tool_calls else "stop")
-
-    def tokens(self) -> int:
-        if self.completion_tokens is not None:
-            return self.completion_tokens
-        text = self.content + (self.reasoning or "") + "".join(_arguments(a) for _, a in self.tool_calls)
-        return max(1, len(text) // 4)
-
-
-def _arguments(arguments: Any) -> str:
-    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
 
 
 def _dump(obj: Any) -> bytes:
@@ -212,7 +178,8 @@ class ScriptedUpstream:
 
     def _whole(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
         tool_calls = [{"id": self._call_id(), "type": "function",
-                       "function": {"name": name, "arguments": _arguments(args)}} for name, args in reply.tool_calls]
+                       "function": {"name": name, "arguments": arguments_text(args)}}
+                      for name, args in reply.tool_calls]
         message: dict[str, Any] = {"role": "assistant", "content": reply.content or None, "refusal": None,
                                    "annotations": None, "audio": None, "function_call": None,
                                    "tool_calls": tool_calls, reply.reasoning_field: reply.reasoning}
@@ -240,7 +207,7 @@ class ScriptedUpstream:
                 continue
             out.append({"tool_calls": [{"id": self._call_id(), "type": "function", "index": index,
                                         "function": {"name": name, "arguments": ""}}]})
-            text = _arguments(args)
+            text = arguments_text(args)
             for i in range(0, len(text), reply.arguments_chunk):
                 out.append({"tool_calls": [{"index": index,
                                             "function": {"arguments": text[i:i + reply.arguments_chunk]}}]})

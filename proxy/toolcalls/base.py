@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from proxy.upstream.strict import MAX_EXACT_INT, lone_surrogate, unique_object
+from proxy.strict import MAX_EXACT_INT, lone_surrogate, unique_object
 
 __all__ = [
     "STRUCTURED_SOURCE",

@@ -18,9 +18,9 @@ from typing import Any
 
 import httpx
 
+from proxy import events
 from proxy.config import Settings
 from proxy.errors import ProxyError, UpstreamProtocolError, UpstreamTimeout, UpstreamUnavailable
-from proxy.stats.prometheus import UPSTREAM_LATENCY, UPSTREAM_UP
 from proxy.upstream.transport import upstream_transport
 
 __all__ = ["Upstream", "Upstreams", "forward_headers", "map_httpx_error", "without_credentials"]
@@ -166,7 +166,7 @@ class Upstream:
         with contextlib.suppress(httpx.HTTPError):
             response = await self.client.get(self.url("/models"), headers=self._keyed({}), timeout=2.0)
             up = response.status_code < 500
-        UPSTREAM_UP.labels(self.base_url).set(int(up))
+        events.emit(events.UpstreamProbed(self.base_url, up))
         return up
 
     async def aclose(self) -> None:
@@ -174,7 +174,7 @@ class Upstream:
 
 
 class _AttemptTimer:
-    """Times one upstream attempt of a request whose model is known, into UPSTREAM_LATENCY."""
+    """Times one upstream attempt of a request whose model is known (`events.UpstreamAttempt`)."""
 
     def __init__(self, model: str, upstream: str) -> None:
         self.model, self.upstream = model, upstream
@@ -189,7 +189,7 @@ class _AttemptTimer:
     def stop(self, outcome: str) -> None:
         if not self.done:
             self.done = True
-            UPSTREAM_LATENCY.labels(self.model, self.upstream, outcome).observe(time.perf_counter() - self.started)
+            events.emit(events.UpstreamAttempt(self.model, self.upstream, outcome, time.perf_counter() - self.started))
 
 
 class _TimedStream(httpx.AsyncByteStream):

@@ -14,9 +14,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from proxy import events
 from proxy.errors import ModelNotFound, ProxyError
 from proxy.logs import get_logger
-from proxy.stats.prometheus import MODEL_NOT_FOUND, UPSTREAM_UP, note_served_models
 from proxy.upstream.client import Upstream, Upstreams, without_credentials
 
 __all__ = ["ModelCatalog", "ModelsAnswer"]
@@ -46,7 +46,7 @@ class ModelCatalog:
         self._ttl = ttl
         self.aliases = dict(aliases)
         for listed in self._listed:
-            note_served_models(listed or ())
+            events.emit(events.ModelsServed(tuple(listed or ())))
         self._cache: dict[tuple[int, str], ModelsAnswer] = {}
         self._pending: dict[tuple[int, str], asyncio.Future[ModelsAnswer]] = {}
 
@@ -110,7 +110,7 @@ class ModelCatalog:
         if response.status_code == 200:
             try:
                 names = [m["id"] for m in json.loads(response.content)["data"]]
-                note_served_models(names)
+                events.emit(events.ModelsServed(tuple(names)))
             except (ValueError, KeyError, TypeError):
                 names = None
         answer = ModelsAnswer(status=response.status_code, body=response.content,
@@ -157,7 +157,7 @@ class ModelCatalog:
         all_names = [n for _upstream, names in served for n in names or ()]
         listed = ", ".join(all_names) or "(none)"
         hint = f" (alias of {requested!r})" if name != requested else ""
-        MODEL_NOT_FOUND.labels(name).inc()
+        events.emit(events.ModelNotFound(name))
         log.info("request.model_not_found", outcome="model_not_found", model=name, requested=requested,
                  served=all_names)
         raise ModelNotFound(
@@ -169,7 +169,7 @@ class ModelCatalog:
     def _mark_up(self, index: int, up: bool) -> None:
         url = getattr(self._members[index], "base_url", None)
         if url is not None:
-            UPSTREAM_UP.labels(url).set(int(up))
+            events.emit(events.UpstreamProbed(url, up))
 
     def _choose(self, upstream: Upstream, model: str) -> None:
         if self._router is not None:

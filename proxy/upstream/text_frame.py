@@ -5,7 +5,7 @@ Within one upstream stream, vLLM's plain text chunks of one field (`content`, or
 creation time, index and the nulls around the delta repeat byte for byte. Once one such chunk is
 parsed, its bytes before and after the text are the frame; a later chunk with the same frame holds
 exactly one JSON string in between, and decoding that string alone gives what parsing the whole
-chunk would have given. Only the canonical spelling of that string is read this way (proxy/upstream/strict.py), so
+chunk would have given. Only the canonical spelling of that string is read this way (proxy/strict.py), so
 a chunk read through the frame of a canonical chunk is itself canonical.
 Anything else (another field, a finish reason, usage, escapes that do not
 decode to one string) does not match and is parsed in full.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from proxy.upstream.strict import dumps
+from proxy.strict import dumps
 
 __all__ = ["TextFrame"]
 

@@ -80,8 +80,8 @@ def test_blocked_message_shows_every_clients_command() -> None:
     import json
 
     from proxy.enforce.feedback_turns import blocked_message
-    from proxy.enforce.judging import JudgedCall
     from proxy.policy import load_policy_file
+    from proxy.record import JudgedCall
     from proxy.toolcalls import ToolCall
 
     from .conftest import ROOT

@@ -35,9 +35,9 @@ async def test_figures_come_back_by_name_and_equal_the_rows(engine, store: Store
     f = Filters()
     async with engine.connect() as conn:
         found = await gather(conn, f, loop_min_attempts=3)
-        calls = await queries.call_counts(conn, f)
-        reqs = await queries.request_counts(conn, f)
-        reasons = await queries.reason_counts(conn, f)
+        calls = await queries.call_counts_from_rows(conn, f)
+        reqs = await queries.request_counts_from_rows(conn, f)
+        reasons = await queries.reason_counts_from_rows(conn, f)
     assert list(found) == sorted(set(calls) | set(reqs))
     for model, figures in found.items():
         assert figures.calls == calls[model] and figures.requests == reqs[model]

@@ -119,12 +119,12 @@ async def test_rollups_and_edges_equal_the_rows_for_any_window(engine: AsyncEngi
     assert {(True, 0), (False, 1), (True, 2)} <= kinds
     async with engine.connect() as conn:
         for f in cases:
-            assert await figures.call_counts(conn, f) == await queries.call_counts(conn, f), f
-            assert await figures.reason_counts(conn, f) == await queries.reason_counts(conn, f), f
+            assert await figures.call_counts(conn, f) == await queries.call_counts_from_rows(conn, f), f
+            assert await figures.reason_counts(conn, f) == await queries.reason_counts_from_rows(conn, f), f
             assert (await figures.primary_reason_counts(conn, f)
-                    == await queries.primary_reason_counts(conn, f)), f
-            assert await figures.request_counts(conn, f) == await queries.request_counts(conn, f), f
-            assert await figures.attempt_histograms(conn, f) == await queries.attempt_histograms(conn, f), f
+                    == await queries.primary_reason_counts_from_rows(conn, f)), f
+            assert await figures.request_counts(conn, f) == await queries.request_counts_from_rows(conn, f), f
+            assert await figures.attempt_histograms(conn, f) == await queries.attempt_histograms_from_rows(conn, f), f
             assert (rounded(await figures.throughput_by_concurrency(conn, f))
                     == rounded(raw_throughput(store.rows["requests"], f))), f
 
@@ -232,9 +232,9 @@ async def test_the_migration_builds_the_rollups_of_a_store_that_already_has_rows
         assert run_keys(await stored_runs(engine)) == run_keys(reference_runs(store.rows["tool_calls"]))
         async with engine.connect() as conn:
             f = Filters()
-            assert await figures.call_counts(conn, f) == await queries.call_counts(conn, f)
-            assert await figures.request_counts(conn, f) == await queries.request_counts(conn, f)
-            assert await figures.reason_counts(conn, f) == await queries.reason_counts(conn, f)
+            assert await figures.call_counts(conn, f) == await queries.call_counts_from_rows(conn, f)
+            assert await figures.request_counts(conn, f) == await queries.request_counts_from_rows(conn, f)
+            assert await figures.reason_counts(conn, f) == await queries.reason_counts_from_rows(conn, f)
     finally:
         await engine.dispose()
 

@@ -48,10 +48,10 @@ async def _pending(engine: AsyncEngine) -> int:
 async def _assert_figures_equal_rows(engine: AsyncEngine) -> None:
     async with engine.connect() as conn:
         for f in windows(random.Random(5), 12):
-            assert await figures.call_counts(conn, f) == await queries.call_counts(conn, f), f
-            assert await figures.reason_counts(conn, f) == await queries.reason_counts(conn, f), f
-            assert await figures.request_counts(conn, f) == await queries.request_counts(conn, f), f
-            assert await figures.attempt_histograms(conn, f) == await queries.attempt_histograms(conn, f), f
+            assert await figures.call_counts(conn, f) == await queries.call_counts_from_rows(conn, f), f
+            assert await figures.reason_counts(conn, f) == await queries.reason_counts_from_rows(conn, f), f
+            assert await figures.request_counts(conn, f) == await queries.request_counts_from_rows(conn, f), f
+            assert await figures.attempt_histograms(conn, f) == await queries.attempt_histograms_from_rows(conn, f), f
 
 
 async def test_rollups_killed_between_the_two_transactions_are_applied_at_the_next_start(engine: AsyncEngine):

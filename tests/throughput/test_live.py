@@ -15,9 +15,8 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.config import Settings
-from proxy.enforce.record import RequestRecord
 from proxy.http.app import create_app
-from proxy.sessions.resolve import SessionRef
+from proxy.record import RequestRecord, SessionRef
 from proxy.store import tables
 from proxy.store.db import create_engine
 from proxy.store.writer import insert_rows

@@ -1,18 +1,51 @@
-"""What the proxy remembers of one client request (its rows are built in proxy.store.recorder)."""
+"""What the proxy remembers of one client request, as plain data: the session it belongs to, the request
+itself and the verdicts on its calls. The relays fill it in (proxy.enforce), the store turns it into rows
+(proxy.store.recorder), the listeners of a finished request read it (proxy.services); none of them is
+imported here."""
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
-from proxy.sessions.resolve import SessionRef
-from proxy.store.recorder import queue_request
-from proxy.store.writer import StoreWriter
+from proxy.policy.judge import call_command
+from proxy.policy.profiles import ToolSet
+from proxy.policy.schema import Policy
+from proxy.policy.verdict import REPAIRED, Verdict
+from proxy.toolcalls import ToolCall
 
-__all__ = ["RequestRecord", "Usage"]
+__all__ = ["JudgedCall", "RequestRecord", "SessionRef", "Usage", "shown_call"]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRef:
+    id: str
+    source: str  # header | metadata (Claude Code's body) | lineage (previous_response_id included)
+    is_new: bool
+
+
+@dataclass(slots=True)
+class JudgedCall:
+    call: ToolCall
+    verdict: Verdict
+    _: KW_ONLY
+    # When repaired: the arguments text and command the model wrote (`call` now holds the repaired form).
+    original_arguments: str | None = None
+    original_command: str | None = None
+    original_object: dict[str, Any] | None = None
+    # The feedback variant of the call's session (policy `feedback_variants`), None without an experiment.
+    variant: str | None = None
+
+    @property
+    def allowed(self) -> bool:
+        """May be delivered: allowed as written, or repaired into an allowed call."""
+        return self.verdict.allowed or self.verdict.decision == REPAIRED
+
+    @property
+    def repaired(self) -> bool:
+        return self.verdict.decision == REPAIRED
 
 
 @dataclass(slots=True)
@@ -31,12 +64,6 @@ class Usage:
         details = usage.get("prompt_tokens_details")
         if isinstance(details, dict):
             self.cached_tokens += _int(details.get("cached_tokens"))
-
-
-def _call_text(arguments: Any) -> str:
-    if isinstance(arguments, dict) and isinstance(arguments.get("command"), str):
-        return arguments["command"]
-    return json.dumps(arguments, ensure_ascii=False)
 
 
 def _shorten(text: str, limit: int = 200) -> str:
@@ -94,10 +121,10 @@ class RequestRecord:
         if status is not None:
             self.status = status
 
-    def note_blocked(self, judged: list[Any]) -> None:
-        """The retry budget ran out on these verdicts (JudgedCall): kept for the log and the error column."""
+    def note_blocked(self, judged: list[JudgedCall], policy: Policy, tools: ToolSet | None = None) -> None:
+        """The retry budget ran out on these verdicts: kept for the log and the error column."""
         self.blocked = [{"tool": item.call.name, "reasons": list(item.verdict.reasons),
-                         "call": _shorten(_call_text(item.call.arguments))}
+                         "call": _shorten(shown_call(policy, item.call, tools))}
                         for item in judged if not item.allowed]
 
     def settle_outcome(self) -> None:
@@ -109,12 +136,8 @@ class RequestRecord:
                 self.error = "retry budget spent: " + "; ".join(
                     f"{b['tool']} {','.join(b['reasons'])}: {b['call']}" for b in self.blocked)[:1000]
 
-    def save(self, writer: StoreWriter) -> None:
-        """Queue the session (first time) and the request row; `Services.finish` calls it as a request ends."""
-        if self.saved:
-            return
-        self.saved = True
-        self.settle_outcome()
-        if self.duration_ms is None:
-            self.duration_ms = self.elapsed_ms()
-        queue_request(writer, self)
+
+def shown_call(policy: Policy, call: ToolCall, tools: ToolSet | None = None) -> str:
+    """A call as a person reads it: the command it carries, else its tool and arguments."""
+    command = call_command(policy, call.name, call.arguments, tools=tools)
+    return command if command is not None else f"{call.name} {call.arguments_text}"

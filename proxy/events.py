@@ -1,0 +1,209 @@
+"""What happens inside the proxy, as plain records, for whoever listens: today the Prometheus metrics
+(proxy/stats/prometheus.py). A part of the proxy emits an event and knows no listener; a listener subscribes
+once and reads every event. So the metrics sit above the layers they count (docs/DESIGN.md, "Layers"), and
+nothing below them imports them.
+
+Listeners run in the emitter's thread, at once: they must not block (a counter, a gauge, a dictionary)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = [
+    "AttemptRetried", "BudgetSpent", "CallJudged", "ConnectionLimited", "InFlight", "ModelNotFound", "ModelsServed",
+    "PassthroughAnswered", "PolicyFileLoaded", "PolicyFileRefused", "ReleaseWaited", "ReleasedUnrecorded",
+    "StoreHealth", "StoreQueue", "StoreRefused", "StoreRowLost", "StoreRowRepaired", "StoreWriteFailed",
+    "UngovernedRequest", "UngovernedText", "UpstreamAttempt", "UpstreamProbed", "emit", "subscribe",
+]
+
+Listener = Callable[[object], None]
+_listeners: list[Listener] = []
+
+
+def subscribe(listener: Listener) -> None:
+    """Every event from now on is given to `listener` too (once, however often it subscribes)."""
+    if listener not in _listeners:
+        _listeners.append(listener)
+
+
+def emit(event: object) -> None:
+    for listener in _listeners:
+        listener(event)
+
+
+
+# -- requests and their calls -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CallJudged:
+    """One judged call of a request, in its session's order."""
+
+    model: str
+    session: str
+    decision: str
+    reason: str  # the primary reason, "" for none
+    is_error: bool  # `Verdict.is_error`
+    loop_key: str | None  # `Verdict.loop_key`
+    loop_min_attempts: int  # the policy's: a run this long is a loop
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRetried:
+    """The upstream is asked again after a rejection."""
+
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSpent:
+    """A request's retry budget ran out."""
+
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class UngovernedText:
+    """A turn of a recognised text-acting client holds actions the proxy could not read or judge."""
+
+    model: str
+    client: str
+
+
+@dataclass(frozen=True, slots=True)
+class UngovernedRequest:
+    """A request offers tools none of which a tool profile (or the shell heuristic) governs."""
+
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """A judged request started (`change` 1) or ended (-1)."""
+
+    model: str
+    change: int
+
+
+@dataclass(frozen=True, slots=True)
+class PassthroughAnswered:
+    """A forwarded (not judged) request was answered."""
+
+    route: str
+    status: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimited:
+    """A client connection was closed or refused by a limit (header_timeout, body_timeout, idle, too_many)."""
+
+    limit: str
+
+
+# -- the upstream -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamAttempt:
+    """One upstream attempt ended: ok, http_error (a non-200 answer) or error."""
+
+    model: str
+    upstream: str
+    outcome: str
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamProbed:
+    """An upstream answered its /v1/models probe (`up`), or did not."""
+
+    upstream: str
+    up: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ModelsServed:
+    """Model names an upstream serves (listed in its config or its /v1/models)."""
+
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelNotFound:
+    """A request named a model no upstream serves."""
+
+    model: str
+
+
+# -- the policy ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyFileLoaded:
+    """The file on disk is the policy being served."""
+
+    file: str
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyFileRefused:
+    """A policy file was refused at load or reload (the last good one is served)."""
+
+    file: str
+
+
+# -- the store ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoreQueue:
+    """Rows waiting for the store writer."""
+
+    depth: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreHealth:
+    """The store can record (`up`), or fails."""
+
+    up: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StoreWriteFailed:
+    """A batch write failed (it is retried)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreRowRepaired:
+    """The database refused a row as it came and took it with its text made safe."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreRowLost:
+    """A row the store never got: queue full, store down at shutdown, row refused."""
+
+    table: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseWaited:
+    """How long judged calls waited for their rows to be committed before release (enforce mode)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReleasedUnrecorded:
+    """Calls released before the store committed them (`on_store_failure: continue`)."""
+
+    model: str
+    calls: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreRefused:
+    """A request refused with 503 because the store could not record (`on_store_failure: refuse`)."""
+
+    model: str
