@@ -5,8 +5,8 @@ Run by tests/e2e/test_pypi_clients.py with the python of pydantic-ai's own venv 
     python pydantic-ai_agent.py BASE_URL MODEL PROJECT PROMPT MODE FOLLOW_UP
 MODE: `run` (Agent.run on OpenAIChatModel), `stream` (Agent.run_stream_events, the streamed requests),
 `responses` (OpenAIResponsesModel, the whole history each turn) or `responses-chained` (with
-`openai_previous_response_id='auto'`: each turn continues the last response by its id); a mode ending in `stream`
-is streamed.
+`openai_previous_response_id='auto'`: each turn continues the last response by its id), or `structured` (chat, its
+answer a `final_result` output tool: every request demands a tool call); a mode ending in `stream` is streamed.
 Two runs of one conversation: PROMPT, then the user's FOLLOW_UP.
 Prints one JSON line: {"answer": ..., "follow_up": ...} or {"error": type, "message": ...} when a run raised.
 """
@@ -19,9 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from openai import AsyncOpenAI
+from pydantic import BaseModel
 from pydantic_ai import Agent, AgentRunResult, AgentRunResultEvent
 from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
 from pydantic_ai.providers.openai import OpenAIProvider
+
+
+class Answer(BaseModel):
+    """The agent's answer."""
+
+    text: str
 
 
 async def main() -> None:
@@ -33,7 +40,8 @@ async def main() -> None:
         settings = {"openai_previous_response_id": "auto"} if "chained" in mode else {}
     else:
         model, settings = OpenAIChatModel(model_id, provider=provider), {}
-    agent = Agent(model, instructions="You are a careful coding agent.", model_settings=settings)
+    output: Any = Answer if mode == "structured" else str
+    agent = Agent(model, instructions="You are a careful coding agent.", model_settings=settings, output_type=output)
 
     @agent.tool_plain
     def run_command(command: str, cwd: str | None = None) -> str:
@@ -57,7 +65,7 @@ async def main() -> None:
         """
         return Path(path).read_text(encoding=encoding or "utf-8")
 
-    async def run(given: str, history: list[Any] | None) -> AgentRunResult[str]:
+    async def run(given: str, history: list[Any] | None) -> AgentRunResult[Any]:
         if not mode.endswith("stream"):
             return await agent.run(given, message_history=history)
         async with agent.run_stream_events(given, message_history=history) as events:
