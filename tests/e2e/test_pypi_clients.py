@@ -319,16 +319,25 @@ def test_sdk_agent_responses_chained_by_previous_response_id(client: str, tmp_pa
     _assert_governed_and_counted(world, upstream, proxy, len(modes))
 
 
-def test_pydantic_ai_user_learns_why_a_demanded_call_was_blocked(tmp_path: Path, upstream: ScriptedUpstream,
-                                                                 start_proxy, request: pytest.FixtureRequest) -> None:
-    """pydantic-ai with a structured answer (its `final_result` output tool) demands a tool call in every request
-    (`tool_choice: "required"`): a blocked turn ends in the error carrying the explanation, which pydantic-ai raises
-    to its user; one turn, the budget's four attempts, nothing ran."""
-    world = _world(tmp_path, "pydantic-ai-structured")
-    upstream.responder = lambda body: Reply(content="", tool_calls=[("run_command", {"command": PIPED})])
+# (client, mode, what the SDK raises to its user)
+DEMANDING_RUNS = [("pydantic-ai", "structured", "ModelRequestRejectedError"),  # a 422: not to be sent again unchanged
+                  ("openai-agents", "chat-required", "UnprocessableEntityError"),
+                  ("openai-agents", "responses-required-stream", "ModelBehaviorError")]  # the `error` event's
+
+
+@pytest.mark.parametrize(("client", "mode", "raised"), DEMANDING_RUNS)
+def test_sdk_user_learns_why_a_demanded_call_was_blocked(client: str, mode: str, raised: str, tmp_path: Path,
+                                                         upstream: ScriptedUpstream, start_proxy,
+                                                         request: pytest.FixtureRequest) -> None:
+    """An agent that demands a tool call in its request (`tool_choice: "required"`: pydantic-ai's structured answer,
+    the Agents SDK's `ModelSettings`): a blocked turn ends in the error carrying the explanation, which the SDK
+    raises to its user; one turn, the budget's four attempts, nothing ran."""
+    agent = SDK_AGENTS[client]
+    world = _world(tmp_path, f"{client}-{mode}")
+    upstream.responder = lambda body: Reply(content="", tool_calls=[agent.shell(PIPED, world.project)])
     proxy: RunningProxy = start_proxy(upstream.url, policy=request.getfixturevalue("rooted_policy")(world.project))
-    result = _run("pydantic-ai", world, proxy.url + "/v1", "structured", FOLLOW_UP)
-    assert result.get("error") == "ModelRequestRejectedError", result  # a 422: not to be sent again unchanged
+    result = _run(client, world, proxy.url + "/v1", mode, FOLLOW_UP)
+    assert result.get("error") == raised, result
     assert "allowlist-proxy blocked this turn" in result["message"] and PIPED in result["message"], result
     assert [body.get("tool_choice") for body in upstream.requests] == ["required"] * 4
     assert world.calls("head") == [] and world.calls("uv") == []

@@ -5,7 +5,8 @@ Run by tests/e2e/test_pypi_clients.py with the python of the SDK's own venv (scr
     python openai-agents_agent.py BASE_URL MODEL PROJECT PROMPT MODE FOLLOW_UP
 MODE: `chat` (OpenAIChatCompletionsModel), `responses` (OpenAIResponsesModel, the whole input each turn) or
 `responses-chained` (OpenAIResponsesModel with `auto_previous_response_id`: each turn continues the last response by
-its id); `-stream` appended runs it with `Runner.run_streamed`.
+its id); `-stream` appended runs it with `Runner.run_streamed`; with `required` in it, the agent's
+`tool_choice` is "required" (the SDK resets it after a call).
 Two runs of one conversation: PROMPT, then the user's FOLLOW_UP.
 Prints one JSON line: {"answer": ..., "follow_up": ...} or {"error": type, "message": ...} when a run raised.
 """
@@ -16,7 +17,15 @@ import sys
 from typing import Any
 
 from agent_tools import read_text, run_shell
-from agents import Agent, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+from agents import (
+    Agent,
+    ModelSettings,
+    OpenAIChatCompletionsModel,
+    OpenAIResponsesModel,
+    Runner,
+    function_tool,
+    set_tracing_disabled,
+)
 from agents.result import RunResultBase
 from openai import AsyncOpenAI
 
@@ -30,7 +39,9 @@ async def main() -> None:
         model = OpenAIChatCompletionsModel(model=model_id, openai_client=client)
     else:
         model = OpenAIResponsesModel(model=model_id, openai_client=client)
-    agent = Agent(name="Assistant", instructions="You are a careful coding agent.", model=model, tools=tools)
+    settings = ModelSettings(tool_choice="required" if "required" in mode else None)
+    agent = Agent(name="Assistant", instructions="You are a careful coding agent.", model=model, tools=tools,
+                  model_settings=settings)
     chained = "chained" in mode
 
     async def run(given: Any, **options: Any) -> RunResultBase:
