@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Python agents and agent frameworks that tests/e2e/test_pypi_clients.py drives, each pinned, each in a venv
-# of its own outside the repository (the project's environment stays as pyproject.toml says).
+# Installs the Python agents and agent SDKs that tests/e2e/test_pypi_clients.py and test_sdk_agents.py drive, each
+# pinned, each in a venv of its own outside the repository (the project's environment stays as pyproject.toml says).
 #   AGENT_PYS_CACHE  where the venvs go (default: ~/.cache/allowlist-proxy-e2e-py); kept between runs
 # Exits 0 with a message when an install fails, so those tests skip with a reason instead (set
 # E2E_REQUIRE_CLIENTS=1 for pytest to fail then).

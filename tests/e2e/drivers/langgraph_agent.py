@@ -1,7 +1,7 @@
 """LangGraph's prebuilt ReAct agent with LangChain's own shell tool (langchain_community ShellTool, `terminal
 {commands}`) and file reader (ReadFileTool, `read_file {file_path}`), unchanged, on ChatOpenAI at a base URL.
 
-Run by tests/e2e/test_pypi_clients.py with the python of LangGraph's own venv (scripts/install-agent-pys.sh):
+Run by tests/e2e/test_sdk_agents.py with the python of LangGraph's own venv (scripts/install-agent-pys.sh):
     python langgraph_agent.py BASE_URL MODEL PROJECT PROMPT MODE FOLLOW_UP
 MODE: `invoke` or `stream` (ChatOpenAI streaming, the streamed requests).
 Two runs of one conversation: PROMPT, then the user's FOLLOW_UP.

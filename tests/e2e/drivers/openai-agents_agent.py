@@ -1,7 +1,7 @@
 """The OpenAI Agents SDK, unchanged: an Agent with function tools (a shell and a file reader), on the model class its
 docs give for a non-OpenAI provider, pointed at a base URL.
 
-Run by tests/e2e/test_pypi_clients.py with the python of the SDK's own venv (scripts/install-agent-pys.sh):
+Run by tests/e2e/test_sdk_agents.py with the python of the SDK's own venv (scripts/install-agent-pys.sh):
     python openai-agents_agent.py BASE_URL MODEL PROJECT PROMPT MODE FOLLOW_UP
 MODE: `chat` (OpenAIChatCompletionsModel), `responses` (OpenAIResponsesModel, the whole input each turn) or
 `responses-chained` (OpenAIResponsesModel with `auto_previous_response_id`: each turn continues the last response by

@@ -1,7 +1,7 @@
 """pydantic-ai, unchanged: an Agent on an OpenAI-compatible provider with two tools whose optional arguments it
 declares as `anyOf [string, null]` (a shell with an optional `cwd`, a reader with an optional `encoding`).
 
-Run by tests/e2e/test_pypi_clients.py with the python of pydantic-ai's own venv (scripts/install-agent-pys.sh):
+Run by tests/e2e/test_sdk_agents.py with the python of pydantic-ai's own venv (scripts/install-agent-pys.sh):
     python pydantic-ai_agent.py BASE_URL MODEL PROJECT PROMPT MODE FOLLOW_UP
 MODE: `run` (Agent.run on OpenAIChatModel), `stream` (Agent.run_stream_events, the streamed requests),
 `responses` (OpenAIResponsesModel, the whole history each turn) or `responses-chained` (with
