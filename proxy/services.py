@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from proxy import events
+from proxy import telemetry
 from proxy.config import Settings
 from proxy.errors import StoreUnavailable
 from proxy.logs import get_logger
@@ -131,12 +131,12 @@ class Services:
     def enter(self, model: str) -> int:
         """Counts the request in; returns the concurrency it started at (itself included)."""
         self.in_flight[model] += 1
-        events.emit(events.InFlight(model, 1))
+        telemetry.emit(telemetry.InFlight(model, 1))
         return self.in_flight[model]
 
     def _leave(self, model: str) -> None:
         self.in_flight[model] -= 1
-        events.emit(events.InFlight(model, -1))
+        telemetry.emit(telemetry.InFlight(model, -1))
         if self.in_flight[model] <= 0:
             del self.in_flight[model]
 

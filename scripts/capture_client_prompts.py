@@ -18,6 +18,9 @@ from proxy.testing.server import ServerThread  # noqa: E402
 from tests.e2e.clients import CLIENTS, MODEL, AgentWorld, find_client  # noqa: E402
 
 OUT = ROOT / "tests" / "sessions_data"
+# A first user message that carries what the client writes: Qwen Code's context preamble, Kilo's
+# `<environment_details>` block appended to the user's prompt.
+_CONTEXT_MARKERS = ("working in the directory", "<environment_details>")
 
 
 def _client_part(body: dict, route: str) -> dict:
@@ -36,7 +39,8 @@ def _client_part(body: dict, route: str) -> dict:
     for message in messages:
         leading.append(message)
         if message.get("role") not in ("system", "developer"):
-            if message.get("role") != "user" or "working in the directory" not in json.dumps(message):
+            text = json.dumps(message)
+            if message.get("role") != "user" or not any(m in text for m in _CONTEXT_MARKERS):
                 leading.pop()  # the user's own prompt; a context message the client writes first is kept
             break
     return {"messages": leading}

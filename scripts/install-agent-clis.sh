@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs the agent CLIs that tests/e2e/test_clients.py drives - Qwen Code, Codex, Claude Code and
-# Cline - outside the repository, pinned, with the machine's npm.
+# Installs the agent CLIs that tests/e2e/test_clients.py drives - Qwen Code, Codex, Claude Code, Cline,
+# Continue and Kilo - outside the repository, pinned, with the machine's npm.
 #   AGENT_CLIS_CACHE  where they go (default: ~/.cache/allowlist-proxy-e2e-clients); kept between runs
+# Packages given as arguments (name@version) are installed instead of the CLIs (scripts/install-ai-sdk.sh).
 # Exits 0 with a message when npm is missing or an install fails, so those tests skip with a reason
 # instead (set E2E_REQUIRE_CLIENTS=1 for pytest to fail then).
 set -uo pipefail
@@ -13,7 +14,12 @@ packages=(
   "@openai/codex@0.171.0"
   "@anthropic-ai/claude-code@2.1.197"
   "cline@3.0.65"
+  "@continuedev/cli@1.5.47"
+  # The newest @kilocode/cli whose linux binary (@kilocode/cli-linux-x64, an optional dependency) is published
+  # at the same version: 7.8.1 names a 7.8.1 binary that does not exist.
+  "@kilocode/cli@7.7.7"
 )
+if [ $# -gt 0 ]; then packages=("$@"); fi
 
 installed() {  # package@version -> whether node_modules holds exactly that version
   local spec="$1" name="${1%@*}" version="${1##*@}"
@@ -24,7 +30,7 @@ installed() {  # package@version -> whether node_modules holds exactly that vers
 missing=()
 for spec in "${packages[@]}"; do installed "$spec" || missing+=("$spec"); done
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "agent CLIs already in $cache"
+  echo "${packages[*]} already in $cache"
   exit 0
 fi
 if ! command -v npm >/dev/null 2>&1; then

@@ -147,6 +147,20 @@ def empty_db_url(backend: str, tmp_path: Path) -> Iterator[str]:
         yield url
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest tests first: soak tests, then the real clients, then the rest in file order.
+
+    The suite runs on every core (`-n auto --dist worksteal`): a worker that is free takes queued tests
+    from a busy one, so a long test started first runs beside the rest, not alone at the end.
+    """
+    def weight(item: pytest.Item) -> int:
+        if item.get_closest_marker("slow") is not None:
+            return 0
+        return 1 if "/e2e/" in item.nodeid or item.nodeid.startswith("e2e/") else 2
+
+    items.sort(key=weight)
+
+
 def pytest_sessionfinish() -> None:
     drop_templates()
 

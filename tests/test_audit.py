@@ -278,8 +278,10 @@ def test_a_client_that_leaves_cancels_the_upstream_at_once(start_proxy, stream, 
         with httpx.Client(base_url=proxy.url, timeout=0.5) as client, pytest.raises(httpx.ReadTimeout):
             client.post(path, json=_LEAVING_BODIES[path](stream), headers={"x-session-id": "ses_gone"})
         left = time.monotonic()
-        assert wait_until(lambda: slow.dropped, timeout=2)
-        assert slow.dropped[0] - left < 0.1
+        # The upstream never answers: only the proxy hanging up ends its request. Seconds of slack, not
+        # milliseconds, so that a loaded machine does not fail a behaviour check on timing.
+        assert wait_until(lambda: slow.dropped, timeout=10)
+        assert slow.dropped[0] - left < 5
         time.sleep(0.3)
         assert len(slow.arrived) == 1  # no retry started
         rows = proxy.rows("SELECT outcome, status FROM requests WHERE session_id = 'ses_gone'")

@@ -286,18 +286,25 @@ def test_dashboard_draws_the_stats_live_and_stays_on_host(
     assert links == ["dashboard/sessions/ses_loop"]  # the session view
     assert browser.evaluate("document.querySelectorAll('#loops code').length") == 1  # the shape, no command wall
 
-    # Throughput by concurrency: the charts carry the API's live cells.
-    cells = stats[MODEL]["throughput"]["concurrency"]
+    # Throughput by concurrency: the charts carry the API's live cells. The page refreshes every second and
+    # a window may close between two reads, so the charts, the table and the figures the page drew them from
+    # are read in one evaluation (one refresh draws them all at once).
+    drawn_charts, drawn_stats, drawn_rows = browser.evaluate(f"""[{CHARTS_JS},
+        JSON.stringify(window.dashboard.stats),
+        [...document.querySelectorAll("#table-throughput tbody tr")].map((tr) =>
+            [...tr.cells].map((td) => td.textContent))]""")
+    drawn = {m["model"]: m for m in json.loads(drawn_stats)["models"]}
+    cells = drawn[MODEL]["throughput"]["concurrency"]
     levels = sorted(cells, key=int)
     assert "2" in levels
     for chart_id, field in (("chart-generation", "generation_tps"), ("chart-prefill", "prompt_tps"),
                             ("chart-requests", "requests_per_minute")):
-        chart = charts[chart_id]
+        chart = json.loads(drawn_charts)[chart_id]
         assert chart["labels"] == levels
         series = {d["label"]: dict(zip(chart["labels"], d["data"], strict=True)) for d in chart["datasets"]}
         assert {c: series[MODEL][c] for c in levels} == {c: cells[c][field] for c in levels}, chart_id
     assert cells["2"]["generation_tps"] > 0
-    throughput_rows = {(r[0], r[1]): r for r in _rows(browser, "table-throughput")}
+    throughput_rows = {(r[0], r[1]): r for r in drawn_rows}
     assert throughput_rows[MODEL, "2"][2] == f"{cells['2']['generation_tps']:.1f} ({cells['2']['n']})"
 
     # Every chart is drawn, not only fed.

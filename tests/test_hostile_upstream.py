@@ -490,18 +490,10 @@ CLIENT = Path(__file__).resolve().parent / "clients" / "ai_sdk_stream.cjs"
 
 
 def _ai_sdk() -> Path | None:
-    """node_modules holding `ai` and `@ai-sdk/openai-compatible`: $ALLOWLIST_PROXY_AI_SDK, else
-    ~/.cache/allowlist-proxy-ai-sdk (`npm i --prefix ~/.cache/allowlist-proxy-ai-sdk ai @ai-sdk/openai-compatible`)."""
-    import os
-    import shutil
+    """node_modules holding `ai` and `@ai-sdk/openai-compatible` (scripts/install-ai-sdk.sh), or None."""
+    from tests.e2e.clients import find_ai_sdk
 
-    if shutil.which("node") is None:
-        return None
-    cache = Path.home() / ".cache"
-    for candidate in (os.environ.get("ALLOWLIST_PROXY_AI_SDK"), cache / "allowlist-proxy-ai-sdk" / "node_modules"):
-        if candidate and (Path(candidate) / "ai").is_dir() and (Path(candidate) / "@ai-sdk/openai-compatible").is_dir():
-            return Path(candidate)
-    return None
+    return find_ai_sdk()[0]
 
 
 # One case of each class a chat client meets (each costs a node start, about a second).

@@ -201,25 +201,25 @@ def test_unknown_model_names_never_take_the_label_room_of_served_models(model_up
 
 
 def test_every_event_is_counted_by_the_metrics_listener():
-    """The proxy's parts emit events (proxy/events.py) and import no metric: an event the listener does not
+    """The proxy's parts emit events (proxy/telemetry.py) and import no metric: an event the listener does not
     handle would vanish from /metrics without a sound."""
     import dataclasses
     import inspect
 
-    from proxy import events
+    from proxy import telemetry
     from proxy.stats import prometheus
 
-    kinds = {c for _, c in inspect.getmembers(events, inspect.isclass)
-             if c.__module__ == events.__name__ and dataclasses.is_dataclass(c)}
+    kinds = {c for _, c in inspect.getmembers(telemetry, inspect.isclass)
+             if c.__module__ == telemetry.__name__ and dataclasses.is_dataclass(c)}
     assert kinds and kinds == set(prometheus._HANDLERS)
 
 
 def test_an_emitted_event_moves_its_series():
-    from proxy import events
+    from proxy import telemetry
     from proxy.stats.prometheus import REGISTRY
 
     model = f"m-{uuid.uuid4().hex[:8]}"
     # An unserved model name reads "other" (bounded labels): count that series before and after instead.
     before = REGISTRY.get_sample_value("allowlist_proxy_store_refusals_total", {"model_name": "other"}) or 0.0
-    events.emit(events.StoreRefused(model))
+    telemetry.emit(telemetry.StoreRefused(model))
     assert REGISTRY.get_sample_value("allowlist_proxy_store_refusals_total", {"model_name": "other"}) == before + 1

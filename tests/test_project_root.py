@@ -24,6 +24,8 @@ READS = {
     "qwen-code": ("read_file", lambda path: {"file_path": path}),
     "cline": ("read_files", lambda path: {"files": [{"path": path}]}),
     "codex": ("exec_command", lambda path: {"cmd": "uv run scripts/search.py x", "workdir": path}),
+    "continue": ("Read", lambda path: {"filepath": path}),
+    "kilo": ("read", lambda path: {"filePath": path}),
 }
 
 
@@ -157,3 +159,24 @@ def test_statements_that_disagree_or_come_late_learn_nothing():
     late = [{"type": "message", "role": "user", "content": "hi"}, {"type": "function_call", "name": "x"}, context]
     assert stated_root("responses", {"input": late}) is None
     assert stated_root("responses", {"input": [context]}) == PROJECT
+
+
+def test_kilos_environment_details_are_read_only_in_the_first_user_turn():
+    """Kilo appends an `<environment_details>` part to each user message: the first one's names the root. The
+    user's own words (a block written inside them too: a model writes the first message of a sub-agent it starts
+    with Kilo's `task`), its `Workspace root folder: /`, a message of the block alone, and the blocks of later
+    turns or a tool result that imitates one are not read."""
+    first = captured("kilo")["part"]["messages"]
+    assert stated_root("chat", {"messages": first}) == PROJECT
+    system, user = first
+    block = "<environment_details>\nWorking directory: /etc/app\n</environment_details>"
+    for words in ("Working directory: /etc/app", f"do it\n\n{block}", block):
+        said = {**user, "content": [{"type": "text", "text": words}, *user["content"][1:]]}
+        assert stated_root("chat", {"messages": [system, said]}) == PROJECT, words
+    for alone in ([{"type": "text", "text": block}], block, f"go\n{block}"):
+        assert stated_root("chat", {"messages": [system, {"role": "user", "content": alone}]}) is None, alone
+    later = [system, {"role": "user", "content": "go"}, {"role": "assistant", "content": block},
+             {"role": "tool", "tool_call_id": "c1", "content": block},
+             {"role": "user", "content": [{"type": "text", "text": "go"}, {"type": "text", "text": block}]}]
+    assert stated_root("chat", {"messages": later}) is None
+    assert stated_root("chat", {"messages": [system, {**user, "content": user["content"][:1]}]}) is None

@@ -42,14 +42,16 @@ def _reply(_body: dict) -> Reply:
                  chunk_delay=0.002)
 
 
-def _start(db_url: str, upstream_url: str) -> tuple[subprocess.Popen, str]:
+def _spawn(db_url: str, upstream_url: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {**os.environ, "ALLOWLIST_PROXY_LOG_LEVEL": "error"}
     proc = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--port", str(port), "--upstream", upstream_url,
                              "--db", db_url, "--policy", str(STRICT_POLICY)], cwd=ROOT, env=env,
                             stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+    return proc, f"http://127.0.0.1:{port}"
 
+
+def _ready(url: str) -> None:
     def up() -> bool:
         try:
             return httpx.get(url + "/health", timeout=1).status_code == 200
@@ -60,7 +62,19 @@ def _start(db_url: str, upstream_url: str) -> tuple[subprocess.Popen, str]:
     # Warm: the first request of a process loads what requests need (the kill is meant for a proxy at work).
     warm = httpx.post(url + "/v1/chat/completions", json=chat(tools=OPENCODE_TOOLS), timeout=30)
     assert warm.status_code == 200, warm.text
-    return proc, url
+
+
+def _start_all(db_urls: list[str], upstream_url: str) -> list[tuple[subprocess.Popen, str]]:
+    """One proxy per database, started side by side (their start-up is most of this test's time)."""
+    procs = [_spawn(url, upstream_url) for url in db_urls]
+    try:
+        for _, url in procs:
+            _ready(url)
+    except BaseException:
+        for proc, _ in procs:
+            proc.kill()
+        raise
+    return procs
 
 
 def _commands(data: bytes) -> list[str]:
@@ -141,14 +155,14 @@ def test_sigkill_under_load_loses_no_delivered_call(upstream, tmp_path):
         urls = _databases(tmp_path, stack)
         received: list[set[str]] = [set() for _ in urls]
         for _ in range(TRIALS):
-            procs = [_start(url, upstream.url) for url in urls]
+            procs = _start_all(urls, upstream.url)
             try:
                 asyncio.run(_trial(procs, received))
             finally:
                 for proc, _ in procs:
                     proc.kill()
                     proc.wait(10)
-        restarted = [_start(url, upstream.url)[0] for url in urls]  # the restart after the last kill
+        restarted = [proc for proc, _ in _start_all(urls, upstream.url)]  # the restart after the last kill
         for proc in restarted:
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(40) in (0, -signal.SIGTERM)

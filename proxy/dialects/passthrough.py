@@ -9,7 +9,7 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from proxy import events
+from proxy import telemetry
 from proxy.enforce.payload import read_body
 from proxy.errors import ProxyError
 from proxy.logs import get_logger
@@ -32,7 +32,7 @@ async def forward(request: Request, state: Services, path: str) -> Response:
     headers = state.upstream.headers(request.headers)
     response = await state.upstream.open_stream(request.method, path, headers=headers, content=body or None,
                                                 params=request.query_params)
-    events.emit(events.PassthroughAnswered(path, response.status_code))
+    telemetry.emit(telemetry.PassthroughAnswered(path, response.status_code))
     upstream = state.upstream
 
     async def relay() -> Any:

@@ -14,16 +14,13 @@ from starlette.responses import Response
 from proxy import strict
 from proxy.enforce.exchange import Exchange
 from proxy.enforce.finish import finish_exchange
-from proxy.errors import (
-    ClientGone,
-    ProxyError,
-    UpstreamUnjudgeable,
-)
+from proxy.errors import ClientGone, ProxyError, UpstreamUnjudgeable
 from proxy.upstream.client import response_headers
 from proxy.upstream.sse import SSEDecoder, SSEEvent
 
 __all__ = ["RetryFailed", "WholeAttempt", "open_retry_stream", "open_stream_attempt", "refused_status",
            "refused_stream", "request_attempt", "upstream_events", "whole_attempt"]
+
 
 def refused_status(status: int) -> UpstreamUnjudgeable | None:
     """A success that is not a plain 200 (201, 203, 206 ...) or a redirect is not relayed: its body is not the

@@ -17,18 +17,14 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy import events
+from proxy import telemetry
 from proxy.enforce.actions import judge_output
 from proxy.enforce.body_splice import splice_body
 from proxy.enforce.feedback_turns import turn_allowed
 from proxy.enforce.judging import request_tools
 from proxy.enforce.text_clients import TextClient, judge_text, recognise, ungoverned_reasons
 from proxy.enforce.tool_choice import demands_call
-from proxy.errors import (
-    ClientGone,
-    ProxyError,
-    error_response,
-)
+from proxy.errors import ClientGone, ProxyError, error_response
 from proxy.logs import get_logger
 from proxy.policy import LoadedPolicy
 from proxy.policy.profiles import ToolSet
@@ -43,8 +39,8 @@ from proxy.upstream.client import response_headers
 
 __all__ = ["Exchange", "Outcome"]
 
-T = TypeVar("T")
 
+T = TypeVar("T")
 
 log = get_logger("proxy.enforce.exchange")
 
@@ -112,7 +108,7 @@ class Exchange:
             return []
         reasons = ungoverned_reasons(client, text)
         if reasons:
-            events.emit(events.UngovernedText(self.record.model, client.name))
+            telemetry.emit(telemetry.UngovernedText(self.record.model, client.name))
             log.warning("text_actions.ungoverned", client=client.name, reasons=reasons, session=self.record.session.id)
         return judge_text(self.policy, client, text, tools=self.toolset, session_id=self.record.session.id)
 
@@ -121,7 +117,7 @@ class Exchange:
         there are counted ungoverned, never passed unseen."""
         client = self.text_client
         if client is not None and client.formats and any(TEXT_FORMATS[f].read(text).calls for f in client.formats):
-            events.emit(events.UngovernedText(self.record.model, client.name))
+            telemetry.emit(telemetry.UngovernedText(self.record.model, client.name))
             log.warning("text_actions.ungoverned", client=client.name, reasons=["route does not judge text actions"],
                         session=self.record.session.id)
 
@@ -213,9 +209,9 @@ class Exchange:
         if attempt > self.budget:
             self.record.budget_exhausted = True
             self.record.note_blocked(judged, self.policy.policy, self.toolset)
-            events.emit(events.BudgetSpent(self.record.model))
+            telemetry.emit(telemetry.BudgetSpent(self.record.model))
             return Outcome.BLOCKED
-        events.emit(events.AttemptRetried(self.record.model))
+        telemetry.emit(telemetry.AttemptRetried(self.record.model))
         return Outcome.RETRY
 
     def settle_truncated(self, attempt: int, judged: list[JudgedCall]) -> None:
@@ -229,9 +225,9 @@ class Exchange:
         record, loop_min = self.record, self.policy.policy.loop_min_attempts
         for item in judged:
             verdict = item.verdict
-            events.emit(events.CallJudged(record.model, record.session.id, verdict.decision,
-                                          verdict.reasons[0] if verdict.reasons else "", verdict.is_error,
-                                          verdict.loop_key, loop_min))
+            telemetry.emit(telemetry.CallJudged(record.model, record.session.id, verdict.decision,
+                                                verdict.reasons[0] if verdict.reasons else "", verdict.is_error,
+                                                verdict.loop_key, loop_min))
 
     async def unless_client_leaves(self, start: Callable[[], Awaitable[T]]) -> T:
         """Await `start()` (an upstream attempt) unless the client disconnects first: then the attempt is cancelled

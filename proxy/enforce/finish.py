@@ -10,14 +10,11 @@ import anyio
 import httpx
 
 from proxy.enforce.exchange import Exchange
-from proxy.errors import (
-    ClientGone,
-    ProxyError,
-    StoreUnavailable,
-)
+from proxy.errors import ClientGone, ProxyError, StoreUnavailable
 from proxy.record import RequestRecord
 
 __all__ = ["end_stream", "finish_exchange"]
+
 
 def finish_exchange(ex: Exchange) -> None:
     """Ends the exchange's request through `Services.finish`, the one place a request ends.

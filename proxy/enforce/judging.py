@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from proxy import events
+from proxy import telemetry
 from proxy.logs import get_logger
 from proxy.policy import LoadedPolicy, judge_call
 from proxy.policy.judge import call_command
@@ -50,7 +50,7 @@ def request_tools(policy: LoadedPolicy, record: RequestRecord, payload: Mapping[
     record.profiles = ",".join(tools.profiles)[:256] or None
     record.project_root = ",".join(tools.roots)[:1024] or None
     if tools.offered and not tools.governed():
-        events.emit(events.UngovernedRequest(record.model))
+        telemetry.emit(telemetry.UngovernedRequest(record.model))
         session = record.session.id
         if session not in _UNGOVERNED_TOLD:
             _UNGOVERNED_TOLD[session] = None

@@ -19,6 +19,7 @@ from proxy.strict import Unparseable, lone_surrogate, unique_object
 
 __all__ = ["check_counts", "gc_paused", "normalize_stream", "read_body", "read_json_object", "read_payload"]
 
+
 _PARSE_INLINE_BYTES = 1 << 20
 
 
@@ -60,8 +61,6 @@ def check_counts(payload: dict[str, Any], *, max_tools: int, max_messages: int) 
 
 # pydantic's lax booleans, which vLLM applies to `stream`: the proxy must read the value as vLLM will.
 _TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
-
-
 _FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
 
 

@@ -11,13 +11,12 @@ from starlette.requests import Request
 
 from proxy.enforce.exchange import Exchange
 from proxy.enforce.payload import normalize_stream, read_body, read_payload
-from proxy.errors import (
-    BadRequest,
-)
+from proxy.errors import BadRequest
 from proxy.record import RequestRecord
 from proxy.services import Services
 
 __all__ = ["RouteShape", "open_exchange"]
+
 
 @dataclass(kw_only=True, frozen=True)
 class RouteShape:

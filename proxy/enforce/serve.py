@@ -15,6 +15,7 @@ from proxy.enforce.finish import finish_exchange
 
 __all__ = ["event_stream", "judged_json", "serve"]
 
+
 ExchangeT = TypeVar("ExchangeT", bound="Exchange")
 
 

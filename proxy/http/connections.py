@@ -23,7 +23,7 @@ import resource
 import time
 from typing import Any
 
-from proxy import events
+from proxy import telemetry
 from proxy.config import Settings
 from proxy.http.framing import framing_problem, refusal_bytes
 from proxy.logs import get_logger
@@ -173,7 +173,7 @@ _last_logged: dict[str, float] = {}
 
 
 def _count(limit: str, message: str) -> None:
-    events.emit(events.ConnectionLimited(limit))
+    telemetry.emit(telemetry.ConnectionLimited(limit))
     now = time.monotonic()
     if now - _last_logged.get(limit, 0.0) >= 1.0:  # at most one line a second per limit, however many trigger
         _last_logged[limit] = now

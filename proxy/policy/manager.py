@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 import yaml
 
-from .. import events
+from .. import telemetry
 from ..errors import BadRequest
 from .errors import PolicyError
 from .loader import LoadedPolicy, load_policy_file
@@ -160,13 +160,13 @@ class PolicyManager:
         if previous is not None and all(previous[k] == entry[k] for k in ("line", "key", "message")):
             entry["at"] = previous["at"]  # the same error seen again: keep when it first appeared
         self._errors[file] = entry
-        events.emit(events.PolicyFileRefused(file))
+        telemetry.emit(telemetry.PolicyFileRefused(file))
         _log.error("policy.refused", file=entry["file"], line=error.line, key=error.key, error=error.message)
 
     def _record_good(self, path: Path, loaded: LoadedPolicy) -> None:
         file = self._file_key(path)
         self._errors.pop(file, None)
-        events.emit(events.PolicyFileLoaded(file))
+        telemetry.emit(telemetry.PolicyFileLoaded(file))
         if self._hashes.get(file) != loaded.hash:
             if file in self._hashes:
                 _log.info("policy.reloaded", file=file, name=loaded.name, hash=loaded.hash, mode=loaded.mode)

@@ -308,7 +308,8 @@ DEFAULT_PROTECTED_WRITE: tuple[str, ...] = (
     ".venv/", "*.pth", "sitecustomize.py", "usercustomize.py",
     ".git/", ".gitattributes", ".gitmodules", ".envrc", ".vscode/", ".idea/",
     ".opencode/", "opencode.json", "opencode.jsonc", ".claude/", "CLAUDE.md", ".codex/", ".qwen/", "QWEN.md",
-    ".clinerules", ".clinerules/", ".continue/", ".continuerc.json", ".kilocode/", ".mcp.json", ".cursor/",
+    ".clinerules", ".clinerules/", ".continue/", ".continuerc.json", ".kilocode/", ".kilo/", "kilo.json",
+    "kilo.jsonc", ".mcp.json", ".cursor/",
     ".cursorrules", ".roo/", ".windsurf/", ".gemini/", "GEMINI.md", "AGENTS.md", ".agents/",
     "allowlist-proxy*.yaml", "allowlist-proxy*.toml",
 )

@@ -4,10 +4,13 @@ Agent clients name files by absolute path and say in their own request text wher
 system prompt (` - Primary working directory: DIR`, older `Working directory: DIR`), Cline's
 (`Working Directory: DIR`, older `Current Working Directory (DIR)`), Qwen Code's context message that opens the
 conversation (`I'm currently working in the directory: DIR`), Codex's `<environment_context>` input item
-(`<cwd>DIR</cwd>`). Only those parts are read, in the position the client puts them: the instructions, the
-system or developer messages before the conversation, and a context message the client writes as the first
-user turn (Codex's environment context, Qwen Code's preamble). Never a model's output or a tool's result: a
-model that writes "Working directory: /" in its answer, or a file that says so, changes nothing.
+(`<cwd>DIR</cwd>`), Continue's `<env>` block (`Working directory: DIR`), Kilo's `<environment_details>` block
+that it appends to the user's first message (`Working directory: DIR`; its `Workspace root folder:` is not
+read). Only those parts are read, in the position the client puts them: the instructions, the system or
+developer messages before the conversation, a context message the client writes as the first user turn
+(Codex's environment context, Qwen Code's preamble), and the `<environment_details>` part the client appends
+after the user's words in the first user turn. Never a model's output or a tool's result: a model that writes
+"Working directory: /" in its answer, or a file that says so, changes nothing.
 
 A stated root is learned only when it names a project: `/`, a top-level folder (`/tmp`, `/home`, `/srv`) or a
 home directory itself (`/root`, `/home/NAME`, `/Users/NAME`) would let every file of the machine or the user
@@ -27,7 +30,7 @@ __all__ = ["stated_root", "too_broad"]
 
 _LINE_PATTERNS = tuple(re.compile(p, re.MULTILINE) for p in (
     r"^ ?- Primary working directory: (/[^\n]*)$",  # Claude Code 2.x
-    r"^Working directory: (/[^\n]*)$",  # Claude Code 1.x
+    r"^Working directory: (/[^\n]*)$",  # Claude Code 1.x, Continue 1.5 (`<env>`), Kilo 7 (`<environment_details>`)
     r"^\d+\. Working Directory: (/[^\n]*)$",  # Cline 3.x
     r"^Current Working Directory \((/[^\n)]*)\)",  # Cline 2.x
     r"^I'm currently working in the directory: (/[^\n]*)$",  # Qwen Code, Gemini CLI
@@ -35,6 +38,8 @@ _LINE_PATTERNS = tuple(re.compile(p, re.MULTILINE) for p in (
 _CODEX_CWD = re.compile(r"<cwd>(/[^<\n]*)</cwd>")
 # Context messages a client writes as the conversation's first user turn (never typed by the model).
 _CONTEXT_OPENERS = ("<environment_context>", "This is the Qwen Code. We are setting up the context")
+# A block a client appends to the user's first message as a text part of its own (Kilo 7).
+_DETAILS_PART = re.compile(r"<environment_details>\n(.*)\n</environment_details>", re.DOTALL)
 _HOME_PARENTS = frozenset({"/home", "/Users", "/var/home"})
 
 
@@ -77,7 +82,22 @@ def _client_parts(route: str, payload: Mapping[str, Any]) -> Iterator[str]:
             yield text
             break  # the context message opens the conversation; what follows is the conversation
         else:
+            if role == "user":
+                yield from _appended_details(item.get("content"))
             break
+
+
+def _appended_details(content: Any) -> Iterator[str]:
+    """The `<environment_details>` block a client appends to the user's message as a part of its own, after the
+    user's words: never a block written inside those words, which a model writes too when it prompts a
+    sub-agent (Kilo's `task`), nor one in a message of a single part."""
+    if not isinstance(content, list):
+        return
+    for part in content[1:]:
+        if isinstance(part, Mapping) and part.get("type") in (None, "text", "input_text"):
+            found = _DETAILS_PART.fullmatch(str(part.get("text") or "").strip())
+            if found is not None:
+                yield found.group(1)
 
 
 def stated_root(route: str, payload: Mapping[str, Any]) -> str | None:

@@ -1,5 +1,5 @@
 """Prometheus metrics of the proxy: declared once in a registry of its own, and fed in one place, by the
-listener at the end of this module. The rest of the proxy emits plain events (proxy/events.py) and finished
+listener at the end of this module. The rest of the proxy emits plain events (proxy/telemetry.py) and finished
 requests (`Services.finish` calls `observe_request`); none of it imports a metric.
 
 Per-model series are labelled `model_name`, as vLLM labels its own, so one dashboard can join them.
@@ -23,7 +23,7 @@ from prometheus_client import Counter as _Counter
 from prometheus_client import Gauge as _Gauge
 from prometheus_client import Histogram as _Histogram
 
-from proxy import __version__, events
+from proxy import __version__, telemetry
 from proxy.record import RequestRecord
 
 __all__ = ["LOOP_TRACKER", "OTHER_LABEL", "REGISTRY", "LoopTracker", "bound_label", "note_served_models",
@@ -226,47 +226,47 @@ def observe_request(record: RequestRecord) -> None:
         TOKENS.labels(record.model, "completion").inc(record.usage.completion_tokens)
 
 
-def _call_judged(e: events.CallJudged) -> None:
+def _call_judged(e: telemetry.CallJudged) -> None:
     TOOL_CALLS.labels(e.model, e.decision, e.reason).inc()
     LOOP_TRACKER.observe(e.session, e.model, e.is_error, e.loop_key, e.loop_min_attempts)
 
 
-def _in_flight(e: events.InFlight) -> None:
+def _in_flight(e: telemetry.InFlight) -> None:
     IN_FLIGHT.labels(e.model).inc(e.change)
 
 
-def _store_health(e: events.StoreHealth) -> None:
+def _store_health(e: telemetry.StoreHealth) -> None:
     STORE_UP.set(1 if e.up else 0)
 
 
-def _policy_refused(e: events.PolicyFileRefused) -> None:
+def _policy_refused(e: telemetry.PolicyFileRefused) -> None:
     POLICY_RELOAD_FAILURES.labels(file=e.file).inc()
     POLICY_VALID.labels(file=e.file).set(0)
 
 
 _HANDLERS: dict[type, Callable[[Any], None]] = {
-    events.CallJudged: _call_judged,
-    events.AttemptRetried: lambda e: RETRIES.labels(e.model).inc(),
-    events.BudgetSpent: lambda e: BUDGET_EXHAUSTED.labels(e.model).inc(),
-    events.UngovernedText: lambda e: UNGOVERNED_TEXT.labels(e.model, e.client).inc(),
-    events.UngovernedRequest: lambda e: UNGOVERNED_REQUESTS.labels(e.model).inc(),
-    events.InFlight: _in_flight,
-    events.PassthroughAnswered: lambda e: REQUESTS.labels("", e.route, str(e.status)).inc(),
-    events.ConnectionLimited: lambda e: CONNECTION_LIMITS.labels(e.limit).inc(),
-    events.UpstreamAttempt: lambda e: UPSTREAM_LATENCY.labels(e.model, e.upstream, e.outcome).observe(e.seconds),
-    events.UpstreamProbed: lambda e: UPSTREAM_UP.labels(e.upstream).set(int(e.up)),
-    events.ModelsServed: lambda e: note_served_models(e.names),
-    events.ModelNotFound: lambda e: MODEL_NOT_FOUND.labels(e.model).inc(),
-    events.PolicyFileLoaded: lambda e: POLICY_VALID.labels(file=e.file).set(1),
-    events.PolicyFileRefused: _policy_refused,
-    events.StoreQueue: lambda e: STORE_QUEUE_DEPTH.set(e.depth),
-    events.StoreHealth: _store_health,
-    events.StoreWriteFailed: lambda e: STORE_WRITE_FAILURES.inc(),
-    events.StoreRowRepaired: lambda e: STORE_ROWS_REPAIRED.inc(),
-    events.StoreRowLost: lambda e: STORE_ROWS_LOST.labels(e.table).inc(),
-    events.ReleaseWaited: lambda e: RELEASE_WAIT.observe(e.seconds),
-    events.ReleasedUnrecorded: lambda e: STORE_UNRECORDED_RELEASES.labels(e.model).inc(e.calls),
-    events.StoreRefused: lambda e: STORE_REFUSALS.labels(e.model).inc(),
+    telemetry.CallJudged: _call_judged,
+    telemetry.AttemptRetried: lambda e: RETRIES.labels(e.model).inc(),
+    telemetry.BudgetSpent: lambda e: BUDGET_EXHAUSTED.labels(e.model).inc(),
+    telemetry.UngovernedText: lambda e: UNGOVERNED_TEXT.labels(e.model, e.client).inc(),
+    telemetry.UngovernedRequest: lambda e: UNGOVERNED_REQUESTS.labels(e.model).inc(),
+    telemetry.InFlight: _in_flight,
+    telemetry.PassthroughAnswered: lambda e: REQUESTS.labels("", e.route, str(e.status)).inc(),
+    telemetry.ConnectionLimited: lambda e: CONNECTION_LIMITS.labels(e.limit).inc(),
+    telemetry.UpstreamAttempt: lambda e: UPSTREAM_LATENCY.labels(e.model, e.upstream, e.outcome).observe(e.seconds),
+    telemetry.UpstreamProbed: lambda e: UPSTREAM_UP.labels(e.upstream).set(int(e.up)),
+    telemetry.ModelsServed: lambda e: note_served_models(e.names),
+    telemetry.ModelNotFound: lambda e: MODEL_NOT_FOUND.labels(e.model).inc(),
+    telemetry.PolicyFileLoaded: lambda e: POLICY_VALID.labels(file=e.file).set(1),
+    telemetry.PolicyFileRefused: _policy_refused,
+    telemetry.StoreQueue: lambda e: STORE_QUEUE_DEPTH.set(e.depth),
+    telemetry.StoreHealth: _store_health,
+    telemetry.StoreWriteFailed: lambda e: STORE_WRITE_FAILURES.inc(),
+    telemetry.StoreRowRepaired: lambda e: STORE_ROWS_REPAIRED.inc(),
+    telemetry.StoreRowLost: lambda e: STORE_ROWS_LOST.labels(e.table).inc(),
+    telemetry.ReleaseWaited: lambda e: RELEASE_WAIT.observe(e.seconds),
+    telemetry.ReleasedUnrecorded: lambda e: STORE_UNRECORDED_RELEASES.labels(e.model).inc(e.calls),
+    telemetry.StoreRefused: lambda e: STORE_REFUSALS.labels(e.model).inc(),
 }
 
 
@@ -277,4 +277,4 @@ def _listen(event: object) -> None:
 
 
 # Whatever loads the metrics (the app for /metrics, Services, a test reading REGISTRY) counts from then on.
-events.subscribe(_listen)
+telemetry.subscribe(_listen)

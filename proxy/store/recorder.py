@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Table
 
-from proxy import events
+from proxy import telemetry
 from proxy.errors import StoreUnavailable
 from proxy.logs import get_logger
 from proxy.policy.judge import call_command
@@ -204,11 +204,11 @@ async def release_calls(writer: StoreWriter, record: RequestRecord, policy: Load
             _refuse(writer, record, attempt, rows, str(exc), queued=True)
         _released_unrecorded(record, len(judged), str(exc))
     finally:
-        events.emit(events.ReleaseWaited(time.perf_counter() - started))
+        telemetry.emit(telemetry.ReleaseWaited(time.perf_counter() - started))
 
 
 def _released_unrecorded(record: RequestRecord, calls: int, reason: str) -> None:
-    events.emit(events.ReleasedUnrecorded(record.model, calls))
+    telemetry.emit(telemetry.ReleasedUnrecorded(record.model, calls))
     log.error("store.released_unrecorded", request_id=record.id, calls=calls, reason=reason)
 
 
@@ -222,6 +222,6 @@ def _refuse(writer: StoreWriter, record: RequestRecord, attempt: int, rows: Rows
         writer.put_many(_with_journal(writer, record, rows))
     message = f"the proxy cannot record this answer, so it is not delivered: {reason}"
     record.fail("store_unavailable", message, 503)
-    events.emit(events.StoreRefused(record.model))
+    telemetry.emit(telemetry.StoreRefused(record.model))
     log.error("store.release_refused", request_id=record.id, attempt=attempt, reason=reason)
     raise StoreUnavailable(message)

@@ -31,7 +31,7 @@ from typing import Any
 from sqlalchemy import Table, delete
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from proxy import events
+from proxy import telemetry
 from proxy.logs import get_logger
 from proxy.store import pending_rollups, rollups, tables
 from proxy.store.dialect import insert_ignore
@@ -127,7 +127,7 @@ class StoreWriter:
                 continue
             self._queue.append(_Item(table, row, now))
         self._idle.clear()
-        events.emit(events.StoreQueue(len(self._queue)))
+        telemetry.emit(telemetry.StoreQueue(len(self._queue)))
         self._wakeup.set()
         if len(self._queue) >= self._batch_size:
             self._urgent.set()
@@ -159,7 +159,7 @@ class StoreWriter:
                 self._sqlite_identity = (st.st_dev, st.st_ino)
             if await self.probe():
                 await self._catch_up_quietly()
-            events.emit(events.StoreHealth(self.failing is None))
+            telemetry.emit(telemetry.StoreHealth(self.failing is None))
             self._task = asyncio.create_task(self._run(), name="store-writer")
 
     async def flush(self, timeout: float | None = None) -> None:
@@ -243,7 +243,7 @@ class StoreWriter:
                     await self._write_one_by_one(batch)
                 else:
                     self.failures += 1
-                    events.emit(events.StoreWriteFailed())
+                    telemetry.emit(telemetry.StoreWriteFailed())
                     log.error("store.write_failed", error=_error(exc), rows=len(batch), retry_in=backoff)
                     _fail_waiters(batch, self.failing or _error(exc))
                     if self._closing and backoff >= 5.0:
@@ -253,7 +253,7 @@ class StoreWriter:
                     self._in_flight = []
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
-                    events.emit(events.StoreQueue(len(self._queue)))
+                    telemetry.emit(telemetry.StoreQueue(len(self._queue)))
                     continue
             finally:
                 if self._in_flight is batch:
@@ -262,7 +262,7 @@ class StoreWriter:
             self._mark_ok()
             if self._rollups_behind:
                 await self._catch_up_quietly()
-            events.emit(events.StoreQueue(len(self._queue)))
+            telemetry.emit(telemetry.StoreQueue(len(self._queue)))
 
     async def _write(self, batch: list[_Item]) -> None:
         self._check_file()
@@ -326,7 +326,7 @@ class StoreWriter:
             try:
                 await self._write([repaired])
                 self.rows_rejected += 1
-                events.emit(events.StoreRowRepaired())
+                telemetry.emit(telemetry.StoreRowRepaired())
                 log.warning("store.row_repaired", table=item.table.name, error=first_error, row=_brief(item.row))
             except Exception as exc:
                 self.rows_rejected += 1
@@ -358,17 +358,17 @@ class StoreWriter:
         if self.failing != reason:
             log.error("store.failing", reason=reason)
         self.failing = reason
-        events.emit(events.StoreHealth(False))
+        telemetry.emit(telemetry.StoreHealth(False))
 
     def _mark_ok(self) -> None:
         if self.failing is not None:
             log.info("store.recovered", was=self.failing)
         self.failing = None
-        events.emit(events.StoreHealth(True))
+        telemetry.emit(telemetry.StoreHealth(True))
 
     def _lose(self, table: Table, why: str) -> None:
         self.rows_lost += 1
-        events.emit(events.StoreRowLost(table.name))
+        telemetry.emit(telemetry.StoreRowLost(table.name))
         if self.rows_lost == 1 or self.rows_lost % 1000 == 0:
             log.error("store.rows_lost", table=table.name, why=why, lost_so_far=self.rows_lost)
 

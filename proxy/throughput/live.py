@@ -30,7 +30,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from proxy import events
+from proxy import telemetry
 from proxy.logs import get_logger
 from proxy.record import RequestRecord
 from proxy.throughput.live_store import LatencyCell, latency_percentiles, read_windows, upsert_windows
@@ -165,7 +165,7 @@ class LiveWindows:
             async with self.engine.begin() as conn:
                 await upsert_windows(conn, rows)
         except (SQLAlchemyError, OSError) as exc:
-            events.emit(events.StoreWriteFailed())
+            telemetry.emit(telemetry.StoreWriteFailed())
             log.error("throughput.write_failed", error=str(exc), windows=len(rows))
             for key, p in batch.items():  # shares that arrived meanwhile are added, not lost
                 self._window(*key).merge(p)

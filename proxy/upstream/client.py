@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from proxy import events
+from proxy import telemetry
 from proxy.config import Settings
 from proxy.errors import ProxyError, UpstreamProtocolError, UpstreamTimeout, UpstreamUnavailable
 from proxy.upstream.transport import upstream_transport
@@ -166,7 +166,7 @@ class Upstream:
         with contextlib.suppress(httpx.HTTPError):
             response = await self.client.get(self.url("/models"), headers=self._keyed({}), timeout=2.0)
             up = response.status_code < 500
-        events.emit(events.UpstreamProbed(self.base_url, up))
+        telemetry.emit(telemetry.UpstreamProbed(self.base_url, up))
         return up
 
     async def aclose(self) -> None:
@@ -174,7 +174,7 @@ class Upstream:
 
 
 class _AttemptTimer:
-    """Times one upstream attempt of a request whose model is known (`events.UpstreamAttempt`)."""
+    """Times one upstream attempt of a request whose model is known (`telemetry.UpstreamAttempt`)."""
 
     def __init__(self, model: str, upstream: str) -> None:
         self.model, self.upstream = model, upstream
@@ -189,7 +189,8 @@ class _AttemptTimer:
     def stop(self, outcome: str) -> None:
         if not self.done:
             self.done = True
-            events.emit(events.UpstreamAttempt(self.model, self.upstream, outcome, time.perf_counter() - self.started))
+            seconds = time.perf_counter() - self.started
+            telemetry.emit(telemetry.UpstreamAttempt(self.model, self.upstream, outcome, seconds))
 
 
 class _TimedStream(httpx.AsyncByteStream):

@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from proxy import events
+from proxy import telemetry
 from proxy.errors import ModelNotFound, ProxyError
 from proxy.logs import get_logger
 from proxy.upstream.client import Upstream, Upstreams, without_credentials
@@ -46,7 +46,7 @@ class ModelCatalog:
         self._ttl = ttl
         self.aliases = dict(aliases)
         for listed in self._listed:
-            events.emit(events.ModelsServed(tuple(listed or ())))
+            telemetry.emit(telemetry.ModelsServed(tuple(listed or ())))
         self._cache: dict[tuple[int, str], ModelsAnswer] = {}
         self._pending: dict[tuple[int, str], asyncio.Future[ModelsAnswer]] = {}
 
@@ -110,7 +110,7 @@ class ModelCatalog:
         if response.status_code == 200:
             try:
                 names = [m["id"] for m in json.loads(response.content)["data"]]
-                events.emit(events.ModelsServed(tuple(names)))
+                telemetry.emit(telemetry.ModelsServed(tuple(names)))
             except (ValueError, KeyError, TypeError):
                 names = None
         answer = ModelsAnswer(status=response.status_code, body=response.content,
@@ -157,7 +157,7 @@ class ModelCatalog:
         all_names = [n for _upstream, names in served for n in names or ()]
         listed = ", ".join(all_names) or "(none)"
         hint = f" (alias of {requested!r})" if name != requested else ""
-        events.emit(events.ModelNotFound(name))
+        telemetry.emit(telemetry.ModelNotFound(name))
         log.info("request.model_not_found", outcome="model_not_found", model=name, requested=requested,
                  served=all_names)
         raise ModelNotFound(
@@ -169,7 +169,7 @@ class ModelCatalog:
     def _mark_up(self, index: int, up: bool) -> None:
         url = getattr(self._members[index], "base_url", None)
         if url is not None:
-            events.emit(events.UpstreamProbed(url, up))
+            telemetry.emit(telemetry.UpstreamProbed(url, up))
 
     def _choose(self, upstream: Upstream, model: str) -> None:
         if self._router is not None:

@@ -1,5 +1,5 @@
-"""Runs the real Qwen Code, Codex, Claude Code and Cline CLIs headless in a throw-away world, pointed at
-a base URL (the proxy), each configured the way README "Pointing an agent at it" shows.
+"""Runs the real Qwen Code, Codex, Claude Code, Cline, Continue and Kilo CLIs headless in a throw-away world,
+pointed at a base URL (the proxy), each configured the way README "Pointing an agent at it" shows.
 
 The world: its own HOME, a project with `scripts/` and a notes file, a secret file outside the project,
 and stub `uv`, `head` and `tail` first on PATH - also in the login profile, since Codex and Claude Code
@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from tests.e2e.harness import run_cli
+import pytest
+import yaml
 
-__all__ = ["CLIENTS", "AgentWorld", "ClientRun", "ClientSpec", "find_client"]
+from tests.e2e.harness import opencode_config, run_cli
+
+__all__ = ["AI_SDK", "CLIENTS", "AgentWorld", "ClientRun", "ClientSpec", "find_ai_sdk", "find_client", "required"]
 
 MODEL = "qwen3.5-27b"
 NOTES_MARKER = "NOTES-MARKER-7f3a: the read inside the project went through"
@@ -71,6 +75,12 @@ class ClientSpec:
         if self.name == "claude-code":
             # As root Claude Code refuses to skip permissions: allow the two tools the test uses.
             return [binary, "--allowedTools", "Bash,Read", "-p", prompt]
+        if self.name == "continue":
+            # Headless mode leaves out the tools that would ask (Bash among them) unless allowed.
+            return [binary, "--config", str(world.home / ".continue" / "config.yaml"), "--allow", "Bash", "-p",
+                    prompt]
+        if self.name == "kilo":
+            return [binary, "run", "--format", "json", "-m", f"allowlist-proxy/{MODEL}", prompt]
         return [binary, "--json", "-t", "90", prompt]  # cline: act mode, auto-approve
 
 
@@ -79,6 +89,8 @@ CLIENTS = {
     "codex": ClientSpec("codex", "@openai/codex", "0.171.0", "codex"),
     "claude-code": ClientSpec("claude-code", "@anthropic-ai/claude-code", "2.1.197", "claude"),
     "cline": ClientSpec("cline", "cline", "3.0.65", "cline"),
+    "continue": ClientSpec("continue", "@continuedev/cli", "1.5.47", "cn"),
+    "kilo": ClientSpec("kilo", "@kilocode/cli", "7.7.7", "kilo"),
 }
 
 
@@ -97,6 +109,41 @@ def find_client(spec: ClientSpec) -> tuple[Path | None, str]:
     if version != spec.version:
         return None, f"{spec.package} is {version}, the suite needs {spec.version}"
     return binary, version
+
+
+# The Vercel AI SDK packages an SDK-built agent needs, at the versions scripts/install-ai-sdk.sh pins.
+AI_SDK = {"ai": "6.0.333", "@ai-sdk/openai-compatible": "2.0.92", "zod": "4.6.7"}
+
+
+def find_ai_sdk() -> tuple[Path | None, str]:
+    """node_modules holding the pinned AI SDK ($ALLOWLIST_PROXY_AI_SDK, else ~/.cache/allowlist-proxy-ai-sdk's),
+    or None and why not."""
+    if shutil.which("node") is None:
+        return None, "node not found"
+    modules = Path(os.environ.get("ALLOWLIST_PROXY_AI_SDK")
+                   or Path.home() / ".cache" / "allowlist-proxy-ai-sdk" / "node_modules")
+    for package, version in AI_SDK.items():
+        manifest = modules / package / "package.json"
+        if not manifest.exists():
+            return None, f"{package} not found in {modules}: run scripts/install-ai-sdk.sh"
+        found = json.loads(manifest.read_text()).get("version")
+        if found != version:
+            return None, f"{package} is {found} in {modules}, the suite needs {version}"
+    return modules, "ok"
+
+
+T = TypeVar("T")
+
+
+def required(found: tuple[T | None, str]) -> T:
+    """What a find_* function found, else skip the test with its reason; under E2E_REQUIRE_CLIENTS=1 (CI installs
+    the clients) fail it."""
+    value, detail = found
+    if value is None:
+        if os.environ.get("E2E_REQUIRE_CLIENTS") == "1":
+            pytest.fail(detail)
+        pytest.skip(detail)
+    return value
 
 
 @dataclass
@@ -164,6 +211,14 @@ class AgentWorld:
                                   timeout=60, stdin=subprocess.DEVNULL)
             if done.returncode != 0:
                 raise AssertionError(f"cline auth failed: {done.stdout}\n{done.stderr}")
+        elif name == "continue":  # an OpenAI-compatible model of Continue's config.yaml
+            (self.home / ".continue").mkdir(exist_ok=True)
+            (self.home / ".continue" / "config.yaml").write_text(yaml.safe_dump({
+                "name": "allowlist-proxy", "version": "1.0.0", "schema": "v1",
+                "models": [{"name": MODEL, "provider": "openai", "model": MODEL, "apiBase": base_url,
+                            "apiKey": "none", "roles": ["chat", "edit", "apply"]}]}, sort_keys=False))
+        elif name == "kilo":  # Kilo reads OpenCode's provider config: docs/opencode.json as the project's kilo.json
+            (self.project / "kilo.json").write_text(json.dumps(opencode_config(base_url), indent=2))
 
     def env(self, base_url: str) -> dict[str, str]:
         keep = {k: v for k, v in os.environ.items() if k in ("LANG", "LC_ALL", "TMPDIR")}
@@ -178,6 +233,10 @@ class AgentWorld:
             env.update(OPENAI_BASE_URL=base_url, OPENAI_API_KEY="none", OPENAI_MODEL=MODEL)
         elif name == "codex":
             env.update(ALLOWLIST_PROXY_KEY="none", CODEX_HOME=str(self.home / ".codex"))
+        elif name == "kilo":  # nothing but the provider's baseURL: no catalogue fetches, updates or telemetry
+            env.update({f"KILO_DISABLE_{what}": "1" for what in (
+                "MODELS_FETCH", "AUTOUPDATE", "SHARE", "LSP_DOWNLOAD", "DEFAULT_PLUGINS", "CLAUDE_CODE",
+                "EXTERNAL_SKILLS", "CODEBASE_INDEXING", "SESSION_INGEST")}, KILO_TELEMETRY_LEVEL="off")
         elif name == "claude-code":
             env.update(ANTHROPIC_BASE_URL=base_url.removesuffix("/v1"), ANTHROPIC_API_KEY="none",
                        ANTHROPIC_MODEL=MODEL, ANTHROPIC_SMALL_FAST_MODEL=MODEL,

@@ -1,6 +1,6 @@
-"""Qwen Code, Codex, Claude Code, Cline and an openai-SDK agent, unchanged, through the real proxy on the
-shipped strict policy (plus the project's root), in front of a scripted model that streams each client's
-dialect and picks the client's own shell and read tools from the offered tools.
+"""Qwen Code, Codex, Claude Code, Cline, Continue, Kilo and an openai-SDK agent, unchanged, through the real
+proxy on the shipped strict policy (plus the project's root), in front of a scripted model that streams each
+client's dialect and picks the client's own shell and read tools from the offered tools.
 
 The model first proposes `uv run scripts/search.py x | head -5`, then the allowed command; then an
 absolute read of a secret outside the project, then an absolute read inside it. Asserted from what really
@@ -11,7 +11,6 @@ proxy's `/stats/models`.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -20,10 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy.policy.profiles import offered_tools
+from proxy.policy.offered import Offered, offered_tools, properties
 from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
 from tests.conftest import ROOT, RunningProxy
-from tests.e2e.clients import CLIENTS, MODEL, NOTES_MARKER, SECRET_MARKER, AgentWorld, find_client
+from tests.e2e.clients import CLIENTS, MODEL, NOTES_MARKER, SECRET_MARKER, AgentWorld, find_client, required
 from tests.e2e.responders import is_refusal
 
 pytestmark = pytest.mark.e2e
@@ -31,33 +30,34 @@ pytestmark = pytest.mark.e2e
 PIPED = "uv run scripts/search.py x | head -5"
 ALLOWED = "uv run scripts/search.py x"
 PROMPT = "Search the notes for x, then read the notes."
+# Said before each call: a streamed turn whose first attempt is refused sends it once, so the client's history
+# (the next request) matches what the proxy delivered, and the conversation stays one session.
+NARRATION = "Let me do that."
 
 Call = tuple[str, dict[str, Any]]
 
 
-def _shell_call(tool: str, command: str, project: Path) -> Call:
+def _shell_call(tool: str, command: str, project: Path, offered: Offered) -> Call:
     arguments: dict[str, Any] = {
         "run_shell_command": {"command": command, "is_background": False, "description": "search"},
         "exec_command": {"cmd": command, "workdir": str(project)},  # an absolute workdir inside the root
-        "Bash": {"command": command, "description": "search"},
         "run_commands": {"commands": [command]},
-        "run_shell": {"command": command},
-    }[tool]
+    }.get(tool) or {"command": command}
+    if "description" in properties(offered.schema):  # Claude Code's and Kilo's bash ask for one
+        arguments["description"] = "search"
     return tool, arguments
 
 
-def _read_call(tool: str, path: Path) -> Call:
-    arguments: dict[str, Any] = {
-        "read_file": {"file_path": str(path)},
-        "Read": {"file_path": str(path)},
-        "read_files": {"files": [{"path": str(path)}]},
-        "read_text": {"path": str(path)},
-    }[tool]
-    return tool, arguments
+def _read_call(tool: str, path: Path, offered: Offered) -> Call:
+    if tool == "read_files":
+        return tool, {"files": [{"path": str(path)}]}
+    # Claude Code's `Read` names it file_path, Continue's `Read` filepath, Kilo's `read` filePath.
+    key = next(k for k in ("file_path", "filepath", "filePath", "path") if k in properties(offered.schema))
+    return tool, {key: str(path)}
 
 
-SHELL_TOOLS = ("run_shell_command", "exec_command", "Bash", "run_commands", "run_shell")
-READ_TOOLS = ("read_file", "Read", "read_files", "read_text")
+SHELL_TOOLS = ("run_shell_command", "exec_command", "Bash", "bash", "run_commands", "run_shell")
+READ_TOOLS = ("read_file", "Read", "read", "read_files", "read_text", "readFile")
 
 
 def _text(message: dict[str, Any]) -> str:
@@ -76,10 +76,14 @@ def scripted_model(world_project: Path, secret: Path, notes: Path) -> Callable[[
         shell = next((t for t in SHELL_TOOLS if t in offered), None)
         if shell is None:  # a title or side request
             return Reply(content="E2E")
-        steps = [[_shell_call(shell, PIPED, world_project), _shell_call(shell, ALLOWED, world_project)]]
+        # Kilo's second shell tool, which no profile names (its command is optional), proposes the pipe.
+        piped = (("background_process", {"action": "start", "command": PIPED, "workdir": str(world_project),
+                                          "description": "search"}) if "background_process" in offered
+                 else _shell_call(shell, PIPED, world_project, offered[shell]))
+        steps = [[piped, _shell_call(shell, ALLOWED, world_project, offered[shell])]]
         read = next((t for t in READ_TOOLS if t in offered), None)
         if read is not None:
-            steps.append([_read_call(read, secret), _read_call(read, notes)])
+            steps.append([_read_call(read, secret, offered[read]), _read_call(read, notes, offered[read])])
         done = refused = 0
         for message in body.get("messages") or []:
             if message.get("role") != "tool":
@@ -90,7 +94,7 @@ def scripted_model(world_project: Path, secret: Path, notes: Path) -> Callable[[
                 done, refused = done + 1, 0
         if done >= len(steps) or refused >= len(steps[done]):
             return Reply(content="Finished.")
-        return Reply(content="", tool_calls=[steps[done][refused]])
+        return Reply(content=NARRATION, tool_calls=[steps[done][refused]])
 
     return respond
 
@@ -137,23 +141,24 @@ def _assert_governed(proxy: RunningProxy, upstream: ScriptedUpstream, logs: Call
     if reads:
         assert NOTES_MARKER in sent, "the read inside the project did not reach the model"
     stats = _model_stats(proxy)
-    assert stats["sessions"] == 1
-    assert stats["reasons"].get("pipe") == 1
-    assert stats["reasons"].get("absolute_path") == (1 if reads else None)
+    assert stats["sessions"] == 1, stats
+    # The model's calls: the pipe (refused), the command, then the read outside (refused) and the one inside.
+    expected = {"pipe": 1, "absolute_path": 1} if reads else {"pipe": 1}
+    assert (stats["tool_calls"], stats["errors"], stats["primary_reasons"]) == (2 * len(expected), len(expected),
+                                                                               expected), stats
+    assert stats["loops"]["count"] == 0 and stats["recovery_rate"] == 1.0, stats
     if profile is not None:
         recorded = {r[0] for r in proxy.rows("SELECT profiles FROM requests WHERE profiles IS NOT NULL")}
         assert profile in ",".join(recorded)
 
 
-@pytest.mark.parametrize("client", sorted(CLIENTS))
+# Kilo runs only on the shipped policy below (its run there shows all of this and the learned root): its own
+# start-up takes 10-30 s of a loaded machine.
+@pytest.mark.parametrize("client", sorted(set(CLIENTS) - {"kilo"}))
 def test_agent_cli_is_governed_unchanged(client: str, tmp_path: Path, upstream: ScriptedUpstream, start_proxy,
                                          rooted_policy: Callable[[Path], Path]) -> None:
     spec = CLIENTS[client]
-    binary, detail = find_client(spec)
-    if binary is None:
-        if os.environ.get("E2E_REQUIRE_CLIENTS") == "1":  # CI installs them: missing is a failure there
-            pytest.fail(detail)
-        pytest.skip(detail)
+    binary = required(find_client(spec))
     world = AgentWorld(tmp_path / client, spec, binary)
     upstream.responder = scripted_model(world.project, world.secret, world.notes)
     proxy = start_proxy(upstream.url, policy=rooted_policy(world.project))
@@ -174,11 +179,7 @@ def test_agent_cli_reads_its_own_project_on_the_shipped_policy(client: str, tmp_
     """No root configured: the proxy learns it from what the client states about its working directory, so the
     read inside the project passes, the one outside is refused, and the run is one session."""
     spec = CLIENTS[client]
-    binary, detail = find_client(spec)
-    if binary is None:
-        if os.environ.get("E2E_REQUIRE_CLIENTS") == "1":
-            pytest.fail(detail)
-        pytest.skip(detail)
+    binary = required(find_client(spec))
     world = AgentWorld(tmp_path / client, spec, binary)
     upstream.responder = scripted_model(world.project, world.secret, world.notes)
     proxy = start_proxy(upstream.url, policy=ROOT / "policies" / "strict.yaml")

@@ -218,8 +218,10 @@ def test_two_parallel_streams_give_the_known_cells(upstream: ScriptedUpstream, l
 
     assert cells["2"]["generation_tps"] == pytest.approx((generated(0) + generated(1)) / 2, abs=0.01)
     assert cells["1"]["generation_tps"] == pytest.approx(generated(2), abs=0.01)
-    assert cells["2"]["generation_tps"] == pytest.approx(165, rel=0.1)  # the design, give or take scheduling
-    assert cells["1"]["generation_tps"] == pytest.approx(135, rel=0.1)
+    # The design's figures, give or take scheduling (a loaded machine moves first tokens by tenths of seconds:
+    # the exact checks are the two above, against the times the proxy measured).
+    assert cells["2"]["generation_tps"] == pytest.approx(165, rel=0.3)
+    assert cells["1"]["generation_tps"] == pytest.approx(135, rel=0.3)
     assert (cells["2"]["prompt_tps"], cells["2"]["prompt_tps_active"], cells["2"]["n_active"]) == (750, 1500, 1)
     assert (cells["1"]["prompt_tps"], cells["1"]["prompt_tps_active"]) == (0, None)
     assert (cells["2"]["requests_per_minute"], cells["1"]["requests_per_minute"]) == (0, 60)
