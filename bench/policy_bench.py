@@ -72,6 +72,8 @@ def tool_figures(policy: Policy, repeat: int) -> dict[str, float]:
         "judge_call read": ("read", {"filePath": "src/main.py"}),
         "judge_call webfetch": ("webfetch", {"url": "https://docs.rs/tokio/latest"}),
         "judge_call unknown tool": ("mystery_fetch", {"target": "notes.txt", "depth": 2}),
+        "judge_call grep include (a repeated filter)": ("grep", {"pattern": "TODO", "include": "*.{ts,tsx}"}),
+        "judge_call glob pattern (a repeated filter)": ("glob", {"pattern": "src/**/*.py"}),
     }
     out = {"ToolSet.for_request (OpenCode, cached)": per_call_us(
         lambda _: ToolSet.for_request(policy, payload, headers), "", repeat)}
@@ -79,6 +81,21 @@ def tool_figures(policy: Policy, repeat: int) -> dict[str, float]:
         def one(_: str, name: str = name, arguments: dict[str, object] = arguments) -> object:
             return judge_call(policy, name, arguments, offered_tools=offered, tools=tools)
         out[label] = per_call_us(one, "", repeat)
+    fresh = iter(range(10**9))
+
+    def new_filter(_: str) -> object:  # a filter not seen before: the glob is read and compared
+        return judge_call(policy, "grep", {"pattern": "x", "include": f"src{next(fresh)}/**/*.{{ts,tsx}}"},
+                          offered_tools=offered, tools=tools)
+    out["judge_call grep include (a new filter)"] = per_call_us(new_filter, "", max(5, repeat // 20))
+    # A grep over this checkout as a project on this machine: the protected reads below it are listed (kept
+    # a few seconds), then the filter is compared with each.
+    rooted = policy.model_copy(update={"paths": policy.paths.model_copy(update={"project_root": [str(HERE)]})})
+    rooted_tools = ToolSet.for_request(rooted, payload, headers)
+
+    def search(_: str) -> object:
+        return judge_call(rooted, "grep", {"pattern": "TODO", "path": "proxy"}, offered_tools=offered,
+                          tools=rooted_tools)
+    out["judge_call grep over proxy/ (listing kept)"] = per_call_us(search, "", repeat)
     return out
 
 

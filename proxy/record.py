@@ -99,6 +99,7 @@ class RequestRecord:
     mode: str | None = None
     profiles: str | None = None  # the tool profiles chosen for the request's tools, comma-separated
     project_root: str | None = None  # the roots its absolute paths were judged under (pinned or learned)
+    ungoverned_text: int = 0  # a text-acting client's turns whose actions passed unread or unjudged
     # The rejected calls of the last attempt when the retry budget ran out: what the log line shows.
     blocked: list[dict[str, Any]] | None = None
     saved: bool = False

@@ -181,6 +181,12 @@ def _seed(upstream: ScriptedUpstream, proxy: RunningProxy) -> None:
         _ask(client, MODEL, "ses_loop")
         _ask(client, MODEL, "ses_ok")
         _ask(client, OTHER, "ses_other")
+        # A code agent's acting turn: a Python program the proxy cannot judge, counted as ungoverned.
+        upstream.script(Reply(content="Thought: go\n<code>\nimport os\n</code>"), model=OTHER)
+        response = client.post("/v1/chat/completions", headers={"x-session-id": "ses_other"}, json={
+            "model": OTHER, "messages": [{"role": "system", "content": "Use final_answer(...). End code with </code>."},
+                                         {"role": "user", "content": "go"}]})
+        assert response.status_code == 200, response.text
     # Two streams side by side for 1.6 s: windows with 2 and then fewer requests running.
     upstream.script(Reply(content="a" * 120, chunk_delay=0.05, completion_tokens=240, prompt_tokens=800),
                     Reply(content="b" * 120, chunk_delay=0.05, completion_tokens=120, prompt_tokens=400), model=MODEL)
@@ -226,6 +232,7 @@ def test_dashboard_draws_the_stats_live_and_stays_on_host(
     stats = {m["model"]: m for m in _api(proxy, "/stats/models")["models"]}
     assert (stats[MODEL]["tool_calls"], stats[MODEL]["errors"]) == (5, 4)
     assert (stats[OTHER]["tool_calls"], stats[OTHER]["errors"]) == (2, 1)
+    assert (stats[MODEL]["ungoverned_text_actions"], stats[OTHER]["ungoverned_text_actions"]) == (0, 1)
 
     browser.call("Page.navigate", {"url": f"{proxy.url}/dashboard?token={TOKEN}&refresh=1"})
     browser.wait_for("window.dashboard && window.dashboard.refreshes >= 1")
@@ -238,7 +245,10 @@ def test_dashboard_draws_the_stats_live_and_stays_on_host(
     assert error_rate["labels"] == [MODEL, OTHER]
     assert error_rate["datasets"][0]["data"] == [80, 50]
     assert [r[:6] for r in _rows(browser, "table-models")] == [
-        [MODEL, "4", "4", "5", "4", "80.0%"], [OTHER, "1", "1", "2", "1", "50.0%"]]
+        [MODEL, "4", "4", "5", "4", "80.0%"], [OTHER, "1", "2", "2", "1", "50.0%"]]
+    headers = browser.evaluate("[...document.querySelectorAll('#table-models th')].map((th) => th.textContent)")
+    ungoverned = [next(h for h in headers if h.startswith("Ungoverned"))]
+    assert [r[headers.index(ungoverned[0])] for r in _rows(browser, "table-models")] == ["0", "1"]
 
     # Reasons: every code the API counts, per model.
     reasons = charts["chart-reasons"]
@@ -256,11 +266,16 @@ def test_dashboard_draws_the_stats_live_and_stays_on_host(
     headline = browser.evaluate("window.dashboard.headline")
     assert headline == [{"model": m, "tool_calls": stats[m]["tool_calls"], "error_rate": stats[m]["error_rate"],
                          "blocked": blocked.get(m, 0), "loops": stats[m]["loops"]["count"],
-                         "recovery_rate": stats[m]["recovery_rate"], "upstream_errors": 0} for m in (MODEL, OTHER)]
+                         "recovery_rate": stats[m]["recovery_rate"], "upstream_errors": 0,
+                         "ungoverned": stats[m]["ungoverned_text_actions"]} for m in (MODEL, OTHER)]
     cards = browser.evaluate("""[...document.querySelectorAll("#cards .card")].map((card) => [card.dataset.model,
         ...[...card.querySelectorAll("dd")].map((dd) => dd.firstChild.textContent)])""")
-    assert cards == [[MODEL, "5", "80.0%", "1", "1", cards[0][5], "0"],
-                     [OTHER, "2", "50.0%", "0", "0", cards[1][5], "0"]]
+    assert cards == [[MODEL, "5", "80.0%", "1", "1", cards[0][5], "0", "0"],
+                     [OTHER, "2", "50.0%", "0", "0", cards[1][5], "0", "1"]]
+    # The ungoverned count is visible on its card, not only in the page's data.
+    assert browser.evaluate("""(() => { const dd = document.querySelector(
+        '#cards .card:nth-child(2) [data-field=ungoverned]'); const box = dd.getBoundingClientRect();
+        return box.width > 0 && box.height > 0 && getComputedStyle(dd).visibility === 'visible'; })()""")
     first = browser.evaluate("document.querySelector('main > section').id")
     assert first == "headline"
 

@@ -79,6 +79,10 @@ WRITES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("opencode", "read", {"filePath": ".env"}, {"filePath": "pyproject.toml"}),
     ("claude-code", "Read", {"file_path": "deploy/.env.production"}, {"file_path": "deploy/README.md"}),
     ("opencode", "grep", {"pattern": "key", "path": ".aws/credentials"}, {"pattern": "key", "path": "src"}),
+    # A filter glob that selects secrets: the grep prints their lines, the glob lists them.
+    ("opencode", "grep", {"pattern": ".", "include": "{.env,x}"}, {"pattern": ".", "include": "*.py"}),
+    ("opencode", "glob", {"pattern": "**/id_rsa*"}, {"pattern": "**/*.py"}),
+    ("qwen-code", "grep_search", {"pattern": ".", "glob": "**/.env*"}, {"pattern": ".", "glob": "src/**/*.ts"}),
 ]
 _AGENTS = {"opencode": "opencode/1.18.33", "claude-code": "claude-cli/2.1.197", "qwen-code": "QwenCode/0.15.10",
            "cline": "Cline/3.0.65", "codex": "codex_exec/0.171.0"}
@@ -142,3 +146,22 @@ def test_a_symlink_out_of_the_project_is_refused(upstream, start_proxy, tmp_path
                                  {"filePath": f"{project}/src/cfg/.profile", "content": "x"},
                                  {"filePath": "hooks/pre-commit", "content": "x"}]):
         _run(proxy, upstream, 200 + index, "opencode", "write", bad, {"filePath": "src/x.py", "content": "x"})
+
+
+def test_a_search_over_a_secret_on_disk_is_refused(upstream, start_proxy, tmp_path: Path):
+    """A grep over `.` reads `certs/server.key` whatever its arguments name: refused where the project is on
+    the proxy's machine, while the same search of `src/`, or with a filter leaving the key out, is delivered."""
+    project = tmp_path / "project"
+    for name in ["src/app.py", "certs/server.key"]:
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text("x")
+    text = (ROOT / "policies" / "strict.yaml").read_text()
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(text.replace("  project_root: []", f"  project_root: [{project}]", 1))
+    proxy = start_proxy(upstream.url, policy=policy)
+    cases = [({"pattern": "BEGIN", "path": "."}, {"pattern": "BEGIN", "path": "src"}),
+             ({"pattern": "BEGIN"}, {"pattern": "BEGIN", "include": "*.py"})]
+    for index, (bad, good) in enumerate(cases):
+        _run(proxy, upstream, 300 + index, "opencode", "grep", bad, good)
+    rows = proxy.rows("SELECT primary_reason FROM tool_calls WHERE decision = 'reject'")
+    assert [r[0] for r in rows] == ["protected_path"] * len(cases)

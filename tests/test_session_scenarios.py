@@ -246,12 +246,14 @@ def test_claude_codes_metadata_user_id_names_the_session(upstream, proxy, user_i
     assert proxy.rows("SELECT source FROM sessions")[0][0] == "metadata"
 
 
-def test_interleaved_identical_runs_continue_across_replicas(upstream, start_proxy):
-    """Replicas on one database continue each other's sessions, identical runs included."""
+@pytest.mark.parametrize("rewrites", [False, True])
+def test_interleaved_identical_runs_continue_across_replicas(upstream, start_proxy, rewrites):
+    """Replicas on one database continue each other's sessions, identical runs included, and runs of a client
+    that rewrites its conversation (the delivered call ids it names, `RewritingRun`)."""
     first = start_proxy(upstream.url)
     second = start_proxy(upstream.url, db=first.db_url)
-    upstream.responder = agent
-    runs = [Conversation("chat") for _ in range(3)]
+    upstream.responder = rewriting_agent if rewrites else agent
+    runs: list[Any] = [RewritingRun(True) if rewrites else Conversation("chat") for _ in range(3)]
     with first.client() as a, second.client() as b:
         for turn in range(3):
             for k, run in enumerate(runs):
@@ -335,3 +337,83 @@ def test_identical_text_only_runs_across_replicas(upstream, start_proxy):
                 (first, second)[replica].flush()
                 history += [answer.json()["choices"][0]["message"], {"role": "user", "content": f"more {turn}"}]
     assert session_sizes(first) == [3] * 4
+
+
+# ---------------------------------------------------------------- clients that rewrite their conversation
+
+
+class RewritingRun:
+    """A client that re-renders its memory at every step, as smolagents does: a delivered call comes back only as
+    the text "Calling tools: [{'id': ...}]" and its result as a user observation, so no request extends a turn
+    the proxy delivered; only the call ids it names link the steps."""
+
+    def __init__(self, stream: bool) -> None:
+        self.stream = stream
+        self.memory: list[tuple[list[dict[str, Any]], str]] = []  # (calls, observation) per step
+        self.turns = 0
+
+    def messages(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = [{"role": "system", "content": [{"type": "text", "text": SYSTEM}]},
+                                     {"role": "user", "content": [{"type": "text", "text": "New task:\n" + TASK}]}]
+        for calls, observation in self.memory:
+            shown = [{"id": c["id"], "type": "function",
+                      "function": {"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}}
+                     for c in calls]
+            out += [{"role": "assistant", "content": [{"type": "text", "text": f"Calling tools:\n{shown!r}"}]},
+                    {"role": "user", "content": [{"type": "text", "text": f"Observation:\n{observation}"}]}]
+        return out
+
+    def step(self, client: Any) -> None:
+        body = {"model": MODEL, "messages": self.messages(), "tools": CHAT_TOOLS, "stream": self.stream,
+                "tool_choice": "required"}
+        raw = client.post("/v1/chat/completions", json=body).content
+        if self.stream:
+            probe = Conversation("chat")
+            probe._chat(raw)
+            calls = probe.history[-1].get("tool_calls") or []
+        else:
+            calls = json.loads(raw)["choices"][0]["message"].get("tool_calls") or []
+        self.turns += 1
+        self.memory.append((calls, f"result {self.turns}"))
+
+    @property
+    def finished(self) -> bool:
+        return self.turns >= 3
+
+
+def rewriting_agent(body: dict[str, Any]) -> Reply:
+    """Every run: a rejected first call (retried by the proxy), then an allowed one, then two more steps."""
+    last = body["messages"][-1]
+    if last["role"] == "tool":
+        return Reply(content="", tool_calls=[("bash", {"command": ALLOWED})])
+    observed = sum("Observation:" in json.dumps(m.get("content")) for m in body["messages"])
+    return Reply(content="", tool_calls=[("bash", {"command": PIPED if observed == 0 else ALLOWED})])
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize("stream", [False, True])
+def test_runs_that_rewrite_their_conversation_are_one_session_each(upstream, proxy, stream):
+    upstream.responder = rewriting_agent
+    runs = [RewritingRun(stream) for _ in range(5)]
+    with proxy.client() as client:
+        while not all(run.finished for run in runs):
+            for run in runs:
+                run.step(client)
+    assert session_sizes(proxy) == [3] * 5
+    with proxy.client() as client:
+        (entry,) = client.get("/stats/models").json()["models"]
+    assert (entry["sessions"], entry["errors"], entry["loops"]["count"], entry["recovery_rate"]) == (5, 5, 0, 1.0)
+
+
+@SQLITE_ONLY
+def test_a_call_id_a_client_made_itself_links_nothing(upstream, proxy):
+    """smolagents' CodeAgent numbers its own calls `call_1`, `call_2` in every run: such ids name no delivered
+    call, so runs that write them stay sessions of their own."""
+    upstream.responder = lambda body: Reply(content="Thought: done.")
+    with proxy.client() as client:
+        for _ in range(3):
+            messages = [{"role": "user", "content": "New task:\n" + TASK},
+                        {"role": "assistant", "content": "Calling tools:\n[{'id': 'call_1', 'type': 'function'}]"},
+                        {"role": "user", "content": "Observation:\nok"}]
+            client.post("/v1/chat/completions", json={"model": MODEL, "messages": messages})
+    assert session_sizes(proxy) == [1, 1, 1]

@@ -80,6 +80,11 @@ def test_an_unclosed_block_and_a_code_agent_are_counted_ungoverned(upstream, pro
     _ask(proxy, MSWEA_SYSTEM, False)
     _ask(proxy, "Use final_answer(...). End code with </code>.", False)
     assert (count("mini-swe-agent"), count("smolagents-code")) == (before[0] + 1, before[1] + 1)
+    proxy.flush()
+    with proxy.client() as client:
+        (entry,) = client.get("/stats/models").json()["models"]
+    assert entry["ungoverned_text_actions"] == 2  # stored with the requests: the dashboard's figure
+    assert [r[0] for r in proxy.rows("SELECT ungoverned_text FROM requests")] == [1, 1]
 
 
 def test_an_exact_command_of_the_policy_is_allowed_verbatim_and_only_so():
@@ -94,12 +99,14 @@ def test_an_exact_command_of_the_policy_is_allowed_verbatim_and_only_so():
 
 @SQLITE_ONLY
 @pytest.mark.parametrize("stream", [False, True])
-def test_on_a_route_that_does_not_judge_text_actions_they_are_counted_ungoverned(upstream, proxy, stream):
+def test_an_unreadable_action_on_the_messages_route_is_counted_ungoverned(upstream, proxy, stream):
+    """Every route judges text actions (tests/test_text_actions_routes.py); what a format recognises but cannot
+    read is counted there as on chat."""
     from proxy.stats.prometheus import UNGOVERNED_TEXT
 
     counter = UNGOVERNED_TEXT.labels("qwen3.5-27b", "mini-swe-agent")
     before = counter._value.get()
-    upstream.script(Reply(content=_block("cat /etc/passwd | head")))
+    upstream.script(Reply(content="```mswea_bash_command\nls\n"))
     body = {"model": "qwen3.5-27b", "max_tokens": 100, "system": MSWEA_SYSTEM, "stream": stream,
             "messages": [{"role": "user", "content": "fix the bug"}]}
     with proxy.client() as client:

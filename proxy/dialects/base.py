@@ -244,7 +244,7 @@ class DialectStream(StreamedAttempts, Generic[HeldT]):
         (`released_narration`), and only where the first attempt sent no text of its kind: text a client has
         received is never sent to it again, so it holds the first attempt's narration and the delivered calls."""
         kind = self.text_kind(obj)
-        if self.attempt == 1:
+        if self.attempt == 1 and not self.ex.acts_on_text:  # a text-acting client's text is its actions: held
             if self.carries_text(obj) and kind is not None:
                 self.sent_kinds.add(kind)
             return self.encode(obj)
@@ -376,8 +376,8 @@ class DialectStream(StreamedAttempts, Generic[HeldT]):
                 self.ex.record.usage.add(self.attempt_usage)
 
     def judge_attempt(self) -> list[JudgedCall]:
-        self.ex.text_unjudged(self.text())
-        return self.ex.judge(self.calls())
+        # calls() first: `release` pairs the held calls with the head of this list; text actions follow.
+        return self.ex.judge(self.calls()) + self.ex.judge_text(self.text())
 
     def deliver(self, judged: list[JudgedCall]) -> list[bytes]:
         return self.release(judged) if self.enforce else []
@@ -426,8 +426,7 @@ async def _complete(ex: DialectExchange) -> Response:
         if isinstance(read, Response):
             return read
         obj = read.obj
-        ex.text_unjudged(dialect.text(obj))
-        judged = ex.judge(read.found)
+        judged = ex.judge(read.found) + ex.judge_text(dialect.text(obj))
         outcome = await ex.settle(attempt, judged)
         if outcome is Outcome.DELIVER:
             if any(item.repaired for item in judged):

@@ -8,7 +8,9 @@ them (403, `permission_error`, code `tool_call_rejected`); in observe mode it pa
 
 Streaming, enforce mode: text passes as it comes, verbatim, except from the start of a possible call until the
 scanner has decided it: then the held text (the call's own bytes included, since the client parses them) is
-sent if every call in it is allowed, and an error event plus `[DONE]` end the stream if one is not.
+sent if every call in it is allowed, and an error event plus `[DONE]` end the stream if one is not. A text-acting
+client (proxy/enforce/text_clients.py, recognised from the prompt) runs what the text says: each choice's text
+is held until the choice finishes and its actions are judged, then released or refused the same way.
 """
 
 from __future__ import annotations
@@ -80,6 +82,13 @@ def _text_calls(obj: dict[str, Any], rules: XmlRules | None = None) -> list[Tool
     return calls
 
 
+def _texts(obj: dict[str, Any]) -> str:
+    """Every choice's text: what a text-acting client reads its actions from (text_clients.py)."""
+    choices = obj.get("choices")
+    return "\n".join(c["text"] for c in choices if isinstance(c, dict) and isinstance(c.get("text"), str)) \
+        if isinstance(choices, list) else ""
+
+
 def _refusal_text(ex: Exchange, judged: list[JudgedCall]) -> str:
     # blocked_message's lines name each call with its reasons, then the policy's feedback.
     details = blocked_message(ex.policy, judged, 1).split("\n", 1)[1]
@@ -96,7 +105,7 @@ async def _complete(ex: Exchange) -> Response:
     read = await whole_attempt(ex, "/completions", "a completion", lambda obj: None)
     if isinstance(read, Response):
         return read
-    judged = _judge(ex, _text_calls(read.obj, ex.rules))
+    judged = _judge(ex, _text_calls(read.obj, ex.rules)) + ex.judge_text(_texts(read.obj))
     if not ex.enforce or turn_allowed(judged):
         await ex.release(1, judged)  # on record before the answer goes out (enforce mode)
         if ex.enforce:
@@ -117,6 +126,7 @@ class _Choice:
         self.scanner = ContentScanner(content_formats(rules), {}, read_think=True)
         self.pending = ""
         self.finished = False
+        self.said: list[str] = []  # a text-acting client's whole text, judged once the choice finishes
 
 
 class _Relay:
@@ -259,13 +269,20 @@ class _Relay:
             return text
         if self.ex.enforce:  # observe mode sends the upstream's bytes; nothing is held back
             choice.pending += text
+        acts = self.ex.acts_on_text
+        if acts:
+            choice.said.append(text)
         events = choice.scanner.feed_text(text) if text else []
         if finished:
             events += choice.scanner.finish()
             choice.finished = True
         self._decide([e.call for e in events if isinstance(e, CompletedCall)])
+        if finished and acts:
+            self._settle(self.ex.judge_text("".join(choice.said)))
         if self.rejected:
             return ""
+        if acts and not choice.finished:
+            return ""  # a text-acting client's actions are its text: held until the choice is judged whole
         # Nothing held, no call open: everything so far is decided, the calls in it allowed.
         if choice.finished or choice.scanner.plain:
             out, choice.pending = choice.pending, ""
@@ -273,7 +290,9 @@ class _Relay:
         return ""
 
     def _decide(self, calls: list[ToolCall]) -> None:
-        judged = _judge(self.ex, calls)
+        self._settle(_judge(self.ex, calls))
+
+    def _settle(self, judged: list[JudgedCall]) -> None:
         self.judged += judged
         if self.ex.enforce and not turn_allowed(judged):
             self.rejected = True

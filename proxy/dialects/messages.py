@@ -168,9 +168,11 @@ class MessagesDialect(Dialect, route="messages", path="/messages", history_key="
                 arguments = {}
             blocks.append({"type": "tool_use", "id": call["id"], "name": call["function"]["name"],
                            "input": arguments if isinstance(arguments, dict) else {}})
-        # Every call of the held turn is answered, the allowed siblings too: they were not run either.
-        answers = [{"type": "tool_result", "tool_use_id": r["tool_call_id"], "content": r["content"],
-                    "is_error": True} for r in results]
+        # Every call of the held turn is answered, the allowed siblings too: they were not run either. What
+        # happened to the actions written in the text (a user message of retry_messages) follows as text.
+        answers: list[dict[str, Any]] = [
+            {"type": "tool_result", "tool_use_id": r["tool_call_id"], "content": r["content"], "is_error": True}
+            if r["role"] == "tool" else {"type": "text", "text": r["content"]} for r in results]
         return [{"role": "assistant", "content": blocks}, {"role": "user", "content": answers}]
 
     def reply(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
@@ -316,6 +318,8 @@ class _MessagesStream(DialectStream[_HeldBlock]):
         if delta.get("type") in ("text_delta", "thinking_delta"):
             self.ex.record.mark_first_token()
         text = delta.get("text") if delta.get("type") == "text_delta" else None
+        if kind == "content_block_start" and isinstance(block, dict) and block.get("type") == "text":
+            text = block.get("text")  # a block that starts with text: a client reads it as it reads a delta
         if isinstance(text, str):
             self.attempt_text += text
         if observe:
@@ -335,8 +339,9 @@ class _MessagesStream(DialectStream[_HeldBlock]):
         return isinstance(block, dict) and bool(block.get("text") or block.get("thinking") or block.get("data"))
 
     def encode(self, obj: dict[str, Any]) -> bytes:
-        delta = obj.get("delta")
-        text = delta.get("text") if isinstance(delta, dict) and delta.get("type") == "text_delta" else None
+        delta, block = obj.get("delta"), obj.get("content_block")
+        text = delta.get("text") if isinstance(delta, dict) and delta.get("type") == "text_delta" else \
+            block.get("text") if isinstance(block, dict) and block.get("type") == "text" else None
         if isinstance(text, str):
             self.text_sent += text  # the lineage: the text the client received
         return self._send(obj, None)

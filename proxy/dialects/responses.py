@@ -211,7 +211,8 @@ class ResponsesDialect(Dialect, route="responses", path="/responses", history_ke
             items.append({"type": "function_call", "call_id": call["id"], "name": call["function"]["name"],
                           "arguments": call["function"]["arguments"]})
         items += [{"type": "function_call_output", "call_id": r["tool_call_id"], "output": r["content"]}
-                  for r in results]
+                  if r["role"] == "tool" else {"type": "message", "role": "user", "content": r["content"]}
+                  for r in results]  # a user message: what happened to the actions written in the text
         return items
 
     def reply(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
@@ -303,9 +304,11 @@ class _ResponsesStream(DialectStream[_HeldCall]):
         self.completed_fits = False  # the closing response lists exactly the items streamed, all judged
         self.attempt_items: set[Hashable] = set()  # positions of this attempt's items
         self.item_kinds: dict[Any, str] = {}  # this attempt's output_index -> its item's type
+        self.spelt: dict[Hashable, dict[Any, str]] = {}  # message text per item and content index, from deltas
 
     def begin_attempt(self) -> None:
         super().begin_attempt()
+        self.spelt = {}
         self.held_ids = {}
         self.refused = set()
         self.finished = set()
@@ -369,6 +372,8 @@ class _ResponsesStream(DialectStream[_HeldCall]):
             known = self.held.get(key)
             if known is not None and item_kind != known.item.get("type"):
                 return self.drop(event, "an item whose type changed while it streamed", item)
+        if self.ex.acts_on_text:
+            self._check_spelling(kind, obj, key, item)
         if observe and item is not None and isinstance(position, int):
             self.items[position] = item  # observe mode: one attempt, positions as vLLM gave them
         held = self._held_for(kind, obj, key, item)
@@ -391,12 +396,40 @@ class _ResponsesStream(DialectStream[_HeldCall]):
             return self.drop(event, "a call event of an item that is not a call", obj)
         return event.raw if observe else self.narrate(obj)
 
+    def _check_spelling(self, kind: str, obj: dict[str, Any], key: Hashable, item: dict[str, Any] | None) -> None:
+        """A text-acting client runs what it reads in a message's text, wherever it reads it (the deltas, a
+        `.done` event, the done item): every spelling must be the text judged (the deltas), or the output is
+        `unjudgeable`."""
+        parts = self.spelt.setdefault(key, {})
+        index = obj.get("content_index", 0)
+        part: dict[str, Any] = obj["part"] if isinstance(obj.get("part"), dict) else {}
+        if kind == "response.output_text.delta":
+            if isinstance(obj.get("delta"), str):
+                parts[index] = parts.get(index, "") + obj["delta"]
+            return
+        if kind == "response.output_text.done":
+            said, heard = obj.get("text"), parts.get(index, "")
+        elif kind in ("response.content_part.added", "response.content_part.done"):
+            said = part.get("text")
+            heard = parts.get(index, "") if kind.endswith(".done") else ""
+        elif kind in ("response.output_item.added", "response.output_item.done") and item is not None \
+                and item.get("type") == "message":
+            said = parts_text(item.get("content"))
+            heard = "".join(parts[k] for k in sorted(parts, key=str)) if kind.endswith(".done") else ""
+        else:
+            return
+        if said is not None and said != heard:
+            self.unjudgeable("message", f"`{kind}` whose text is not the text streamed", obj)
+
     def _check_completed(self, response: Any) -> None:
         """The closing response must hold no call the client was not streamed (and so the proxy did not judge).
         vLLM gives the closing output items ids of their own, so calls are matched by name and arguments."""
         output = response.get("output") if isinstance(response, dict) else None
         if not isinstance(output, list):
             return
+        if self.ex.acts_on_text and "".join(parts_text(i.get("content")) for i in output if isinstance(i, dict)
+                                            and i.get("type") == "message") != self.attempt_text:
+            self.unjudgeable("message", "response.completed holds a text that is not the text streamed", response)
         self.completed_fits = not self.unjudged and len(output) == len(self.attempt_items)
         streamed = Counter((c.name, c.arguments_text) for c in self.calls() if c.source != UNJUDGEABLE)
         for position, item in enumerate(output):

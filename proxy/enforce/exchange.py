@@ -22,7 +22,14 @@ from proxy.enforce.actions import judge_output
 from proxy.enforce.body_splice import splice_body
 from proxy.enforce.feedback_turns import turn_allowed
 from proxy.enforce.judging import request_tools
-from proxy.enforce.text_clients import TextClient, judge_text, recognise, ungoverned_reasons
+from proxy.enforce.text_clients import (
+    TextClient,
+    judge_text,
+    prompt_text,
+    recognise,
+    recognise_text,
+    ungoverned_reasons,
+)
 from proxy.enforce.tool_choice import demands_call
 from proxy.errors import ClientGone, ProxyError, error_response
 from proxy.logs import get_logger
@@ -34,7 +41,6 @@ from proxy.sessions.project_root import stated_root
 from proxy.store.recorder import queue_calls, release_calls
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.families import XmlRules
-from proxy.toolcalls.registry import TEXT_FORMATS
 from proxy.upstream.client import response_headers
 
 __all__ = ["Exchange", "Outcome"]
@@ -92,7 +98,10 @@ class Exchange:
 
     @functools.cached_property
     def text_client(self) -> TextClient | None:
-        """The text-acting client this request comes from (text_clients.py), recognised by what it wrote."""
+        """The text-acting client this request comes from (text_clients.py), recognised by what it wrote (a raw
+        completion: by its prompt)."""
+        if self.conversation is None and "prompt" in self.payload:
+            return recognise_text(prompt_text(self.payload.get("prompt")))
         return recognise(self.conversation or [])
 
     @property
@@ -109,17 +118,9 @@ class Exchange:
         reasons = ungoverned_reasons(client, text)
         if reasons:
             telemetry.emit(telemetry.UngovernedText(self.record.model, client.name))
+            self.record.ungoverned_text += 1
             log.warning("text_actions.ungoverned", client=client.name, reasons=reasons, session=self.record.session.id)
         return judge_text(self.policy, client, text, tools=self.toolset, session_id=self.record.session.id)
-
-    def text_unjudged(self, text: str) -> None:
-        """A route that does not judge text actions yet (Responses, Messages): a text-acting client's actions
-        there are counted ungoverned, never passed unseen."""
-        client = self.text_client
-        if client is not None and client.formats and any(TEXT_FORMATS[f].read(text).calls for f in client.formats):
-            telemetry.emit(telemetry.UngovernedText(self.record.model, client.name))
-            log.warning("text_actions.ungoverned", client=client.name, reasons=["route does not judge text actions"],
-                        session=self.record.session.id)
 
     @property
     def demands_call(self) -> bool:

@@ -17,14 +17,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.enforce.actions import UNJUDGEABLE
 from proxy.enforce.judging import judge_calls
 from proxy.policy import LoadedPolicy
 from proxy.policy.profiles import ToolSet
-from proxy.policy.verdict import ALLOW, Verdict
+from proxy.policy.verdict import ALLOW, REJECT, Verdict
 from proxy.record import JudgedCall
 from proxy.toolcalls.registry import TEXT_FORMATS
 
-__all__ = ["TEXT_CLIENTS", "TextClient", "judge_text", "recognise", "ungoverned_reasons"]
+__all__ = ["TEXT_CLIENTS", "TextClient", "judge_text", "prompt_text", "recognise", "recognise_text",
+           "ungoverned_reasons"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,9 @@ TEXT_CLIENTS = (
                ("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT",)),
     TextClient("bash-blocks", re.compile(r"(?i)exactly one bash code block"), ("bash_block",),
                ("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", "echo MINI_SWE_AGENT_FINAL_OUTPUT")),
+    # Roo Code and Kilo Code's legacy prompt name themselves; their tags are Cline's with names of their own.
+    TextClient("roo-xml", re.compile(r"(?s)(?=.*<execute_command>\s*<command>).*\b(?:Roo|Kilo Code)\b"),
+               ("roo_xml",)),
     TextClient("cline-xml", re.compile(r"<execute_command>\s*<command>"), ("cline_xml",)),
     TextClient("smolagents-code", re.compile(r"(?s)final_answer.*(?:<end_code>|</code>)"),
                ungoverned="smolagents CodeAgent runs Python programs, which are not judged as commands",
@@ -72,8 +77,21 @@ def _text(content: Any) -> str:
 
 
 def recognise(messages: Iterable[Any]) -> TextClient | None:
-    text = _client_text(messages)
+    return recognise_text(_client_text(messages))
+
+
+def recognise_text(text: str) -> TextClient | None:
     return next((client for client in TEXT_CLIENTS if client.marker.search(text)), None)
+
+
+def prompt_text(prompt: Any) -> str:
+    """A raw completion's prompt (a string or a list of them; token ids carry no text the proxy reads). It has no
+    roles to keep the client's own part apart: recognising a client from it errs only towards judging more."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        return "\n".join(p for p in prompt if isinstance(p, str))
+    return ""
 
 
 def ungoverned_reasons(client: TextClient, text: str) -> list[str]:
@@ -93,7 +111,9 @@ def judge_text(policy: LoadedPolicy, client: TextClient, text: str, *, tools: To
     for name in client.formats:
         for call in TEXT_FORMATS[name].read(text).calls:
             command = call.arguments.get("command") if call.arguments else None
-            if isinstance(command, str) and command.strip() in exact:
+            if call.error is not None:  # a spelling the client's releases read differently: refused
+                out.append(JudgedCall(call, Verdict(REJECT, (UNJUDGEABLE,), f"{UNJUDGEABLE}:{call.name[:40]}")))
+            elif isinstance(command, str) and command.strip() in exact:
                 out.append(JudgedCall(call, Verdict(ALLOW, (), "exact")))
             else:
                 out += judge_calls(policy, [call], None, tools=tools, session_id=session_id, repair=False)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .offered import _SHELL_DESCRIPTION, _words
@@ -41,6 +41,9 @@ _WORKDIR_WORDS = frozenset({"cwd", "workdir", "directory", "dir", "folder", "wor
 _URL_WORDS = frozenset({"url", "urls", "uri", "uris", "link", "links", "href", "endpoint", "website", "webpage",
                         "homepage"})
 _PATCH_WORDS = frozenset({"patch", "diff", "patchtext", "patches", "diffs", "unidiff"})
+# A filter that chooses files (a grep's `include`, `file_pattern`, a glob tool's `glob`): judged as a glob.
+_GLOB_WORDS = frozenset({"glob", "globs", "include", "includes", "wildcard", "wildcards", "globpattern"})
+_GLOB_DESCRIPTION = re.compile(r"\b(?:glob|wildcard|fnmatch|file\s+pattern|shell\s+(?:regex|pattern))", re.I)
 _URL_FORMATS = frozenset({"uri", "url", "iri", "uri-reference", "iri-reference", "uri-template"})
 _PATH_FORMATS = frozenset({"path", "file-path", "filepath", "directory", "file"})
 _PATH_DESCRIPTION = re.compile(r"\b(?:(?:absolute|relative)\s+path|path\s+(?:to|of)\b|file\s*path|"
@@ -101,6 +104,7 @@ class _Walk:
     urls: list[str]
     patch: list[str]
     texts: list[tuple[str, str]]  # (spec, kind) of every string argument, for the description heuristic
+    globs: list[str] = field(default_factory=list)
     described: bool = True  # whether descriptions count (not for a known tool's prose: names, formats)
     count: int = 0
 
@@ -182,6 +186,10 @@ class _Walk:
         if words & _URL_WORDS or formats & _URL_FORMATS or (description and _URL_DESCRIPTION.search(description)
                                                            and not words & _PATH_WORDS):
             self.urls.append(target)
+            return
+        if (words & _GLOB_WORDS or ("pattern" in words and words & (_PATH_WORDS | {"name"}))
+                or (description and _GLOB_DESCRIPTION.search(description))):
+            self.globs.append(target)
             return
         path_named = bool(words & _PATH_WORDS) or any(
             w.endswith(_PATH_SUFFIXES) and w not in _NOT_PATH for w in words)
@@ -340,7 +348,7 @@ def _misfit(spec: Arg, value: Any) -> Any:
 
 
 def _tool_maps(walk: _Walk) -> tuple[ToolMap, ...]:
-    if not (walk.shell or walk.paths or walk.urls or walk.patch):
+    if not (walk.shell or walk.paths or walk.urls or walk.patch or walk.globs):
         return ()
     paths = list(walk.paths)
     shells: list[ShellMap] = []
@@ -350,7 +358,11 @@ def _tool_maps(walk: _Walk) -> tuple[ToolMap, ...]:
         if workdir is not None:
             paths.remove(workdir)
         shells.append(ShellMap.model_validate({kind: spec, "workdir": workdir}))
-    first = ToolMap(shell=shells[0] if shells else None, paths=paths, urls=walk.urls, patch=walk.patch)
+    # A path beside a filter glob is where the filter applies (`{path, glob}`: a search): what lies below it
+    # on this machine is judged too (proxy/policy/on_disk.py).
+    searches = [spec for spec in paths if "[" not in spec] if walk.globs else []
+    first = ToolMap(shell=shells[0] if shells else None, paths=paths, urls=walk.urls, patch=walk.patch,
+                    globs=walk.globs, searches=searches)
     return (first, *(ToolMap(shell=shell) for shell in shells[1:]))
 
 

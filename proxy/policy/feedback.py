@@ -42,8 +42,9 @@ HINTS: dict[str, str] = {
     "path_escape": "Stay inside the project: no `..` above the root and no `~`.",
     "protected_path": "That file is protected: the scripts, the project and environment config (`pyproject.toml`, "
                       "`uv.lock`, `.venv`, `.git`), editor and agent settings, the proxy's policy and secrets "
-                      "(`.env`, keys, credentials) may not be written (secrets not read). Work on the project's "
-                      "other files, and run the allowed scripts as they are.",
+                      "(`.env`, keys, credentials) may not be written (secrets not read, listed or searched: "
+                      "give a search a narrower directory, or a file filter such as `*.py` that cannot select "
+                      "them). Work on the project's other files, and run the allowed scripts as they are.",
     "argument": "Give the script only arguments its rules accept: a path inside the project, relative to its "
                 "root (no `/...` outside it, `..`, `~` or `file://`), a public http(s) URL, or the values the "
                 "script's argument rules list.",

@@ -6,6 +6,7 @@ commands a shell tool runs, the path rules for the files a file tool opens, `oth
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,15 +14,17 @@ import structlog
 
 from .content import content_findings, path_value_problem
 from .explain import explain_command, parse_error_verdict
+from .globs import compile_glob
 from .matcher import matcher_for
+from .on_disk import searched_secret
 from .paths import patch_paths
 from .profiles import HEURISTIC_PROFILE, Rule, ToolSet, call_rules, misfit_rules, profile_table
-from .protected import protected_problem
+from .protected import glob_problem, protected_for, protected_problem
 from .reasons import order_reasons
 from .schema import Policy, ShellMap
 from .script_args import argument_problem
 from .shell_forms import commands_of
-from .urls import url_problem
+from .urls import is_url, url_problem
 from .verdict import ALLOW, MALFORMED, REJECT, Verdict
 
 __all__ = ["call_command", "judge_call", "judge_command", "tool_set"]
@@ -63,6 +66,7 @@ def tool_set(policy: Policy) -> ToolSet:
 
 
 _MISSING = object()
+_GLOB_CHARS = re.compile(r"[*?\[{]")
 _POSIX_SHELLS = frozenset({"bash", "sh", "dash", "zsh"})
 
 
@@ -178,6 +182,7 @@ def _judge_rule(policy: Policy, rule: Rule, arguments: Mapping[str, Any], roots:
                     problem = path_value_problem(path, roots) or protected_problem(policy, path, roots, write=write)
                     if problem is not None:
                         found.add((problem,), f"{problem}:{tool}.{label}")
+    _judge_search(policy, rule, arguments, roots, found)
     for spec in tool_map.urls:
         for label, value in _values(arguments, spec):
             for url in _paths(value):
@@ -191,6 +196,35 @@ def _judge_rule(policy: Policy, rule: Rule, arguments: Mapping[str, Any], roots:
             for path in patch_paths(value):
                 problem = ((path_value_problem(path, roots) or protected_problem(policy, path, roots))
                            if "\x00" not in path else "path_escape")
+                if problem is not None:
+                    found.add((problem,), f"{problem}:{tool}.{label}")
+
+
+def _judge_search(policy: Policy, rule: Rule, arguments: Mapping[str, Any], roots: tuple[str, ...],
+                  found: _Findings) -> None:
+    """Filter globs (`globs`: what they could select) and searched directories (`searches`: read paths, and
+    the protected files on this machine the search's filters select; left out, the project root)."""
+    tool_map, tool = rule.map, rule.tool
+    if not (tool_map.globs or tool_map.searches):
+        return
+    filters: list[str] = []
+    for spec in tool_map.globs:
+        for label, value in _values(arguments, spec):
+            for glob in _paths(value):
+                filters.append(glob)
+                problem = glob_problem(policy, glob, roots)
+                if problem is not None:
+                    found.add((problem,), f"{problem}:{tool}.{label}")
+    for spec in tool_map.searches:
+        given = _values(arguments, spec)
+        for label, value in given or [(spec, ".")]:
+            for directory in _paths(value):
+                # Left out, the search is of the project root: no path to judge, only what lies below it.
+                problem = (path_value_problem(directory, roots)
+                           or protected_problem(policy, directory, roots, write=False)) if given else None
+                if problem is None and roots and searched_secret(protected_for(policy), directory.strip() or ".",
+                                                                 filters, roots):
+                    problem = "protected_path"
                 if problem is not None:
                     found.add((problem,), f"{problem}:{tool}.{label}")
 
@@ -249,7 +283,11 @@ def _judge_call(policy: Policy, tool: str, arguments: dict[str, Any] | None, off
         judged = frozenset(spec for rule in rules for spec in rule.judges)
 
         def protected(value: str) -> str | None:
-            return protected_problem(policy, value, roots)
+            problem = protected_problem(policy, value, roots)
+            if problem is None and _GLOB_CHARS.search(value) and not is_url(value):
+                # A one-word value with wildcards may be a filter (`*.pem`, `{.env,x}`): judged as one.
+                problem = "protected_path" if protected_for(policy).glob_selects(compile_glob(value), value) else None
+            return problem
 
         for problem, label in content_findings(arguments, roots, policy.urls, judged, protected):
             found.add((problem,), f"{problem}:{tool}.{label}")

@@ -317,7 +317,9 @@ def _known_name_rules(tool: str, spec: Offered, known: list[Rule]) -> list[Rule]
         if shell is not None and not free(shell.source):
             shell = None
         kept = ToolMap(shell=shell, paths=[p for p in paths if free(p)],
-                       urls=[u for u in tool_map.urls if free(u)], patch=[p for p in tool_map.patch if free(p)])
+                       urls=[u for u in tool_map.urls if free(u)], patch=[p for p in tool_map.patch if free(p)],
+                       globs=[g for g in tool_map.globs if free(g)],
+                       searches=[d for d in tool_map.searches if free(d)])
         if kept.governed:
             out.append(Rule.of(HEURISTIC_PROFILE, tool, kept))
     return out

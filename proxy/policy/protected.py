@@ -17,13 +17,18 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
+from .content import path_value_problem
+from .globs import GlobSet, Patterns, compile_glob, pattern_tokens, selects
+from .imported import imported_modules
 from .schema import Policy, compiled_for
 
-__all__ = ["READ", "WRITE", "own_files", "protected_for", "protected_problem", "register_own_files"]
+__all__ = ["READ", "WRITE", "fold", "glob_problem", "own_files", "protected_for", "protected_problem",
+           "register_own_files"]
 
 WRITE = "write"
 READ = "read"
 
+_KEPT_GLOBS = 1024
 _OWN: set[str] = set()
 _OWN_DIRS: set[str] = set()
 # The files of a watched policies dir that are policies (proxy/policy/manager.py reads these suffixes).
@@ -32,7 +37,7 @@ _POLICY_SUFFIXES = (".yaml", ".yml")
 
 def _forms(path: str) -> set[str]:
     absolute = os.path.abspath(path)
-    return {_fold(absolute), _fold(os.path.realpath(absolute))}
+    return {fold(absolute), fold(os.path.realpath(absolute))}
 
 
 def register_own_files(paths: Iterable[str], *, policy_dirs: Iterable[str] = ()) -> None:
@@ -58,7 +63,7 @@ def _is_own(path: str) -> bool:
     return path in _OWN_DIRS or (parent in _OWN_DIRS and name.endswith(_POLICY_SUFFIXES))
 
 
-def _fold(text: str) -> str:
+def fold(text: str) -> str:
     """The form every compared path takes: NFKC, casefolded, `/` separators, segments without trailing
     dots and spaces (Windows drops them), `.` and repeated slashes gone."""
     text = unicodedata.normalize("NFKC", text).replace("\\", "/").casefold()
@@ -86,14 +91,17 @@ def _segment(text: str) -> str:
 def _compile(patterns: Iterable[str]) -> re.Pattern[str] | None:
     """All patterns as one regex searched over a folded relative path: one search per path, not one per
     pattern and segment."""
-    parts = []
+    anchored: list[str] = []
+    anywhere: list[str] = []
     for pattern in patterns:
-        folded = _fold(pattern)
+        folded = fold(pattern)
         segments = [s for s in folded.split("/") if s]
         if not segments:
             continue
-        body = "/".join(map(_segment, segments))
-        parts.append(("^" if folded.startswith("/") else "(?:^|/)") + body + "(?:/|$)")
+        (anchored if folded.startswith("/") else anywhere).append("/".join(map(_segment, segments)))
+    # The shared start and end written once: the engine tries the alternatives only where a segment starts.
+    parts = [f"{start}(?:{'|'.join(bodies)})(?:/|$)" for start, bodies in (("^", anchored), ("(?:^|/)", anywhere))
+             if bodies]
     return re.compile("|".join(parts)) if parts else None
 
 
@@ -106,31 +114,50 @@ class Protected:
         write = list(rules.write)
         if rules.scripts_dir:
             write.append("/" + policy.bash.scripts_dir.strip("/") + "/")
+        self.scripts_dir = policy.bash.scripts_dir.strip("/") if rules.scripts_dir else None
         self.write = _compile([*write, *rules.read])  # a writing tool reads the file too
         self.read = _compile(rules.read)
+        self._read_patterns: Patterns | None = None
+        self._globs: dict[str, bool] = {}
+        self.glob_problems: dict[tuple[str, tuple[str, ...]], str | None] = {}
+        # Per searched directory: when it was walked, and the protected reads found (proxy/policy/on_disk.py).
+        self.inventories: dict[str, tuple[float, tuple[str, ...] | None]] = {}
+        self.searches: dict[tuple[str, tuple[str, ...], tuple[str, ...]], tuple[float, bool]] = {}
+
+    def glob_selects(self, glob: GlobSet, key: str) -> bool:
+        """Whether a filter glob could select a protected read (kept per glob: agents repeat their filters)."""
+        found = self._globs.get(key)
+        if found is None:
+            if self._read_patterns is None:
+                self._read_patterns = pattern_tokens((fold(p), p.rstrip().endswith("/")) for p in self.source.read)
+            found = not glob.complete or selects(glob, self._read_patterns)
+            if len(self._globs) >= _KEPT_GLOBS:
+                self._globs.clear()
+            self._globs[key] = found
+        return found
 
     def _candidates(self, path: str, roots: tuple[str, ...]) -> tuple[list[str], list[str], bool]:
         """(forms relative to a root, absolute forms) under which `path` is compared, and whether a symlink
         under a root leads it out of that root."""
-        folded = _fold(path)
+        folded = fold(path)
         relative: list[str] = []
         absolute: list[str] = []
         if folded.startswith("/"):
             absolute.append(folded)
             for root in roots:
-                froot = _fold(root)
+                froot = fold(root)
                 if folded == froot or folded.startswith(froot + "/"):
                     relative.append(folded[len(froot) + 1:])
             if not relative:
                 relative.append(folded[1:])
         else:
             relative.append(folded)
-            absolute += [_fold(posixpath.join(root, folded)) for root in roots]
+            absolute += [fold(posixpath.join(root, folded)) for root in roots]
         # Symlinks a root on this machine has: the file the tool would really touch.
         raw = unicodedata.normalize("NFKC", path).replace("\\", "/")
         escapes = False
         for root in roots:
-            inside = not raw.startswith("/") or _fold(raw).startswith(_fold(root) + "/")
+            inside = not raw.startswith("/") or fold(raw).startswith(fold(root) + "/")
             if not inside or not os.path.isdir(root):
                 continue
             try:
@@ -138,13 +165,24 @@ class Protected:
                 real_root = os.path.realpath(root)
             except (OSError, ValueError):
                 continue
-            freal, froot = _fold(real), _fold(real_root)
+            freal, froot = fold(real), fold(real_root)
             absolute.append(freal)
             if freal.startswith(froot + "/"):
                 relative.append(freal[len(froot) + 1:])
-            elif freal != froot and ".." not in _fold(raw).split("/"):
+            elif freal != froot and ".." not in fold(raw).split("/"):
                 escapes = True  # `link/x` with `link -> /etc`: the write lands outside the project
         return relative, absolute, escapes
+
+    def _imported(self, relative: list[str], roots: tuple[str, ...]) -> bool:
+        """Whether a path (its forms relative to a root) is one of the project's modules the scripts import
+        (proxy/policy/imported.py)."""
+        assert self.scripts_dir is not None
+        for root in roots:
+            if os.path.isdir(root):
+                modules = imported_modules(root, self.scripts_dir, fold)
+                if any(form == m or form.startswith(m + "/") for form in relative for m in modules):
+                    return True
+        return False
 
     def problem(self, path: str, *, write: bool, roots: tuple[str, ...] = ()) -> bool:
         """Whether `path` is protected for this access (a write checks both lists: a writing tool reads)."""
@@ -154,6 +192,8 @@ class Protected:
             return False
         relative, absolute, escapes = self._candidates(path, roots)
         if escapes or (patterns is not None and any(patterns.search(form) for form in relative)):
+            return True
+        if write and self.scripts_dir is not None and self._imported(relative, roots):
             return True
         if own:
             return any(_is_own(a) for a in absolute)
@@ -168,3 +208,21 @@ def protected_problem(policy: Policy, path: str, roots: tuple[str, ...] = (), *,
     """`protected_path` when a tool may not touch `path` this way, else None: the one check every judged
     write (and secret read) goes through."""
     return "protected_path" if protected_for(policy).problem(path, write=write, roots=roots) else None
+
+
+def glob_problem(policy: Policy, glob: str, roots: tuple[str, ...] = ()) -> str | None:
+    """`absolute_path`, `path_escape` or `protected_path` for a filter glob of a read or search tool: each of
+    its alternatives read as a path (wildcards as plain names: `../*` climbs out), and what it could
+    select judged against `protected.read` (proxy/policy/globs.py)."""
+    protected = protected_for(policy)
+    key = (glob, roots)
+    if key in protected.glob_problems:  # agents repeat their filters
+        return protected.glob_problems[key]
+    compiled = compile_glob(glob)
+    problem = next(filter(None, (path_value_problem(spelling, roots) for spelling in compiled.spellings)), None)
+    if problem is None and protected.glob_selects(compiled, glob):
+        problem = "protected_path"
+    if len(protected.glob_problems) >= _KEPT_GLOBS:
+        protected.glob_problems.clear()
+    protected.glob_problems[key] = problem
+    return problem

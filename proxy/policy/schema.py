@@ -111,6 +111,11 @@ class UrlRules(_Strict):
         default_factory=lambda: ["http", "https"])
     allow_hosts: list[HostPattern] = Field(default_factory=list)
     deny_hosts: list[HostPattern] = Field(default_factory=list)
+    # Resolve a host name when judging and refuse it when any answer is a refused address (proxy/policy/
+    # resolve.py): off unless a policy turns it on (the shipped policies do); a lookup slower than the
+    # timeout is refused.
+    resolve: bool = False
+    resolve_timeout_ms: int = Field(default=250, ge=1, le=5000)
 
 
 ArgKind = Literal["path", "url", "int", "any"]
@@ -216,18 +221,24 @@ class ToolMap(_Strict):
         default_factory=list, description="arguments holding file paths the tool only reads")
     patch: list[ArgPath] = Field(default_factory=list, description="arguments holding patch text naming files")
     urls: list[ArgPath] = Field(default_factory=list, description="arguments holding URLs (judged by `urls:`)")
+    globs: list[ArgPath] = Field(default_factory=list, description=(
+        "arguments holding glob filters that choose the files the tool reads or lists (a grep's `include`, a "
+        "glob tool's `pattern`): refused when they could select a protected read"))
+    searches: list[ArgPath] = Field(default_factory=list, description=(
+        "arguments holding a directory whose files' contents the tool reads (a grep's `path`; left out: the "
+        "project root), judged as a read path and by the protected files found under it"))
     known: list[ArgPath] = Field(default_factory=list, description=(
         "arguments named like a command, file or URL that carry none (OpenCode's `task.command` names a slash "
         "command); any other such argument the offered schema has is judged by its classification"))
 
-    @field_validator("paths", "read_paths", "patch", "urls", "known", mode="before")
+    @field_validator("paths", "read_paths", "patch", "urls", "globs", "searches", "known", mode="before")
     @classmethod
     def _one_or_list(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
 
     def arguments(self) -> list[str]:
         """The top-level argument names this map reads."""
-        specs = [*self.paths, *self.read_paths, *self.patch, *self.urls]
+        specs = [*self.paths, *self.read_paths, *self.patch, *self.urls, *self.globs, *self.searches]
         if self.shell is not None:
             specs.append(self.shell.source)
         return [re.split(r"[.\[]", spec, maxsplit=1)[0] for spec in specs]
@@ -235,7 +246,7 @@ class ToolMap(_Strict):
     def claimed(self) -> list[str]:
         """Every argument this map says what it is: the ones it judges, the shell's workdir, environment
         and interpreter, and `known`."""
-        specs = [*self.paths, *self.read_paths, *self.patch, *self.urls, *self.known]
+        specs = [*self.paths, *self.read_paths, *self.patch, *self.urls, *self.globs, *self.searches, *self.known]
         if self.shell is not None:
             specs += [s for s in (self.shell.source, self.shell.workdir, self.shell.env, self.shell.interpreter) if s]
         return specs
@@ -243,7 +254,7 @@ class ToolMap(_Strict):
     @property
     def governed(self) -> bool:
         return (self.shell is not None or bool(self.paths) or bool(self.read_paths) or bool(self.patch)
-                or bool(self.urls))
+                or bool(self.urls) or bool(self.globs) or bool(self.searches))
 
 
 class Profile(_Strict):
@@ -304,13 +315,33 @@ class PathRules(_Strict):
 # file something other than the model runs or loads on its own. Gitignore-like: `/x` from a project root
 # only, `x` at any depth, everything beneath a match included.
 DEFAULT_PROTECTED_WRITE: tuple[str, ...] = (
-    "pyproject.toml", "uv.lock", "uv.toml", ".python-version", "setup.py", "setup.cfg",
-    ".venv/", "*.pth", "sitecustomize.py", "usercustomize.py",
-    ".git/", ".gitattributes", ".gitmodules", ".envrc", ".vscode/", ".idea/",
-    ".opencode/", "opencode.json", "opencode.jsonc", ".claude/", "CLAUDE.md", ".codex/", ".qwen/", "QWEN.md",
-    ".clinerules", ".clinerules/", ".continue/", ".continuerc.json", ".kilocode/", ".kilo/", "kilo.json",
-    "kilo.jsonc", ".mcp.json", ".cursor/",
-    ".cursorrules", ".roo/", ".windsurf/", ".gemini/", "GEMINI.md", "AGENTS.md", ".agents/",
+    # uv and the build backends it runs (hatchling's and pdm's build hooks)
+    "pyproject.toml", "uv.lock", "uv.toml", ".python-version", ".python-versions", "setup.py", "setup.cfg",
+    "hatch_build.py", "pdm_build.py",
+    # Python: an environment and what its interpreter loads at start or instead of a source (a `.pyc` whose
+    # header holds the source's mtime and size is imported in its place)
+    ".venv/", "pyvenv.cfg", "site-packages/", "dist-packages/", "*.pth", "*._pth", "sitecustomize.py",
+    "usercustomize.py", "__pycache__/", "*.pyc", "*.pyo", ".pdbrc",
+    # git (`.git` as a directory, or as a file naming another git dir), its attribute filters, submodules, LFS
+    ".git/", ".gitattributes", ".gitmodules", ".lfsconfig", ".pre-commit-config.yaml", ".hg/", ".jj/",
+    # the shell and tool managers on entering the directory; a shell's or git's start-up files where the
+    # project root is the home directory (containers often make it so)
+    ".envrc", "mise.toml", ".mise.toml", ".mise.local.toml", ".mise/", ".tool-versions",
+    "/.bashrc", "/.bash_profile", "/.bash_login", "/.profile", "/.bash_logout", "/.zshrc", "/.zshenv",
+    "/.zprofile", "/.zlogin", "/.gitconfig", "/.hgrc", "/.config/", "/.local/",
+    # package managers' own settings that load code (`.npmrc` is a protected read as well)
+    ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", "bunfig.toml",
+    # editors: tasks, settings, language servers, project-local init files, dev containers
+    ".vscode/", ".idea/", ".zed/", ".helix/", ".nvim.lua", ".nvimrc", ".exrc", ".devcontainer/",
+    ".devcontainer.json",
+    # agent clients: config, plugins, hooks, commands, and the instructions they load into every request
+    ".opencode/", "opencode.json", "opencode.jsonc", ".kilo/", "kilo.json", "kilo.jsonc", ".claude/",
+    "CLAUDE.md", "CLAUDE.local.md", ".codex/", ".qwen/", "QWEN.md", ".clinerules", ".clinerules/", ".continue/",
+    ".continuerc.json", ".kilocode/", ".mcp.json", ".cursor/", ".cursorrules", ".roo/", ".windsurf/", ".gemini/",
+    "GEMINI.md", "AGENTS.md", ".agents/", ".aider.conf.yml", ".goosehints", ".github/copilot-instructions.md",
+    ".github/instructions/", ".github/prompts/", ".junie/", ".amazonq/", ".augment/", ".crush/", "crush.json",
+    ".crush.json",
+    # the proxy's own files by their usual names (the loaded ones wherever they are: `own_files`)
     "allowlist-proxy*.yaml", "allowlist-proxy*.toml",
 )
 # Secrets no read capability may open: an allowed read followed by an allowed fetch is exfiltration.
@@ -319,6 +350,14 @@ DEFAULT_PROTECTED_READ: tuple[str, ...] = (
     ".pypirc", ".git-credentials", ".aws/credentials", ".aws/config", ".config/gcloud/", ".azure/",
     ".kube/config", ".docker/config.json", "application_default_credentials.json", ".pgpass", ".vault-token",
     "*.p12", "*.pfx",
+    # key stores and a home directory's secret folders, where the project root is one
+    ".ssh/", ".gnupg/", ".password-store/", "*.kdbx", "*.jks", "*.keystore", ".htpasswd",
+    # tools' credential files: a remote URL's token in git's config, database, S3, Docker, Terraform, Cargo,
+    # RubyGems, Composer, GitHub CLI, Streamlit, Google service accounts and OAuth clients
+    ".git/config", ".my.cnf", ".s3cfg", ".boto", ".dockercfg", ".terraformrc", "terraform.rc", "*.tfstate",
+    "*.tfstate.backup", ".cargo/credentials", ".cargo/credentials.toml", ".gem/credentials",
+    ".composer/auth.json", ".config/gh/hosts.yml", ".streamlit/secrets.toml", "service-account*.json",
+    "credentials.json", "client_secret*.json",
 )
 ProtectedPattern = Annotated[str, StringConstraints(min_length=1, max_length=300, pattern=r"^[^\x00]+$")]
 

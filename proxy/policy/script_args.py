@@ -11,13 +11,14 @@ from __future__ import annotations
 import re
 
 from .content import path_value_problem, value_problem
-from .protected import protected_problem
+from .protected import glob_problem, protected_problem
 from .schema import ArgEnum, ArgRegex, ArgRule, ArgUrl, Policy, ScriptRule
 from .urls import url_problem
 
 __all__ = ["argument_problem"]
 
 _INT = re.compile(r"[+-]?[0-9]+")
+_WILDCARDS = re.compile(r"[*?\[{]")
 
 
 
@@ -32,8 +33,10 @@ def _rule_problem(rule: ArgRule, value: str, policy: Policy, roots: tuple[str, .
             return "argument"
         # Padded, look-alike or variable-led spellings (` /etc/x`, `／etc`, `$HOME/x`) too; a script may
         # write what its path argument names: a protected file is refused like a write tool's.
-        problem = path_value_problem(value, roots)
-        return problem or protected_problem(policy, value, roots)
+        problem = path_value_problem(value, roots) or protected_problem(policy, value, roots)
+        if problem is None and _WILDCARDS.search(value):
+            problem = glob_problem(policy, value, roots)  # a script that globs its path reads what that names
+        return problem
     if rule == "url":
         return url_problem(value, policy.urls)
     if isinstance(rule, ArgUrl):

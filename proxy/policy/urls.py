@@ -5,7 +5,8 @@ multicast and unspecified addresses are refused in every spelling a client's res
 IPv4-mapped/6to4/Teredo forms, `inet_aton`'s integer, octal, hex and short forms (`2130706433`, `0177.1`,
 `0x7f.1`, `0`), IDNA look-alikes (`ⓛocalhost`), and the names `localhost`, `*.localhost`, `*.local`,
 `*.internal`, and names that spell such an address for a wildcard DNS service (`127.0.0.1.nip.io`,
-`10-0-0-1.sslip.io`; other names that resolve to one are the resolver's to refuse). A URL this reading
+`10-0-0-1.sslip.io`), and, with `urls.resolve`, names that resolve to one when judged (proxy/policy/
+resolve.py). A URL this reading
 and a browser's could read differently (backslashes, whitespace, percent-encoded or empty hosts) is
 refused rather than guessed.
 """
@@ -18,6 +19,7 @@ import socket
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
+from .resolve import NOT_RESOLVED, lookup
 from .schema import UrlRules
 
 __all__ = ["host_allowed", "is_url", "url_problem"]
@@ -30,6 +32,8 @@ _SPECIAL_NAMES = ("localhost", "localdomain", "local", "internal", "home.arpa", 
 _IPV4_LAX = re.compile(r"^[0-9a-fA-FxX.]+$")
 _EMBEDDED_V4 = re.compile(r"(?:^|[.-])((?:[0-9]{1,3}[.-]){3}[0-9]{1,3})(?=[.-]|$)")
 _IP = ipaddress.IPv4Address | ipaddress.IPv6Address
+# IANA's own documentation names (RFC 2606): never resolved, so the policies' examples judge alike anywhere.
+_DOCUMENTATION = ("example.com", "example.org", "example.net")
 
 
 def is_url(value: str) -> bool:
@@ -95,7 +99,24 @@ def host_allowed(host: str, rules: UrlRules) -> bool:
     labels = host.split(".")
     if any(host == name or host.endswith("." + name) for name in _SPECIAL_NAMES) or len(labels) < 2:
         return False  # a bare single-label name resolves inside the network (`metadata`, `intranet`)
-    return all(labels)
+    if not all(labels):
+        return False
+    return not rules.resolve or host.endswith(_DOCUMENTATION) or _answers_allowed(host, rules)
+
+
+def _answers_allowed(host: str, rules: UrlRules) -> bool:
+    """Whether every address the name resolves to now is allowed (proxy/policy/resolve.py); a name that
+    does not exist passes, one that did not answer in time does not."""
+    answers = lookup(host, rules.resolve_timeout_ms / 1000)
+    if answers is NOT_RESOLVED:
+        return False
+    for answer in answers:
+        ip = _address(answer)
+        if ip is None or _matches(answer, ip, rules.deny_hosts):
+            return False
+        if not _matches(answer, ip, rules.allow_hosts) and _special(ip):
+            return False
+    return True
 
 
 def url_problem(value: str, rules: UrlRules) -> str | None:

@@ -11,7 +11,12 @@ In order:
    keyed on that exact turn as the client received it (its text and its calls with their ids). Two
    conversations that merely begin alike (every run of a scripted agent) are two sessions; runs whose
    delivered turns are identical, ids and all, share a digest, and each continuation takes a session still
-   waiting at that turn (the oldest first), so interleaved identical runs neither merge nor split.
+   waiting at that turn (the oldest first), so interleaved identical runs neither merge nor split;
+5. a delivered call named again: a client that rewrites its conversation each step (smolagents re-renders its
+   memory: a delivered call comes back as the text "Calling tools: [{'id': 'chatcmpl-tool-...', ...}]") matches
+   no delivered turn, yet names the calls it was given by their ids, which the upstream made unique per call.
+   Such a request continues the session that was delivered the latest call it names (structured, or written
+   out in an assistant turn's text); runs that share a call id (identical scripted runs) are told apart as in 4.
 """
 
 from __future__ import annotations
@@ -34,8 +39,8 @@ from proxy.store import tables
 from proxy.store.recorder import queue_lineage
 from proxy.store.writer import StoreWriter
 
-__all__ = ["DEFAULT_SESSION_HEADERS", "SessionResolver", "body_session", "conversation_digests",
-           "response_digest"]
+__all__ = ["DEFAULT_SESSION_HEADERS", "SessionResolver", "body_session", "call_digest", "conversation_digests",
+           "named_call_keys", "response_digest"]
 
 DEFAULT_SESSION_HEADERS = ("x-session-id", "x-claude-code-session-id", "session-id", "session_id")
 
@@ -46,6 +51,10 @@ log = get_logger("proxy.sessions.resolve")
 _SHARED_LOOKBACK = 64
 _MAX_ID = 128
 _LEGACY_USER_ID = re.compile(r"_session_([0-9A-Za-z-]{8,128})$")
+# A call id as clients write it out in text; only ids long and mixed enough to be unique per call key a
+# session (a client's own `call_1` or a word never does).
+_ID_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{11,127}")
+_MIN_ID = 12
 
 
 def body_session(payload: Mapping[str, Any] | None) -> str | None:
@@ -68,6 +77,45 @@ def body_session(payload: Mapping[str, Any] | None) -> str | None:
 def response_digest(response_id: str) -> str:
     """The lineage key of a response id the proxy returned (`previous_response_id` continues it)."""
     return "r" + hashlib.sha256(response_id.encode()).hexdigest()[:31]
+
+
+def call_digest(call_id: str) -> str:
+    """The lineage key of a call id the proxy delivered (a request naming it again continues its session)."""
+    return "c" + hashlib.sha256(call_id.encode()).hexdigest()[:31]
+
+
+def _distinctive(call_id: Any) -> bool:
+    """An id unique enough to name one delivered call: long, with both letters and digits."""
+    return (isinstance(call_id, str) and _MIN_ID <= len(call_id) <= _MAX_ID and any(c.isdigit() for c in call_id)
+            and any(c.isalpha() for c in call_id))
+
+
+def _named_ids(message: Mapping[str, Any]) -> list[str]:
+    """The call ids one message names, in order: its calls' ids, the call it answers, and in an assistant turn the
+    ids written in its text (where a rewriting client renders the calls it was given; tool output is not read)."""
+    found: list[Any] = []  # unvalidated: filtered below
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else []:
+        if isinstance(call, Mapping):
+            found.append(call.get("id"))
+    found.append(message.get("tool_call_id"))
+    content = message.get("content") if message.get("role") == "assistant" else None
+    texts = [content] if isinstance(content, str) else [
+        p.get("text") for p in content if isinstance(p, Mapping)] if isinstance(content, list) else []
+    for text in texts:
+        if isinstance(text, str):
+            found += _ID_TOKEN.findall(text)
+    return [i for i in found if _distinctive(i)]
+
+
+def _latest_turns(messages: Sequence[Mapping[str, Any]], lookback: int) -> list[Mapping[str, Any]]:
+    return [m for m in messages if isinstance(m, Mapping) and m.get("role") not in _INSTRUCTION_ROLES][-lookback:]
+
+
+def named_call_keys(messages: Sequence[Mapping[str, Any]], lookback: int = _SHARED_LOOKBACK) -> list[str]:
+    """The lineage keys of the call ids the latest `lookback` turns name, the latest last (the strongest)."""
+    keys = [call_digest(i) for message in _latest_turns(messages, lookback) for i in _named_ids(message)]
+    return list(dict.fromkeys(reversed(keys)))[::-1]  # each once, at its latest place
 
 
 def _text(content: Any) -> str:
@@ -141,7 +189,7 @@ class SessionResolver:
         self._headers = tuple(dict.fromkeys(h.lower() for h in headers if h))
         # digest -> the sessions that hold it, oldest first; session -> the digest it last reached (its head)
         self._lineage: OrderedDict[str, list[str]] = OrderedDict()
-        self._heads: OrderedDict[str, str] = OrderedDict()
+        self._heads: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         # (digest, session) a request has continued from, before its reply is remembered (identical runs)
         self._claimed: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._roots: OrderedDict[str, str] = OrderedDict()  # session -> the project root its client stated
@@ -169,12 +217,12 @@ class SessionResolver:
             keys.append(response_digest(previous))
         return keys
 
-    def _pick(self, digest: str, sessions: Sequence[str], heads: Mapping[str, str]) -> str:
+    def _pick(self, digest: str, sessions: Sequence[str], heads: Mapping[str, tuple[str, ...]]) -> str:
         """One of the sessions holding `digest`: the only one, else the oldest still waiting there (its head,
         not yet continued by another request), else the oldest."""
         if len(sessions) > 1:
             for session in sessions:
-                if heads.get(session, digest) == digest and (digest, session) not in self._claimed:
+                if digest in heads.get(session, (digest,)) and (digest, session) not in self._claimed:
                     break
             else:
                 session = sessions[0]
@@ -201,7 +249,10 @@ class SessionResolver:
         if (ref := self._named(headers, payload)) is not None:
             return ref
         keys = self._keys(messages, payload)
-        return self._lineage_ref(self._local(keys)[0])
+        found = self._local(keys)[0]
+        if found is None:
+            found = self._local_named(messages or [])
+        return self._lineage_ref(found)
 
     async def aresolve(self, headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]] | None,
                        payload: Mapping[str, Any] | None = None) -> SessionRef:
@@ -215,7 +266,23 @@ class SessionResolver:
         later = keys[position + 1:][-_SHARED_LOOKBACK:]
         if self._engine is not None and later:
             found = await self._shared(later) or found
+        if found is None:  # no delivered turn extended: a rewritten conversation may name a delivered call
+            found = self._local_named(messages or [])
+            if found is None and self._engine is not None:
+                named = named_call_keys(messages or [])
+                found = await self._shared(named[-_SHARED_LOOKBACK:]) if named else None
         return self._lineage_ref(found)
+
+    def _local_named(self, messages: Sequence[Mapping[str, Any]]) -> str | None:
+        """The session of the latest delivered call the conversation names, from this process's memory: read from
+        the latest turn back, so a rewriting client's step costs the scan of its last turn or two."""
+        for message in reversed(_latest_turns(messages, _SHARED_LOOKBACK)):
+            for call_id in reversed(_named_ids(message)):
+                key = call_digest(call_id)
+                if found := self._lineage.get(key):
+                    self._lineage.move_to_end(key)
+                    return self._pick(key, found, self._heads)
+        return None
 
     @staticmethod
     def _lineage_ref(found: str | None) -> SessionRef:
@@ -237,13 +304,13 @@ class SessionResolver:
                 if best is None:
                     return None
                 sessions = [s for _, s in sorted(held[best])]
-                heads: dict[str, str] = {}
+                heads: dict[str, tuple[str, ...]] = {}
                 if len(sessions) > 1:  # identical runs: which of them still wait at this turn
                     reached = {session: created for created, session in held[best]}
                     latest = select(lineage.c.session_id, func.max(lineage.c.created_at)).where(
                         lineage.c.session_id.in_(sessions)).group_by(lineage.c.session_id)
                     for session, newest in await conn.execute(latest):
-                        heads[session] = best if newest <= reached[session] else ""
+                        heads[session] = (best,) if newest <= reached[session] else ()
         except SQLAlchemyError as exc:
             log.warning("sessions.lineage_lookup_failed", error=str(exc))
             return None
@@ -286,10 +353,11 @@ class SessionResolver:
         keys = conversation_digests([*messages, reply])[-1:]
         if response_id:
             keys.append(response_digest(response_id))
+        keys += [call_digest(i) for i in _named_ids({"tool_calls": reply.get("tool_calls")})]
         for digest in keys:
             self._hold(digest, session.id)
         if keys:
-            self._heads[session.id] = keys[0]
+            self._heads[session.id] = tuple(keys)
             self._heads.move_to_end(session.id)
             while len(self._heads) > self._max_entries:
                 self._heads.popitem(last=False)

@@ -121,6 +121,7 @@ def model_entry(name: str, m: ModelFigures, live: Mapping[str, Any] | None) -> d
         "recovery_rate_ci95": _interval(wilson(m.loops.recovered, m.loops.followed)),
         "recovery_rate_session_ci95": _interval(bootstrap_ratio(m.session_recoveries)),
         "median_attempts": median_from_histogram(m.attempts),
+        "ungoverned_text_actions": m.ungoverned_text,
         "throughput": {**(live or empty_throughput()), "by_concurrency": m.throughput},
     }
 
@@ -145,6 +146,7 @@ MODEL_COLUMNS: tuple[Column, ...] = (
     Column("Err/tool", "error_rate", "percent"),
     Column("Loops", "loops.count"),
     Column("Recovery", "recovery_rate", "percent"),
+    Column("Ungoverned", "ungoverned_text_actions"),
 )
 
 

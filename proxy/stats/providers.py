@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from proxy.store import figures
+from proxy.store import figures, queries
 from proxy.store.queries import CallCounts, Filters, LoopSummary, RequestCounts, SessionErrors, SessionRecovery
 
 __all__ = ["PROVIDERS", "ModelFigures", "Provider", "gather"]
@@ -59,6 +59,7 @@ class ModelFigures:
     session_errors: list[SessionErrors] = field(default_factory=list, metadata=_by(figures.session_error_counts))
     session_recoveries: list[SessionRecovery] = field(default_factory=list,
                                                       metadata=_by(figures.session_recoveries))
+    ungoverned_text: int = field(default=0, metadata=_by(queries.ungoverned_text_counts))
 
 
 # figure name -> its provider, in the order they run.

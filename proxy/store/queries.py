@@ -56,6 +56,7 @@ __all__ = [
     "session_profiles",
     "session_project_roots",
     "session_request_count",
+    "ungoverned_text_counts",
     "variant_calls",
 ]
 
@@ -154,6 +155,14 @@ async def call_counts_from_rows(conn: AsyncConnection, f: Filters) -> dict[str, 
     errors = func.sum(case((is_error_sql(t.decision), 1), else_=0))
     stmt = select(t.model, func.count(), errors).where(*_call_conditions(f)).group_by(t.model)
     return {m: CallCounts(calls=int(n), errors=int(e or 0)) for m, n, e in await conn.execute(stmt)}
+
+
+async def ungoverned_text_counts(conn: AsyncConnection, f: Filters) -> dict[str, int]:
+    """model -> turns of text-acting clients whose actions passed unread or unjudged (few: a partial index)."""
+    r = requests.c
+    stmt = (select(r.model, func.sum(r.ungoverned_text))
+            .where(r.ungoverned_text.is_not(None), *request_conditions(f)).group_by(r.model))
+    return {m: int(n or 0) for m, n in await conn.execute(stmt)}
 
 
 async def session_error_rows(conn: AsyncConnection, f: Filters) -> list[SessionErrorRow]:

@@ -58,7 +58,7 @@ def request_row(record: RequestRecord) -> dict[str, Any]:
         "concurrency": record.concurrency, "attempts": record.attempts,
         "budget_exhausted": record.budget_exhausted, "policy_name": record.policy_name,
         "policy_hash": record.policy_hash, "mode": record.mode, "profiles": record.profiles,
-        "project_root": record.project_root,
+        "project_root": record.project_root, "ungoverned_text": record.ungoverned_text or None,
     }
 
 

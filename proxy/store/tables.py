@@ -15,6 +15,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    text,
 )
 
 __all__ = ["metadata", "requests", "sessions", "tool_call_reasons", "tool_calls"]
@@ -76,7 +77,11 @@ requests = Table(
     *_judged_by(),
     Column("profiles", String(256)),  # the tool profiles chosen for the request's tools, comma-separated
     Column("project_root", String(1024)),  # the root its paths were judged under: pinned or learned (0011)
+    # Turns of a text-acting client whose actions passed unread or unjudged; NULL for none (0015).
+    Column("ungoverned_text", Integer),
     Index("ix_requests_model_started", "model", "started_at"),
+    Index("ix_requests_ungoverned", "model", "started_at", sqlite_where=text("ungoverned_text IS NOT NULL"),
+          postgresql_where=text("ungoverned_text IS NOT NULL")),
     Index("ix_requests_session", "session_id"),
     # Covering index of the stats' request counts, attempts and throughput (migration 0003).
     Index("ix_requests_model_stats", "model", "started_at", "session_id", "attempts", "concurrency",

@@ -18,7 +18,7 @@ from proxy.toolcalls.qwen3_coder import Qwen3CoderFormat
 from proxy.toolcalls.scanner import ContentFormat
 from proxy.toolcalls.text_actions import TextActionFormat
 from proxy.toolcalls.text_fenced import FencedBlocks
-from proxy.toolcalls.text_xml_tags import XmlActionTags
+from proxy.toolcalls.text_xml_tags import ROO_PARAMS, ROO_TOOLS, XmlActionTags
 
 __all__ = ["FORMATS", "TEXT_FORMATS", "content_formats", "register", "register_text", "structured_format", "unregister"]
 
@@ -81,5 +81,5 @@ def register_text(fmt: TextActionFormat) -> TextActionFormat:
 
 register_text(FencedBlocks("mswea_bash_command", ("mswea_bash_command",), "mswea_bash_command"))
 register_text(FencedBlocks("bash_block", ("bash", "sh", "shell"), "bash_block"))
-register_text(XmlActionTags("cline_xml", ("execute_command", "read_file", "write_to_file", "replace_in_file",
-                                          "list_files", "search_files", "list_code_definition_names")))
+register_text(XmlActionTags("cline_xml"))
+register_text(XmlActionTags("roo_xml", ROO_TOOLS, ROO_PARAMS))

@@ -128,8 +128,6 @@ def test_smolagents_user_learns_why_a_turn_was_blocked(tmp_path: Path, upstream:
     assert world.calls("head") == [] and world.calls("uv") == []
 
 
-@pytest.mark.xfail(reason="needs i25-sessions: one smolagents conversation without a session header is counted as "
-                          "3 sessions", strict=True)
 def test_smolagents_conversation_is_one_session(tmp_path: Path, upstream: ScriptedUpstream, start_proxy,
                                                 request: pytest.FixtureRequest) -> None:
     _, proxy, result = _governed_run(tmp_path, upstream, start_proxy, request)
@@ -169,5 +167,6 @@ def test_mini_swe_agent_text_actions_are_governed(tmp_path: Path, upstream: Scri
     assert world.calls("uv") == [["run", "scripts/search.py", "x"]], "the allowed command ran other than once"
     stats = _model_stats(proxy)
     assert stats["reasons"] == {"pipe": 1}
+    assert stats["sessions"] == 1, "one run, one session"
     sources = {r[0] for r in proxy.rows("SELECT source FROM tool_calls")}
     assert sources == {"text:mswea_bash_command"}

@@ -45,7 +45,8 @@ EXPECTED: dict[str, dict[str, str]] = {
     "kilo": {"bash": "shell", "background_process": "shell", "read": "paths", "edit": "paths", "write": "paths",
              "glob": "paths", "grep": "paths", "webfetch": "urls", "link_pr": "urls"},
 }  # fmt: skip
-_CAPABILITY = {"shell": lambda m: m.shell is not None, "paths": lambda m: bool(m.paths) or bool(m.read_paths),
+_CAPABILITY = {"shell": lambda m: m.shell is not None,
+               "paths": lambda m: bool(m.paths) or bool(m.read_paths) or bool(m.searches),
                "urls": lambda m: bool(m.urls), "patch": lambda m: bool(m.patch)}
 
 

@@ -30,6 +30,8 @@ def test_strict_is_design_policy() -> None:
     shipped, expected = (p.model_dump(exclude=same) for p in (loaded.policy, design))
     for script in shipped["bash"]["scripts"].values():
         script.update(description=None, instead_of=[], args=None)  # argument rules: issue 24
+    assert shipped["urls"].pop("resolve") is True  # names resolved when judged: issue 24, on where shipped
+    expected["urls"].pop("resolve")
     assert shipped == expected
     assert loaded.policy.feedback_template("shell").startswith("Rejected ({reasons}): ")
     assert "{suggestion}" in loaded.policy.feedback_template("shell")

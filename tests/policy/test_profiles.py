@@ -66,7 +66,7 @@ def test_each_client_picks_its_profile_and_its_capabilities(shipped: Policy, cli
         assert tools.profiles == [profile]
     governed_shell = {t for t, rules in tools._rules.items() if any(r.map.shell for r in rules)}
     governed_paths = {t for t, rules in tools._rules.items()
-                      if any(r.map.paths or r.map.read_paths or r.map.patch for r in rules)}
+                      if any(r.map.paths or r.map.read_paths or r.map.searches or r.map.patch for r in rules)}
     assert governed_shell == shells
     assert governed_paths == files
     # Every tool the client offers is known to its profile: nothing falls to the heuristic unnoticed.

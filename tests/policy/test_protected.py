@@ -28,6 +28,25 @@ def _reasons(tool: str, arguments: dict) -> tuple[str, ...]:
     ".opencode/plugin/x.ts", "opencode.json", "opencode.jsonc", ".claude/settings.json", ".claude/hooks/x.sh",
     ".codex/config.toml", ".qwen/settings.json", ".clinerules", ".continue/config.yaml", ".kilocode/x",
     ".mcp.json", ".cursor/rules/x.mdc", ".roo/x", "AGENTS.md", f"{ROOT}/scripts/x.py", f"{ROOT}/.git/config",
+    # What Python loads on its own: a cached module (imported instead of a source whose mtime and size its
+    # header holds), start-up hooks anywhere, an environment's settings and installed packages.
+    "src/__pycache__/app.cpython-311.pyc", "lib/mod.pyc", "lib/mod.opt-1.pyo", "src/__PYCACHE__/x", "a/b/c.pth",
+    "python311._pth", "tools/usercustomize.py", "env/pyvenv.cfg", "vendor/lib/site-packages/requests/api.py",
+    "dist-packages/x.py", ".pdbrc", "hatch_build.py", "pdm_build.py", ".python-versions",
+    # git: `.git` as a file (`gitdir: ELSEWHERE`, whose config then runs), LFS settings, commit hooks' config.
+    "src/.git", "vendor/lib/.git", ".lfsconfig", ".pre-commit-config.yaml",
+    # The shell and tool managers on entering the directory; start-up files where the root is the home.
+    "mise.toml", ".mise.toml", ".mise/tasks/x", ".tool-versions", ".bashrc", ".profile", ".zshrc", ".zshenv",
+    ".gitconfig", ".config/git/config", ".config/uv/uv.toml", ".local/lib/python3.11/x.py",
+    # Package managers' settings that load code, editors' tasks and language servers, dev containers.
+    ".yarnrc.yml", ".pnpmfile.cjs", "bunfig.toml", ".npmrc", ".zed/settings.json", ".helix/languages.toml",
+    ".nvim.lua", ".exrc", ".devcontainer/devcontainer.json", ".devcontainer.json",
+    # Agent clients' config and the instructions they load into every request.
+    ".kilo/config.json", "kilo.json", "CLAUDE.local.md", ".aider.conf.yml", ".goosehints",
+    ".github/copilot-instructions.md", ".github/instructions/py.instructions.md", ".junie/guidelines.md",
+    ".crush.json",
+    # Other version control: Mercurial loads `[extensions]` and runs `[hooks]` from `.hg/hgrc`.
+    ".hg/hgrc", ".jj/repo/config.toml", ".hgrc",
 ])
 def test_protected_writes(path: str) -> None:
     for tool, arguments in (("write", {"filePath": path, "content": "x"}),
@@ -43,7 +62,9 @@ def test_protected_writes(path: str) -> None:
 
 
 @pytest.mark.parametrize("path", ["src/app.py", "scripts_notes.md", "docs/scripts.md", "notes/pyproject.md",
-                                  "src/git/config.py", "README.md", "tests/test_x.py"])
+                                  "src/git/config.py", "README.md", "tests/test_x.py", "tests/conftest.py",
+                                  "Makefile", "package.json", "src/profile.py", "docs/.bashrc.md",
+                                  "src/config/settings.py", "src/pycache.py", "src/site_packages.md"])
 def test_ordinary_files_stay_writable(path: str) -> None:
     assert _reasons("write", {"filePath": path, "content": "x"}) == ()
 
@@ -51,14 +72,20 @@ def test_ordinary_files_stay_writable(path: str) -> None:
 @pytest.mark.parametrize("path", [".env", ".env.local", "deploy/.ENV.production", "certs/server.pem", "tls.key",
                                   "id_rsa", ".ssh/id_ed25519.pub", ".netrc", ".npmrc", ".pypirc",
                                   ".git-credentials", ".aws/credentials", ".aws/config", ".config/gcloud/x.json",
-                                  ".azure/a", ".kube/config", ".docker/config.json"])
+                                  ".azure/a", ".kube/config", ".docker/config.json",
+                                  # a remote URL's token, home-directory key folders, tools' credentials
+                                  ".git/config", ".ssh/deploy_key", ".gnupg/private-keys-v1.d/x.key",
+                                  "vault.kdbx", "release.jks", ".htpasswd", ".my.cnf", ".s3cfg",
+                                  "infra/terraform.tfstate", ".terraformrc", ".cargo/credentials.toml",
+                                  ".config/gh/hosts.yml", ".streamlit/secrets.toml", "service-account-prod.json",
+                                  "credentials.json", "client_secret_123.json"])
 def test_secrets_unreadable(path: str) -> None:
     assert _reasons("read", {"filePath": path}) == ("protected_path",)
     assert _reasons("grep", {"pattern": "x", "path": path}) == ("protected_path",)
 
 
 def test_protected_files_stay_readable() -> None:
-    for path in ("pyproject.toml", "scripts/search.py", ".git/config", "AGENTS.md"):
+    for path in ("pyproject.toml", "scripts/search.py", ".git/HEAD", "AGENTS.md"):
         assert _reasons("read", {"filePath": path}) == (), path
 
 
@@ -108,3 +135,26 @@ def test_protected_lists_can_be_turned_off() -> None:
     policy = load_policy_text(text.encode()).policy
     assert judge_call(policy, "write", {"filePath": "pyproject.toml", "content": "x"}).allowed
     assert judge_call(policy, "read", {"filePath": ".env"}).allowed
+
+
+def test_the_project_modules_the_scripts_import_are_protected(tmp_path: Path) -> None:
+    """What `uv run scripts/x.py` runs besides the script: the project's modules it imports by name (the root,
+    `src/`, the directories the environment's `.pth` files add), followed through each other; the standard
+    library's names are never the project's (they come first on `sys.path`)."""
+    from proxy.policy.protected import protected_problem
+    project = tmp_path / "project"
+    files = {"scripts/search.py": "import json, http\nimport mylib.core\nfrom tools import x\n",
+             "src/mylib/__init__.py": "from helpers import y\n", "src/mylib/core.py": "",
+             "lib/tools/__init__.py": "", "helpers.py": "", "src/app.py": "", "http/handlers.py": "",
+             ".venv/lib/python3.11/site-packages/_tools.pth": f"{project / 'lib'}\n"}
+    for name, text in files.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    roots = (str(project),)
+    for path in ["src/mylib/core.py", "src/mylib/new.py", "SRC/MyLib/__init__.py", "lib/tools/__init__.py",
+                 "helpers.py", "src/helpers.py", "mylib.py", f"{project}/src/mylib/core.py"]:
+        assert protected_problem(POLICY, path, roots) == "protected_path", path
+    for path in ["src/app.py", "http/handlers.py", "json.py", "lib/other.py", "docs/mylib.md"]:
+        assert protected_problem(POLICY, path, roots) is None, path
+    # Reading them stays allowed.
+    assert protected_problem(POLICY, "src/mylib/core.py", roots, write=False) is None

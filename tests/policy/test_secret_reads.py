@@ -1,7 +1,8 @@
 """Secrets are not readable by default (issue 24): every read capability, including the ones that read a
 file's content without naming it as a path: a grep whose `include` glob selects secret files prints their
-lines (`grep {pattern: ".", include: "*.pem"}` prints a private key whole). The reads list
-judges a grep's `path` but not yet its `include`: those cases stay strict xfail until it does."""
+lines (`grep {pattern: ".", include: "*.pem"}` prints a private key whole). Filter globs (the profile
+key `globs`) are judged by what they could select; a directory search (`searches`) by the protected files
+on disk below it that its filter selects."""
 
 from __future__ import annotations
 
@@ -39,8 +40,6 @@ CREDENTIAL_FILES = ["application_default_credentials.json", "deploy/.pgpass", ".
                     "sign.pfx"]
 
 
-@pytest.mark.xfail(reason="known hole (issue 24, open): grep include globs are not judged against the "
-                          "protected reads", strict=True)
 @pytest.mark.parametrize("include", SECRET_INCLUDES)
 def test_a_grep_whose_include_selects_secrets_is_refused(policy: Policy, include: str) -> None:
     assert "protected_path" in _judge(policy, "opencode", "grep", {"pattern": ".", "include": include})
@@ -54,3 +53,19 @@ def test_a_grep_over_ordinary_files_passes(policy: Policy, include: str) -> None
 @pytest.mark.parametrize("path", CREDENTIAL_FILES)
 def test_a_cloud_credential_file_is_not_read(policy: Policy, path: str) -> None:
     assert "protected_path" in _judge(policy, "opencode", "read", {"filePath": path})
+
+
+# Each client's filter argument, offered as the client offers its tools (captured catalogues).
+CLIENT_FILTERS = [("opencode", "grep", "include", {"pattern": "."}), ("opencode", "glob", "pattern", {}),
+                  ("kilo", "grep", "include", {"pattern": "."}), ("kilo", "glob", "pattern", {}),
+                  ("qwen-code", "grep_search", "glob", {"pattern": "."}), ("qwen-code", "glob", "pattern", {}),
+                  ("continue", "Search", "file_pattern", {"pattern": "."}),
+                  ("langchain", "file_search", "pattern", {"dir_path": "."})]
+
+
+@pytest.mark.parametrize(("client", "tool", "argument", "other"), CLIENT_FILTERS)
+@pytest.mark.parametrize("glob", ["*.env", "{.env,x}", "**/.env*", "**/id_rsa*", "*.p12"])
+def test_each_clients_filter_that_selects_secrets_is_refused(policy: Policy, client: str, tool: str, argument: str,
+                                                             other: dict[str, Any], glob: str) -> None:
+    assert _judge(policy, client, tool, {**other, argument: glob}) == ("protected_path",)
+    assert _judge(policy, client, tool, {**other, argument: "**/*.py"}) == ()

@@ -9,7 +9,9 @@ refused on at least one of the attack's writes: the allowlist holds at the write
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import marshal
 import os
 import shutil
 import subprocess
@@ -53,7 +55,17 @@ ATTACKS: dict[str, tuple[str, dict[str, str]]] = {
     "sitecustomize-in-venv": ("uv", {"{site}/sitecustomize.py": _PAYLOAD}),
     "git-fsmonitor": ("git", {".git/config": "[core]\n\tfsmonitor = \"{python} {payload_file}\"\n",
                               "payload.py": _PAYLOAD}),
+    # `uv-lib`: the script imports the project's own package `src/mylib` (on `sys.path` through a `.pth`
+    # in the environment, as an editable install puts it): editing it, or leaving a cached module whose
+    # header holds the source's mtime and size (imported instead of the source), runs under the script.
+    "imported-package": ("uv-lib", {"src/mylib/__init__.py": _PAYLOAD}),
+    # A module the package imports only where it exists (an optional plugin): created, it runs.
+    "imported-module-new": ("uv-lib", {"src/mylib_plugins.py": _PAYLOAD}),
+    "imported-package-pyc": ("uv-lib", {f"src/mylib/__pycache__/__init__.{sys.implementation.cache_tag}.pyc":
+                                        _PAYLOAD}),
 }
+_SEARCH_LIB = "import json\nimport sys\nimport mylib\nprint(json.dumps(sys.argv[1:]))\n"
+_LIB = "try:\n    import mylib_plugins\nexcept ImportError:\n    pass\nVALUE = 1\n"
 
 _ENV_KEEP = ("PATH", "HOME", "LANG", "TMPDIR")
 
@@ -67,15 +79,18 @@ def _env(mark: Path) -> dict[str, str]:
 
 
 def _run(kind: str, project: Path, env: dict[str, str]) -> None:
-    command = [UV, "run", "scripts/search.py", "x"] if kind == "uv" else [GIT, "status", "--short"]
+    command = [UV, "run", "scripts/search.py", "x"] if kind != "git" else [GIT, "status", "--short"]
     subprocess.run([str(c) for c in command], cwd=project, env=env, capture_output=True, timeout=120, check=False)
 
 
-def _project(tmp: Path) -> Path:
+def _project(tmp: Path, kind: str) -> Path:
     project = tmp / "project"
     (project / "scripts").mkdir(parents=True)
     (project / "pyproject.toml").write_text(_PYPROJECT)
-    (project / "scripts" / "search.py").write_text(_SEARCH)
+    (project / "scripts" / "search.py").write_text(_SEARCH_LIB if kind == "uv-lib" else _SEARCH)
+    if kind == "uv-lib":
+        (project / "src" / "mylib").mkdir(parents=True)
+        (project / "src" / "mylib" / "__init__.py").write_text(_LIB)
     subprocess.run([str(GIT), "init", "-q"], cwd=project, check=True, env=_env(tmp / "unused"))
     return project
 
@@ -90,15 +105,26 @@ def _writes(name: str, project: Path) -> dict[str, str]:
 def _attack_runs(name: str, tmp: Path) -> tuple[bool, dict[str, str]]:
     """Whether the attack's payload runs under the allowed command, and the writes it took (relative)."""
     kind = ATTACKS[name][0]
-    project = _project(tmp)
+    project = _project(tmp, kind)
     mark = tmp / "mark"
     env = _env(mark)
     _run(kind, project, env)  # the project as the agent finds it: uv has made .venv
+    if kind == "uv-lib":  # the project installed editable: its `src` on the environment's path
+        (project / _site(project / ".venv") / "_mylib.pth").write_text(f"{project / 'src'}\n")
+        _run(kind, project, env)
     assert not mark.exists()
     writes = _writes(name, project)
     for path, content in writes.items():
         (project / path).parent.mkdir(parents=True, exist_ok=True)
-        (project / path).write_text(content)
+        if path.endswith(".pyc"):  # the payload compiled, stamped with the untouched source's mtime and size
+            source = (project / path).parent.parent / (Path(path).name.split(".")[0] + ".py")
+            stat = source.stat()
+            code = compile(content, str(source), "exec")
+            header = (importlib.util.MAGIC_NUMBER + bytes(4) + int(stat.st_mtime).to_bytes(4, "little")
+                      + (stat.st_size & 0xFFFFFFFF).to_bytes(4, "little"))
+            (project / path).write_bytes(header + marshal.dumps(code))
+        else:
+            (project / path).write_text(content)
     _run(kind, project, env)
     return mark.exists(), writes
 
@@ -123,9 +149,11 @@ def policy() -> Policy:
     return load_policy_file(ROOT / "policies" / "strict.yaml").policy
 
 
-def _refused(policy: Policy, writer: str, path: str, text: str) -> tuple[str, ...]:
+def _refused(policy: Policy, writer: str, path: str, text: str, project: Path) -> tuple[str, ...]:
     tool, arguments = WRITERS[writer]
     client = _client(writer.split("-patch")[0])
+    # The project on this machine, as the proxy beside the agent sees it (what the scripts import is read there).
+    policy = policy.model_copy(update={"paths": policy.paths.model_copy(update={"project_root": [str(project)]})})
     tools = ToolSet.for_request(policy, {"model": "m", "tools": client["tools"]}, {"user-agent": client["user_agent"]})
     verdict = judge_call(policy, tool, arguments(path, text), offered_tools=set(tools.offered or {}), tools=tools)
     return verdict.reasons
@@ -138,5 +166,5 @@ def test_a_write_that_an_allowed_command_would_run_is_refused(policy: Policy, at
     ran, writes = _attack_runs(attack, tmp_path)
     assert ran, f"{attack}: the payload did not run under {ATTACKS[attack][0]}: the probe no longer shows the attack"
     for writer in WRITERS:
-        refused = {path: _refused(policy, writer, path, text) for path, text in writes.items()}
+        refused = {path: _refused(policy, writer, path, text, tmp_path / "project") for path, text in writes.items()}
         assert any("protected_path" in reasons for reasons in refused.values()), (attack, writer, refused)

@@ -56,3 +56,41 @@ def test_cline_tags_are_calls_of_the_cline_tools():
                                   "<execute_command><command>ls</execute_command>"])
 def test_an_open_tag_is_unreadable(text):
     assert CLINE.read(text).unreadable
+
+
+def test_cline_values_are_trimmed_as_javascript_trims():
+    text = "<execute_command><command>\u00a0\ufeff rm -rf / \u2028</command></execute_command>"
+    assert _commands(CLINE, text) == [("execute_command", {"command": "rm -rf /"})]
+
+
+def test_an_unclosed_cline_action_is_still_judged():
+    (call,) = CLINE.read("<execute_command><command>rm -rf /").calls
+    assert call.arguments == {"command": "rm -rf /"} and call.error is None
+
+
+@pytest.mark.parametrize("text", [
+    "<execute_command><command>ls</command><command>rm -rf /</command></execute_command>",  # twice, differing
+    "<read_file><path>a.txt</parameter><path>/etc/passwd</path></read_file>",  # a tag in a scalar value
+    "<read_file><path>a</path></foo><execute_command><command>rm -rf /</command></execute_command>",  # nested tool
+])
+def test_spellings_cline_releases_read_differently_are_refused(text):
+    assert any(call.error for call in CLINE.read(text).calls)
+
+
+def test_what_an_action_also_runs_is_judged_as_such():
+    text = ("<attempt_completion><result>done</result><command>open index.html</command></attempt_completion>"
+            "<use_mcp_tool><server_name>fs</server_name><tool_name>write</tool_name>"
+            "<arguments>{\"path\": \"/etc/x\"}</arguments></use_mcp_tool>")
+    assert _commands(CLINE, text)[1:2] == [("execute_command", {"command": "open index.html"})]
+    assert _commands(CLINE, text)[3] == ("mcp:fs/write", {"path": "/etc/x"})
+    bad = "<use_mcp_tool><server_name>fs</server_name><arguments>not json</arguments></use_mcp_tool>"
+    assert all(call.error for call in CLINE.read(bad).calls)
+
+
+def test_roo_tags_are_read_with_roos_names():
+    roo = TEXT_FORMATS["roo_xml"]
+    text = ("<apply_diff><path>.git/hooks/pre-commit</path><diff>x</diff></apply_diff>"
+            "<execute_command><command>uv run scripts/search.py x</command><cwd>/etc</cwd></execute_command>")
+    assert _commands(roo, text) == [("apply_diff", {"path": ".git/hooks/pre-commit", "diff": "x"}),
+                                    ("execute_command", {"command": "uv run scripts/search.py x", "cwd": "/etc"})]
+    assert _commands(CLINE, text)[0] == ("execute_command", {"command": "uv run scripts/search.py x"})

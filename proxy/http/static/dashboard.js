@@ -145,6 +145,7 @@
       model: m.model, tool_calls: m.tool_calls, error_rate: m.error_rate, blocked: blocked[m.model] || 0,
       upstream_errors: (upstreamErrors || {})[m.model] || 0,
       loops: m.loops ? m.loops.count : 0, recovery_rate: m.recovery_rate,
+      ungoverned: m.ungoverned_text_actions || 0,
     }));
     const cards = state.headline.map((h, index) => {
       const m = models[index];
@@ -161,6 +162,7 @@
         ["loops", "Loops", h.loops, null],
         ["recovery_rate", "Recovery", percent(h.recovery_rate), "allowed call after a refusal"],
         ["upstream_errors", "Upstream errors", h.upstream_errors, "502/504: the model server failed"],
+        ["ungoverned", "Ungoverned actions", h.ungoverned, "text actions the proxy could not read or judge"],
       ];
       for (const [field, label, value, note] of fields) {
         const dd = el("dd", value);
