@@ -52,7 +52,7 @@ def seed(path: Path, n_calls: int, *, rng: random.Random) -> dict[str, int]:
     now = t0
 
     def flush() -> None:
-        conn.executemany("INSERT INTO sessions VALUES (?,?,?,?)", sessions)
+        conn.executemany("INSERT INTO sessions (id, source, model, created_at) VALUES (?,?,?,?)", sessions)
         conn.executemany("INSERT INTO requests (id, session_id, model, route, upstream, stream, started_at, "
                          "ttfb_ms, ttft_ms, duration_ms, status, outcome, prompt_tokens, completion_tokens, "
                          "concurrency, attempts, budget_exhausted, policy_name, mode) "

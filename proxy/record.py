@@ -16,7 +16,19 @@ from proxy.policy.schema import Policy
 from proxy.policy.verdict import REPAIRED, Verdict
 from proxy.toolcalls import ToolCall
 
-__all__ = ["JudgedCall", "RequestRecord", "SessionRef", "Usage", "shown_call"]
+__all__ = ["Digests", "JudgedCall", "RequestRecord", "SessionRef", "Usage", "shown_call"]
+
+
+@dataclass(slots=True)
+class Digests:
+    """A conversation's lineage keys, hashed once per request (proxy/sessions/resolve.py): the digest of each
+    prefix that may end in a turn the proxy delivered, and the running hash after the whole conversation, which
+    its reply extends. The messages themselves are not kept: a request need not hold its parsed conversation
+    while it streams."""
+
+    keys: list[str]
+    running: Any  # hashlib's sha256 object
+    turns: int  # how many of the messages were hashed (instructions are not)
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +36,8 @@ class SessionRef:
     id: str
     source: str  # header | metadata (Claude Code's body) | lineage (previous_response_id included)
     is_new: bool
+    # lineage only: the request's conversation as hashed when it was resolved (`remember` extends it)
+    digests: Digests | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)

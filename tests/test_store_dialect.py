@@ -113,3 +113,11 @@ async def test_the_operations_on_the_real_database(engine: AsyncEngine) -> None:
     finally:
         if held is not None:
             await held.close()
+
+
+def test_the_schema_head_the_proxy_starts_at_is_alembics():
+    # A start against a store at SCHEMA_HEAD skips alembic entirely; a stale constant would leave a store
+    # behind the code unmigrated.
+    from proxy.store.db import SCHEMA_HEAD, _head_revision
+
+    assert _head_revision() == SCHEMA_HEAD

@@ -1,64 +1,73 @@
-"""The attempt loop of the structured-call dialects: `/v1/responses` (OpenAI Responses API) and `/v1/messages`
-(Anthropic Messages API).
+"""The one shape of a judged route (`Dialect`), and what the routes share.
 
-The rules are chat's (proxy/dialects/chat.py and DESIGN.md's data flow): every call of an attempt is judged; in enforce
-mode an attempt with a rejected or malformed call never reaches the client and the model is asked again, with
-the held turn and the reasons appended to the conversation in the dialect's own shape, within the policy's
-retry budget; budget spent => a text answer that explains the block. One narration per turn, as on chat: the
-first attempt's text streams live, a retry's text is held with its calls until the attempt is judged and goes
-out only with a delivered turn (a blocked turn ends with the explaining answer alone). A delivered turn's calls
-are the judged call objects: a repaired call is re-encoded from its judged arguments, never relayed as the
-upstream wrote it (proxy/enforce/judging.py).
+Every route that can carry a model's tool call (`/v1/chat/completions`, `/v1/completions`, `/v1/responses`,
+`/v1/messages`) is one `Dialect` subclass in a module of its own, declaring its name, upstream path and
+conversation field in its class line and its pieces as methods (`PIECES`, `REASK_PIECES`); the route table
+(`JUDGED`, proxy/dialects/routes.py) lists them and refuses a route that lacks a piece (`missing_pieces`).
 
-A `Dialect` says what its requests, whole responses and retries look like, and makes the `DialectStream` that
-reads its server-sent events; this module runs the whole-response loop for both dialects, and `DialectStream`
-gives the streamed loop that chat shares (proxy/enforce/relay.py) the dialects' steps, with the held-call
-machinery both dialects use. The upstream attempts themselves are proxy/enforce/attempts.py's.
-The reasons a model reads come from the same `retry_messages` as chat, translated into the dialect's items.
+The rules are one (DESIGN.md's data flow): every call of an attempt is judged; in enforce mode an attempt with a
+rejected or malformed call never reaches the client and the model is asked again, with the held turn and the
+reasons appended to the conversation in the route's own shape, within the policy's retry budget; budget spent
+=> a text answer that explains the block. `Dialect.complete` is the one whole-answer attempt loop;
+`StreamedAttempts` (proxy/enforce/relay.py) the one streamed one, fed its steps by chat's relay and by
+`DialectStream`, which holds the calls, text and renumbering of the structured-call routes (Responses,
+Messages: proxy/dialects/structured.py). One narration per turn: the first attempt's text streams live, a retry's text
+is held with its calls until the attempt is judged and goes out only with a delivered turn (a blocked turn
+ends with the explaining answer alone). A delivered turn's calls are the judged call objects: a repaired call
+is re-encoded from its judged arguments, never relayed as the upstream wrote it (proxy/enforce/judging.py).
+The upstream attempts themselves are the Exchange's (proxy/enforce/exchange.py); the reasons a model reads
+come from the one `retry_messages`, translated into the route's items.
 """
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Hashable
-from contextlib import aclosing
-from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy import strict
-from proxy.enforce.actions import unjudgeable_call
-from proxy.enforce.attempts import upstream_events, whole_attempt
+from proxy.enforce.attempts import WholeAttempt, whole_attempt
 from proxy.enforce.exchange import Exchange, Outcome
 from proxy.enforce.feedback_turns import blocked_message, retry_messages
-from proxy.enforce.prelude import RouteShape, open_exchange
-from proxy.enforce.relay import StreamedAttempts
+from proxy.enforce.prelude import open_exchange
 from proxy.enforce.serve import judged_json, serve
-from proxy.errors import BlockedTurn, ProxyError, UpstreamProtocolError, UpstreamUnjudgeable, error_response
+from proxy.errors import BlockedTurn, ProxyError, UpstreamProtocolError, error_response
 from proxy.record import JudgedCall, Usage
 from proxy.services import Services
-from proxy.toolcalls import ToolCall
-from proxy.upstream.sse import SSEEvent
 
-__all__ = ["Dialect", "DialectExchange", "DialectStream", "HeldCall", "IndexMap", "handle"]
+__all__ = ["PIECES", "REASK_PIECES", "Dialect", "DialectExchange", "Relay", "missing_pieces"]
 
 
 class Dialect(ABC):
-    """One API's shapes. Conversation and reply are also given as chat-shaped messages, which is what the
-    session resolver's lineage hashes."""
+    """One judged route: how its requests, whole answers, streams and retries look. Every judged route is one
+    (chat completions, completions, Responses, Messages), and the one table (`JUDGED`, proxy/dialects/routes.py)
+    lists them; `missing_pieces` names what a route lacks, and the table refuses such a route.
+
+    Conversation and reply are also given as chat-shaped messages, which is what the session resolver's lineage
+    hashes."""
 
     route: ClassVar[str]  # the `route` recorded with every request and call
     path: ClassVar[str]  # the upstream path after /v1
     history_key: ClassVar[str]  # the request field retries append to
-    output_key: ClassVar[str]  # the whole response's list of items that `calls` reads the calls from
+    asks_usage: ClassVar[bool]  # streams get `stream_options.include_usage` (the statistics count tokens)
+    reasks: ClassVar[bool]  # a rejected call is fed back and the model asked again (else `complete` is the route's)
+    counted_keys: ClassVar[tuple[str, ...]]  # the request's lists of turns, each held to `max_messages`
 
-    def __init_subclass__(cls, *, route: str, path: str, history_key: str, output_key: str, **kwargs: Any) -> None:
-        """A dialect declares these in its class line, as the errors do (proxy/errors.py)."""
+    def __init_subclass__(cls, *, route: str = "", path: str = "", history_key: str = "", asks_usage: bool = False,
+                          reasks: bool = True, **kwargs: Any) -> None:
+        """A route declares these in its class line, as the errors do (proxy/errors.py); a class that only shares
+        pieces between routes (`StructuredDialect`) declares none."""
         super().__init_subclass__(**kwargs)
-        cls.route, cls.path, cls.history_key, cls.output_key = route, path, history_key, output_key
+        cls.route, cls.path, cls.history_key = route, path, history_key
+        cls.asks_usage, cls.reasks = asks_usage, reasks
+        # A conversation a retry appends to is judged again turn by turn: its length is held to `max_messages`
+        # on every route (a raw prompt's token ids are not turns).
+        cls.counted_keys = tuple(dict.fromkeys(("messages", "input", *((history_key,) if reasks else ()))))
+
+    # -- the request
 
     @abstractmethod
     def validate(self, payload: dict[str, Any]) -> None:
@@ -68,41 +77,64 @@ class Dialect(ABC):
     def offered(self, payload: dict[str, Any]) -> set[str]:
         """The tool names the request offers; a call to any other is `unknown_tool`."""
 
-    @abstractmethod
+    def schemas(self, payload: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The offered tools' schemas where content calls are typed by them (chat), else None."""
+        return None
+
+    def tools(self, payload: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, set[str]]:
+        return self.schemas(payload), self.offered(payload)
+
     def history(self, payload: dict[str, Any]) -> list[Any]:
         """The conversation as a list the retry items can be appended to."""
+        return list(payload.get(self.history_key) or [])
 
     @abstractmethod
-    def conversation(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
-        """The request's conversation as chat messages, for the session lineage."""
+    def conversation(self, payload: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The request's conversation as chat messages, for the session lineage (None: it has none)."""
 
     @abstractmethod
-    def calls(self, obj: dict[str, Any]) -> list[ToolCall]:
-        """The tool calls of a whole response, in order."""
+    def client_texts(self, payload: dict[str, Any]) -> Iterable[str]:
+        """The texts the client wrote about itself (`client_parts`, proxy/sessions/project_root.py), where the
+        project root it states is read."""
+
+    # -- a whole answer
+
+    @abstractmethod
+    def read_whole(self, ex: DialectExchange, obj: dict[str, Any]) -> Any:
+        """What `judge_whole` judges of a whole answer (its calls, in order); raises ValueError, TypeError or
+        AttributeError for a body that is not this route's answer."""
+
+    def judge_whole(self, ex: DialectExchange, obj: dict[str, Any], found: Any) -> list[JudgedCall]:
+        """A whole answer's calls judged (`found`: what `read_whole` read)."""
+        return ex.judge(found) + ex.judge_text(self.text(obj))
 
     @abstractmethod
     def text(self, obj: dict[str, Any]) -> str:
         """The visible text of a whole response (the held turn's content in a retry)."""
 
-    @abstractmethod
-    def usage(self, obj: dict[str, Any] | None) -> dict[str, Any] | None:
-        """A usage object of this dialect as chat usage (`prompt_tokens`, ...), which `Usage.add` reads."""
+    def retry_text(self, obj: dict[str, Any], found: Any) -> str | None:
+        """The held turn's text, as the retry shows it to the model."""
+        return self.text(obj)
 
-    @abstractmethod
+    def usage(self, obj: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A whole answer's usage object as chat usage (`prompt_tokens`, ...), which `Usage.add` reads."""
+        raise NotImplementedError
+
     def set_usage(self, obj: dict[str, Any], usage: Usage) -> None:
         """Write the usage summed over the attempts into a response (the client pays for all of them)."""
+        raise NotImplementedError
 
-    @abstractmethod
     def set_blocked(self, obj: dict[str, Any], text: str) -> None:
         """Turn a whole response into one plain text answer."""
+        raise NotImplementedError
 
-    @abstractmethod
     def retry_items(self, turn: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """`retry_messages`' chat turn (assistant with tool_calls, one tool message per call) in this dialect."""
+        """`retry_messages`' chat turn (assistant with tool_calls, one tool message per call) in this route."""
+        raise NotImplementedError
 
-    @abstractmethod
     def reply(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
         """What the client got, as chat messages, for the session lineage."""
+        raise NotImplementedError
 
     def response_id(self, obj: dict[str, Any]) -> str | None:
         """The id a whole response gives the client to continue from (`previous_response_id`), if the API has one."""
@@ -112,35 +144,125 @@ class Dialect(ABC):
         """Edit the request before its first attempt goes up (Responses: the id it continues from)."""
         return None
 
+    def blocked_turn(self, ex: DialectExchange, obj: dict[str, Any], text: str) -> None:
+        """Note a whole blocked turn's last attempt before its answer becomes the explanation (Responses)."""
+        return None
+
     def chain(self, ex: DialectExchange, response_id: str | None) -> None:
         """Note what the id the client was given must continue from upstream (Responses)."""
         return None
 
-    @abstractmethod
-    def repaired_fields(self, call: ToolCall) -> dict[str, Any]:
-        """The fields of a call's item that carry a repaired call's judged arguments."""
+    def delivered(self, ex: DialectExchange, read: WholeAttempt[Any], judged: list[JudgedCall],
+                  attempt: int) -> Response:
+        """The answer for a delivered attempt (its calls on record): a repaired call re-encoded from its judged
+        arguments, the usage of every attempt, the upstream's bytes where nothing changed (observe mode)."""
+        raise NotImplementedError
 
-    def write_repairs(self, obj: dict[str, Any], judged: list[JudgedCall]) -> None:
-        """Write the repaired calls' judged arguments over the calls of a whole response (at the position each
-        call was read from), so the client gets the repaired call and never the one the model wrote."""
-        items = obj[self.output_key]  # `calls` read the judged calls from it, each at its position
-        for item in judged:
-            if item.repaired:
-                items[item.call.index].update(self.repaired_fields(item.call))
+    async def complete(self, ex: DialectExchange) -> Response:
+        """The whole-answer attempt loop of every route that re-asks: judge an attempt, deliver it, re-ask with
+        the reasons within the budget, or end with the explaining answer (`BlockedTurn` where a call is due)."""
+        record = ex.record
+        judged: list[JudgedCall] = []
+        obj: dict[str, Any] = {}
+        for attempt in range(1, ex.budget + 2):
+            record.attempts = attempt
+            # An upstream error is already in the route's shape.
+            read = await whole_attempt(ex, self.path, f"a {self.route} response",
+                                       lambda obj: self.read_whole(ex, obj), self.usage)
+            if isinstance(read, Response):
+                return read
+            obj = read.obj
+            judged = self.judge_whole(ex, obj, read.found)
+            outcome = await ex.settle(attempt, judged)
+            if outcome is Outcome.DELIVER:
+                return self.delivered(ex, read, judged, attempt)
+            if outcome is Outcome.BLOCKED:
+                break
+            ex.extra_messages += self.retry_items(retry_messages(ex.policy, self.retry_text(obj, read.found), judged))
+        text = blocked_message(ex.policy, judged, record.attempts)
+        if ex.demands_call:
+            return ex.error_response(BlockedTurn(text))
+        self.blocked_turn(ex, obj, text)
+        self.set_blocked(obj, text)
+        self.set_usage(obj, record.usage)
+        ex.remember(self.reply(obj), self.response_id(obj))  # the explanation is the turn the client holds now
+        return judged_json(obj)
+
+    # -- a stream
 
     @abstractmethod
-    def stream(self, ex: DialectExchange) -> DialectStream[Any]:
+    def stream(self, ex: DialectExchange) -> Relay:
         """A reader for this request's events, across its attempts."""
 
+    # -- errors
+
     def error_response(self, exc: ProxyError) -> Response:
+        """An error answer in this route's shape (OpenAI's by default)."""
         return error_response(exc)
+
+    def broken_error_body(self, ex: DialectExchange, response: Any, exc: Exception) -> Response:
+        """The answer when the upstream's error body itself broke off while read (`Exchange.broken_error_body`)."""
+        return Exchange.broken_error_body(ex, response, exc)
+
+    def protocol_error(self, ex: DialectExchange, exc: Exception) -> Response:
+        """`broken_error_body` as an upstream protocol error (502) in this route's shape."""
+        ex.record.fail("upstream_error", f"upstream failed: {exc}")
+        return self.error_response(UpstreamProtocolError(f"upstream failed: {exc}"))
+
+    # -- the request, served
+
+    async def handle(self, request: Request, state: Services) -> Response:
+        """The route's answer, streamed or whole; an error before the answer starts in the route's shape."""
+        try:
+            exchange: DialectExchange = await open_exchange(request, state, self, DialectExchange, dialect=self)
+            self.prepare(exchange)
+            return await serve(exchange, path=self.path, relay=lambda ex, response: self.stream(ex).run(response),
+                               whole=self.complete)
+        except ProxyError as exc:
+            return self.error_response(exc)
+
+
+# The pieces a judged route declares, by what they do; `missing_pieces` checks them for every route of the table.
+PIECES: dict[str, tuple[str, ...]] = {
+    "request reading": ("validate", "offered", "conversation", "client_texts"),
+    "call extraction, whole": ("read_whole", "text"),
+    "call extraction, streamed": ("stream",),
+    "token usage": ("usage",),
+}
+# What a route that re-asks declares beyond them; one that does not has its own `complete`.
+REASK_PIECES: dict[str, tuple[str, ...]] = {
+    "feedback and retry body": ("retry_items",),
+    "re-encoding": ("delivered", "set_blocked", "set_usage", "reply"),
+}
+
+
+def missing_pieces(kind: type[Dialect]) -> list[str]:
+    """`piece: method` for each piece the route class does not declare (still the base class's, or abstract),
+    and each class-line value it lacks; empty when the route is whole."""
+    pieces = {**PIECES, **(REASK_PIECES if kind.reasks else {"its one-attempt answer": ("complete",)})}
+    abstract: frozenset[str] = getattr(kind, "__abstractmethods__", frozenset())
+    missing = [f"{piece}: {name}" for piece, names in pieces.items() for name in names
+               if getattr(kind, name) is getattr(Dialect, name) or name in abstract]
+    missing += [f"{name} (abstract)" for name in sorted(abstract) if not any(name in n for n in pieces.values())]
+    missing += [f"class line: {name}" for name in ("route", "path", "history_key") if not getattr(kind, name, None)]
+    return missing
+
+
+class Relay(Protocol):
+    """A route's stream reader: the first attempt's open upstream stream in, what the client gets out."""
+
+    def run(self, response: Any) -> AsyncIterator[bytes]: ...
 
 
 @dataclass
 class DialectExchange(Exchange):
-    """Chat's Exchange, whose retries append to the dialect's conversation field instead of `messages`."""
+    """The Exchange of a judged route: retries append to the route's conversation field, errors are in its shape."""
 
     dialect: Dialect | None = None
+    # What the id the client is given continues from upstream (Responses, proxy/sessions/response_chains.py): the
+    # last attempt's response, and for a blocked turn what the client got in place of its calls.
+    upstream_response_id: str | None = None
+    answered: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def spec(self) -> Dialect:
@@ -150,15 +272,14 @@ class DialectExchange(Exchange):
     def body(self) -> bytes:
         if not self.extra_messages and not self.body_changed:
             return self.original_body
-        key = self.spec.history_key
-        return self.edited_body(key, self.spec.history(self.payload) if self.extra_messages else [])
+        full = self.full_payload()
+        return self.edited_body(self.spec.history_key, self.spec.history(full) if self.extra_messages else [], full)
 
     def error_response(self, exc: ProxyError) -> Response:
         return self.spec.error_response(exc)
 
     def broken_error_body(self, response: Any, exc: Exception) -> Response:
-        self.record.fail("upstream_error", f"upstream failed: {exc}")
-        return self.spec.error_response(UpstreamProtocolError(f"upstream failed: {exc}"))
+        return self.spec.broken_error_body(self, response, exc)
 
     def remember(self, reply: list[dict[str, Any]], response_id: str | None = None) -> None:
         """Let the client's next request (this conversation plus what it got, or the response id it was given)
@@ -166,289 +287,5 @@ class DialectExchange(Exchange):
         self.spec.chain(self, response_id)
         if not reply:
             return
-        messages = list(self.conversation or []) + reply[:-1]
-        self.state.sessions.remember(self.record.session, messages, reply[-1], response_id=response_id)
-
-
-class IndexMap:
-    """Positions of the items (output items, content blocks) of the current attempt -> the positions the
-    client sees. A client assigns positions in the order items start, so they are handed out in the order
-    items are sent: held items get theirs when released, a retry's items continue after the earlier ones,
-    and held items that are dropped (a rejected attempt's calls and, after the first attempt, its text) never
-    take one, so the client's positions stay consecutive."""
-
-    def __init__(self) -> None:
-        self.next = 0
-        self._map: dict[Hashable, int] = {}
-
-    def new_attempt(self) -> None:
-        self._map = {}
-
-    def client(self, key: Hashable) -> int:
-        found = self._map.get(key)
-        if found is None:
-            found = self._map[key] = self.next
-            self.next += 1
-        return found
-
-
-class HeldCall(Protocol):
-    """A call of the current attempt, its events kept until the attempt is judged."""
-
-    events: list[tuple[dict[str, Any], bytes]]  # each event's object and its upstream bytes
-
-    def call(self, index: int) -> ToolCall:
-        """The call the kept events make, the attempt's `index`-th."""
-        ...
-
-
-HeldT = TypeVar("HeldT", bound=HeldCall)
-
-
-class DialectStream(StreamedAttempts, Generic[HeldT]):
-    """Reads one request's server-sent events, attempt after attempt, and says what the client gets; its attempts
-    run in the one loop (`StreamedAttempts.run`)."""
-
-    def __init__(self, ex: DialectExchange) -> None:
-        self.ex: DialectExchange = ex
-        self.path = ex.spec.path
-        self.attempt = 1
-        self.upstream_error = False
-        self.done = False
-        self.attempt_usage: dict[str, Any] | None = None  # chat-shaped, the latest seen this attempt
-        self.unjudged: list[ToolCall] = []  # the attempt's output the proxy cannot judge
-        # A retry's text events (enforce mode), in the order they came: like held calls, numbered and placed
-        # only when released, so dropping them leaves no gap in what the client sees.
-        self.narration: list[dict[str, Any]] = []
-        self.positions = IndexMap()
-        self.held: dict[Hashable, HeldT] = {}  # the attempt's calls by the upstream's position, in order
-        self.attempt_text = ""  # the attempt's visible text: the held turn's content in a retry
-        self.sent_kinds: set[str] = set()  # the kinds of text the first attempt sent (`narrate`)
-
-    @property
-    def enforce(self) -> bool:
-        return self.ex.enforce
-
-    def begin_attempt(self) -> None:
-        self.attempt += 1
-        self.attempt_usage = None
-        self.unjudged = []
-        self.narration = []
-        self.positions.new_attempt()
-        self.held = {}
-        self.attempt_text = ""
-
-    def narrate(self, obj: dict[str, Any]) -> bytes | None:
-        """One text event of the attempt (enforce mode). One narration per turn: the first attempt's text goes
-        out now; a retry's waits for the verdict and goes out only with a delivered turn
-        (`released_narration`), and only where the first attempt sent no text of its kind: text a client has
-        received is never sent to it again, so it holds the first attempt's narration and the delivered calls."""
-        kind = self.text_kind(obj)
-        if self.attempt == 1 and not self.ex.acts_on_text:  # a text-acting client's text is its actions: held
-            if self.carries_text(obj) and kind is not None:
-                self.sent_kinds.add(kind)
-            return self.encode(obj)
-        if kind is None or kind not in self.sent_kinds:
-            self.narration.append(obj)
-        return None
-
-    @abstractmethod
-    def text_kind(self, obj: dict[str, Any]) -> str | None:
-        """The kind of text item or block a text event belongs to (`text`, `thinking`; `message`, `reasoning`)."""
-
-    @abstractmethod
-    def carries_text(self, obj: dict[str, Any]) -> bool:
-        """Whether a text event gives the client text of its kind (a non-empty delta, a block started whole)."""
-
-    def released_narration(self) -> list[bytes]:
-        """The held text of a delivered attempt, encoded now: numbered and placed after everything sent so far."""
-        out = [self.encode(obj) for obj in self.narration]
-        self.narration = []
-        return out
-
-    @abstractmethod
-    def encode(self, obj: dict[str, Any]) -> bytes:
-        """An event of this attempt as the client gets it: at the client's position for its item (enforce mode)."""
-
-    def unjudgeable(self, what: str, detail: str, content: Any) -> None:
-        """Output of this attempt the proxy cannot judge: a call that is never allowed (enforce mode drops the
-        output itself; observe mode relays it), recorded with the attempt's calls."""
-        self.unjudged.append(unjudgeable_call(what, detail, content))
-
-    def read(self, event: SSEEvent) -> dict[str, Any] | None:
-        """The event's JSON object. Enforce mode refuses anything else (UpstreamUnjudgeable); observe mode
-        records it and gets None (the caller relays the bytes)."""
-        detail = event.invalid
-        if detail is None and event.data is not None:
-            try:
-                obj = strict.loads(event.data) if self.enforce else json.loads(event.data)
-            except ValueError as exc:
-                detail = f"an event that does not parse: {exc}"
-            else:
-                if isinstance(obj, dict):
-                    return obj
-                detail = f"an event that is a JSON {type(obj).__name__}"
-        detail = detail or "an event without data"
-        if self.enforce:
-            raise UpstreamUnjudgeable(f"unjudgeable: the upstream sent {detail}")
-        self.unjudgeable("event", detail, event.raw.decode("utf-8", "replace"))
-        return None
-
-    def drop(self, event: SSEEvent, detail: str, content: Any, *, name: str = "event") -> bytes | None:
-        """Output the proxy cannot judge: recorded; dropped in enforce mode, relayed in observe mode."""
-        self.unjudgeable(name, detail, content)
-        return event.raw if not self.enforce else None
-
-    def fail(self, detail: str, status: int | None = None) -> None:
-        self.upstream_error = True
-        self.ex.record.fail("upstream_error", detail[:1000], status)
-
-    def event(self, event: SSEEvent) -> bytes | None:
-        """One upstream event: what to send now (None: nothing, or held)."""
-        if event.data is None and event.invalid is None:  # comments and keep-alives
-            return event.raw if not self.enforce else (b": keep-alive\n\n" if event.comment else None)
-        obj = self.read(event)
-        if obj is None:
-            return event.raw
-        kind = obj.get("type") or event.event or ""
-        end = self.ended()
-        if end is not None:
-            return self.drop(event, f"`{str(kind)[:60]}` after {end}", obj)
-        if kind == "error":
-            self.fail(json.dumps(obj)[:1000])
-            return event.raw if not self.enforce else self.encode_error(obj)
-        return self.typed_event(event, obj, kind)
-
-    def encode_error(self, obj: dict[str, Any]) -> bytes:
-        """The upstream's error event as the client gets it (enforce mode)."""
-        return self.encode(obj)
-
-    @abstractmethod
-    def ended(self) -> str | None:
-        """What ended the attempt's stream (`message_stop` ...), once it came; any event after it is dropped."""
-
-    @abstractmethod
-    def typed_event(self, event: SSEEvent, obj: dict[str, Any], kind: Any) -> bytes | None:
-        """One upstream event's JSON object before the end, not an error, of type `kind` (its `type`, else the SSE
-        event name): what to send now (None: nothing, or held)."""
-
-    def calls(self) -> list[ToolCall]:
-        """The calls of the attempt that just ended: the held calls, then what it could not judge."""
-        return [held.call(k) for k, held in enumerate(self.held.values())] + self.unjudged
-
-    def text(self) -> str:
-        """The visible text of the attempt that just ended."""
-        return self.attempt_text
-
-    @abstractmethod
-    def release(self, judged: list[JudgedCall]) -> list[bytes]:
-        """The attempt was delivered: its held text, its calls as judged (`judged` in the order of `calls()`; a
-        repaired call re-encoded from its judged arguments), then its end (enforce mode; observe sent them)."""
-
-    @abstractmethod
-    def blocked(self, text: str) -> list[bytes]:
-        """The budget is spent: a text answer, then the end of the response."""
-
-    @abstractmethod
-    def error(self, message: str, type_: str, code: Any) -> bytes:
-        """An error event in this dialect."""
-
-    @abstractmethod
-    def reply(self) -> list[dict[str, Any]]:
-        """What the client got, as chat messages, for the session lineage."""
-
-    # -- the attempt loop's steps (proxy/enforce/relay.py)
-
-    async def relay_attempt(self, response: Any) -> AsyncIterator[bytes]:
-        try:
-            async with aclosing(upstream_events(self.ex, response)) as events:
-                async for event in events:
-                    out = self.event(event)
-                    if out:
-                        yield out
-                    if self.upstream_error:
-                        return
-        except ProxyError as exc:
-            self.fail(exc.message)
-            yield self.error(exc.message, exc.error_type, exc.code)
-        finally:
-            if self.attempt_usage is not None:
-                self.ex.record.usage.add(self.attempt_usage)
-
-    def judge_attempt(self) -> list[JudgedCall]:
-        # calls() first: `release` pairs the held calls with the head of this list; text actions follow.
-        return self.ex.judge(self.calls()) + self.ex.judge_text(self.text())
-
-    def deliver(self, judged: list[JudgedCall]) -> list[bytes]:
-        return self.release(judged) if self.enforce else []
-
-    def block(self, judged: list[JudgedCall]) -> list[bytes]:
-        return self.blocked(blocked_message(self.ex.policy, judged, self.attempt))
-
-    def retry_turn(self, judged: list[JudgedCall]) -> list[dict[str, Any]]:
-        return self.ex.spec.retry_items(retry_messages(self.ex.policy, self.text(), judged))
-
-    def response_id(self) -> str | None:
-        """The id the client was given for the streamed response, if the API has one."""
-        return None
-
-    def remember(self) -> None:
-        self.ex.remember(self.reply(), self.response_id())
-
-
-# ---------------------------------------------------------------- the request
-
-
-async def handle(request: Request, state: Services, dialect: Dialect) -> Response:
-    return await serve(await _exchange(request, state, dialect), path=dialect.path,
-                       relay=lambda ex, response: ex.spec.stream(ex).run(response), whole=_complete)
-
-
-async def _exchange(request: Request, state: Services, dialect: Dialect) -> DialectExchange:
-    shape = RouteShape(name=dialect.route, validate=dialect.validate, conversation=dialect.conversation,
-                       tools=lambda payload: (None, dialect.offered(payload)), asks_usage=False)
-    exchange: DialectExchange = await open_exchange(request, state, shape, DialectExchange, dialect=dialect)
-    dialect.prepare(exchange)
-    return exchange
-
-
-# ---------------------------------------------------------------- non-streaming
-
-
-async def _complete(ex: DialectExchange) -> Response:
-    record, dialect = ex.record, ex.spec
-    judged: list[JudgedCall] = []
-    obj: dict[str, Any] = {}
-    for attempt in range(1, ex.budget + 2):
-        record.attempts = attempt
-        # An upstream error is already in the dialect's shape.
-        read = await whole_attempt(ex, dialect.path, f"a {dialect.route} response", dialect.calls, dialect.usage)
-        if isinstance(read, Response):
-            return read
-        obj = read.obj
-        judged = ex.judge(read.found) + ex.judge_text(dialect.text(obj))
-        outcome = await ex.settle(attempt, judged)
-        if outcome is Outcome.DELIVER:
-            if any(item.repaired for item in judged):
-                dialect.write_repairs(obj, judged)  # enforce mode only: the re-encoded object goes out below
-            ex.remember(dialect.reply(obj), dialect.response_id(obj))
-            if attempt == 1 and not ex.enforce:
-                return Response(read.response.content, status_code=200, headers=read.headers)
-            dialect.set_usage(obj, record.usage)
-            return judged_json(obj)
-        if outcome is Outcome.BLOCKED:
-            break
-        ex.extra_messages += dialect.retry_items(retry_messages(ex.policy, dialect.text(obj), judged))
-    text = blocked_message(ex.policy, judged, record.attempts)
-    if ex.demands_call:
-        return ex.error_response(BlockedTurn(text))
-    dialect.set_blocked(obj, text)
-    dialect.set_usage(obj, record.usage)
-    ex.remember(dialect.reply(obj), dialect.response_id(obj))
-    return judged_json(obj)
-
-
-# ---------------------------------------------------------------- streaming
-
-
-
+        # The conversation as hashed when the session was resolved; the reply's items before its last follow it.
+        self.state.sessions.remember(self.record.session, None, reply[-1], after=reply[:-1], response_id=response_id)

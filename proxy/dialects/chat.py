@@ -8,47 +8,47 @@ held back and the model is asked again with the reasons, within the policy's ret
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy import strict
+from proxy.dialects.base import Dialect, DialectExchange
+from proxy.dialects.event_reader import EventReader, error_chunk
 from proxy.dialects.shapes import choice_problem
 from proxy.enforce.actions import unjudgeable_call
-from proxy.enforce.attempts import whole_attempt
-from proxy.enforce.exchange import Exchange, Outcome
+from proxy.enforce.attempts import WholeAttempt
+from proxy.enforce.exchange import Exchange
 from proxy.enforce.feedback_turns import blocked_message, retry_messages
 from proxy.enforce.judging import apply_repairs
-from proxy.enforce.prelude import RouteShape, open_exchange
 from proxy.enforce.relay import StreamedAttempts
-from proxy.enforce.serve import judged_json, serve
-from proxy.errors import BadRequest, BlockedTurn, ProxyError, UpstreamUnjudgeable, error_body
+from proxy.enforce.serve import judged_json
+from proxy.errors import BadRequest, error_body
 from proxy.logs import get_logger
-from proxy.record import JudgedCall
-from proxy.services import Services
+from proxy.record import JudgedCall, Usage
+from proxy.sessions.project_root import client_parts
 from proxy.toolcalls import (
     ChoiceStream,
     CompletedCall,
+    ExtractionResult,
     TextDelta,
     ToolCall,
     extract_from_response,
     openai_call,
     openai_call_delta,
 )
-from proxy.upstream.sse import DONE, SSEDecoder, SSEEvent
+from proxy.upstream.sse import DONE, SSEEvent
 from proxy.upstream.text_frame import TextFrame
 
-__all__ = ["chat_completions"]
+__all__ = ["ChatDialect"]
 
 log = get_logger("proxy.dialects.chat")
 _TEXT_FIELDS = ("content", "reasoning", "reasoning_content")
 # Fields of one chunk that a chunk the proxy writes does not copy: usage is summed, vLLM's prompt echo
 # belongs to the first chunk only.
 _PER_CHUNK = frozenset({"choices", "usage", "prompt_token_ids", "prompt_text", "prompt_logprobs"})
-_KEEP_ALIVE = b": keep-alive\n\n"
 _PATH = "/chat/completions"  # upstream, after /v1
 
 
@@ -80,61 +80,82 @@ def _validate(payload: dict[str, Any]) -> None:
                              param=f"messages[{position}]")
 
 
-CHAT = RouteShape(name="chat", validate=_validate, conversation=lambda payload: payload["messages"],
-                  tools=lambda payload: _offered_tools(payload.get("tools")))
+class ChatDialect(Dialect, route="chat", path="/chat/completions", history_key="messages", asks_usage=True):
+    """POST /v1/chat/completions: calls in `tool_calls` and written in `content`, re-asked with `tool` messages."""
 
+    def validate(self, payload: dict[str, Any]) -> None:
+        _validate(payload)
 
-async def chat_completions(request: Request, state: Services) -> Response:
-    return await serve(await open_exchange(request, state, CHAT), path=_PATH,
-                       relay=lambda ex, response: _StreamRelay(ex, ex.conversation or []).run(response),
-                       whole=_complete)
+    def tools(self, payload: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, set[str]]:
+        return _offered_tools(payload.get("tools"))
 
+    def offered(self, payload: dict[str, Any]) -> set[str]:
+        return _offered_tools(payload.get("tools"))[1]
 
-# ---------------------------------------------------------------- non-streaming
+    def schemas(self, payload: dict[str, Any]) -> list[dict[str, Any]] | None:
+        return _offered_tools(payload.get("tools"))[0]
 
+    def conversation(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
+        return payload["messages"]  # validated: a list of messages
 
-async def _complete(ex: Exchange) -> Response:
-    record, messages = ex.record, ex.conversation or []
-    judged: list[JudgedCall] = []
-    obj: dict[str, Any] = {}
-    for attempt in range(1, ex.budget + 2):
-        record.attempts = attempt
-        read = await whole_attempt(ex, _PATH, "a completion",
-                                   lambda obj: extract_from_response(obj, ex.tools, rules=ex.rules))
-        if isinstance(read, Response):
-            return read
-        obj, results = read.obj, read.found
-        calls = [c for r in results for c in (r.tool_calls + r.malformed) if ex.scan_content or c.structured]
-        judged = ex.judge(calls + _unjudgeable_choices(obj)) + ex.judge_text(_texts(obj))
-        outcome = await ex.settle(attempt, judged)
-        if outcome is Outcome.DELIVER:
-            changed = _convert_content_calls(ex, obj, results) or attempt > 1
-            if any(item.repaired for item in judged):
-                # The judged (repaired) calls are delivered, never the upstream's bytes (judging.py).
-                for choice in obj.get("choices") or []:
-                    changed = apply_repairs(choice.get("message") or {}, judged) or changed
-            if attempt > 1 and isinstance(obj.get("usage"), dict):
-                _sum_usage(obj["usage"], record.usage)
-            _remember(ex, messages, obj)
-            if ex.enforce:  # what the client gets is the proxy's encoding of what it judged
-                return judged_json(obj)
-            if not changed:
-                return Response(read.response.content, status_code=200, headers=read.headers)
-            return Response(json.dumps(obj, ensure_ascii=False).encode(), status_code=200,
-                            media_type="application/json")
-        if outcome is Outcome.BLOCKED:
-            break
-        content = results[0].content if results else None
-        ex.extra_messages += retry_messages(ex.policy, content, judged)
-    text = blocked_message(ex.policy, judged, record.attempts)
-    if ex.demands_call:
-        return ex.error_response(BlockedTurn(text))
-    obj["choices"] = [{"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
-                       "logprobs": None, "finish_reason": "stop"}]
-    if isinstance(obj.get("usage"), dict):
-        _sum_usage(obj["usage"], record.usage)
-    _remember(ex, messages, obj)  # the explanation is the turn the client holds now
-    return judged_json(obj)
+    def client_texts(self, payload: dict[str, Any]) -> Iterable[str]:
+        return client_parts((), payload["messages"])
+
+    # -- a whole answer
+
+    def read_whole(self, ex: DialectExchange, obj: dict[str, Any]) -> list[ExtractionResult]:
+        return extract_from_response(obj, ex.tools, rules=ex.rules)
+
+    def judge_whole(self, ex: DialectExchange, obj: dict[str, Any], found: list[ExtractionResult]) -> list[JudgedCall]:
+        calls = [c for r in found for c in (r.tool_calls + r.malformed) if ex.scan_content or c.structured]
+        return ex.judge(calls + _unjudgeable_choices(obj)) + ex.judge_text(self.text(obj))
+
+    def text(self, obj: dict[str, Any]) -> str:
+        return _texts(obj)
+
+    def usage(self, obj: dict[str, Any] | None) -> dict[str, Any] | None:
+        return obj  # chat-shaped already
+
+    def retry_text(self, obj: dict[str, Any], found: list[ExtractionResult]) -> str | None:
+        return found[0].content if found else None  # the text with the calls written in it taken out
+
+    def retry_items(self, turn: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return turn  # `retry_messages` writes chat messages
+
+    def set_usage(self, obj: dict[str, Any], usage: Usage) -> None:
+        if isinstance(obj.get("usage"), dict):
+            _sum_usage(obj["usage"], usage)
+
+    def set_blocked(self, obj: dict[str, Any], text: str) -> None:
+        obj["choices"] = [{"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
+                           "logprobs": None, "finish_reason": "stop"}]
+
+    def reply(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
+        choices = obj.get("choices") or []
+        reply = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
+        return [reply] if isinstance(reply, dict) else []
+
+    def delivered(self, ex: DialectExchange, read: WholeAttempt[list[ExtractionResult]], judged: list[JudgedCall],
+                  attempt: int) -> Response:
+        obj = read.obj
+        changed = _convert_content_calls(ex, obj, read.found) or attempt > 1
+        if any(item.repaired for item in judged):
+            # The judged (repaired) calls are delivered, never the upstream's bytes (judging.py).
+            for choice in obj.get("choices") or []:
+                changed = apply_repairs(choice.get("message") or {}, judged) or changed
+        if attempt > 1:
+            self.set_usage(obj, ex.record.usage)
+        ex.remember(self.reply(obj))
+        if ex.enforce:  # what the client gets is the proxy's encoding of what it judged
+            return judged_json(obj)
+        if not changed:
+            return Response(read.response.content, status_code=200, headers=read.headers)
+        return Response(json.dumps(obj, ensure_ascii=False).encode(), status_code=200, media_type="application/json")
+
+    # -- a stream
+
+    def stream(self, ex: DialectExchange) -> _StreamRelay:
+        return _StreamRelay(ex)
 
 
 def _texts(obj: dict[str, Any]) -> str:
@@ -191,12 +212,6 @@ def _convert_content_calls(ex: Exchange, obj: dict[str, Any], results: list[Any]
     return changed
 
 
-def _remember(ex: Exchange, messages: list[Any], obj: dict[str, Any]) -> None:
-    choices = obj.get("choices") or []
-    reply = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
-    ex.state.sessions.remember(ex.record.session, messages, reply if isinstance(reply, dict) else None)
-
-
 # ---------------------------------------------------------------- streaming
 
 
@@ -227,12 +242,12 @@ def _tool_count(known: int, delta: dict[str, Any]) -> int:
     return known
 
 
-class _StreamRelay(StreamedAttempts):
+class _StreamRelay(EventReader, StreamedAttempts):
     path = _PATH
+    ends_with_done = True
 
-    def __init__(self, ex: Exchange, messages: list[Any]) -> None:
+    def __init__(self, ex: Exchange) -> None:
         self.ex = ex
-        self.messages = messages
         self.template: dict[str, Any] | None = None
         self.usage_chunk: dict[str, Any] | None = None
         self.choices: dict[int, _Choice] = {}
@@ -248,7 +263,7 @@ class _StreamRelay(StreamedAttempts):
         self.sent_fields: set[str] = set()
         self.first_content = ""
         self.late_calls: list[ToolCall] = []  # the attempt's output the proxy could not judge
-        self.ended = False  # [DONE] seen in this attempt
+        self.done_seen = False  # [DONE] came in this attempt
         self.done = False
 
     # -- the attempt loop's steps (proxy/enforce/relay.py)
@@ -276,46 +291,21 @@ class _StreamRelay(StreamedAttempts):
         self.attempt += 1
         self.choices = {}
         self.late_calls = []
-        self.ended = False
+        self.done_seen = False
+        self.attempt_usage = None
 
     def fail(self, detail: str, status: int | None = None) -> None:
         self.ex.record.fail("upstream_error", detail, status)
 
     def remember(self) -> None:
-        self.ex.state.sessions.remember(self.ex.record.session, self.messages, self._reply())
+        # The request's conversation as hashed when its session was resolved (sessions/resolve.py), then the reply.
+        self.ex.state.sessions.remember(self.ex.record.session, None, self._reply())
 
     # -- one upstream attempt
 
-    async def relay_attempt(self, response: Any) -> AsyncIterator[bytes]:
-        ex, record = self.ex, self.ex.record
-        self.attempt_usage = None
-        decoder = SSEDecoder()
-        event_of = self._event
-        try:
-            # upstream_events, inlined: one generator less for each of a stream's many chunks.
-            with ex.state.upstream.errors_translated():
-                async for chunk in response.aiter_raw():
-                    record.mark_first_byte()
-                    for event in decoder.feed(chunk):
-                        out = event_of(event)
-                        if out:
-                            yield out
-                        if self.upstream_error:
-                            return
-            for event in decoder.close():
-                out = event_of(event)
-                if out:
-                    yield out
-                if self.upstream_error:
-                    return
-        except ProxyError as exc:
-            self.upstream_error = True
-            record.fail("upstream_error", exc.message)
-            yield self.error(exc.message, exc.error_type, exc.code)
-            return
-        finally:
-            if self.attempt_usage is not None:
-                record.usage.add(self.attempt_usage)
+    def attempt_end(self) -> list[bytes]:
+        ex = self.ex
+        out: list[bytes] = []
         cut_short = False
         for index, choice in self.choices.items():
             if choice.finish_reason is None:
@@ -324,41 +314,36 @@ class _StreamRelay(StreamedAttempts):
                 choice.pending.extend(e.call for e in events if isinstance(e, CompletedCall))
                 cut_short = True
                 if not ex.enforce:  # observe mode relays (and records) what came
-                    out = self._rebuild(None, [(index, choice, {"index": index}, events)])
-                    if out:
-                        yield out
+                    rebuilt = self._rebuild(None, [(index, choice, {"index": index}, events)])
+                    if rebuilt:
+                        out.append(rebuilt)
         if cut_short and ex.enforce:
             # An upstream error, not a turn: its calls are recorded as not delivered and none is released.
             ex.settle_truncated(self.attempt, self.judge_attempt())
-            yield self.error("the upstream stream ended without a finish_reason", "upstream_error", None)
+            out.append(self.error("the upstream stream ended without a finish_reason", "upstream_error", None))
+        return out
 
-    def _event(self, event: SSEEvent) -> bytes | None:
-        if self.frames and event.plain and not self.ended and self.attempt == 1:
+    def event(self, event: SSEEvent) -> bytes | None:
+        if self.frames and event.plain and not self.done_seen and self.attempt == 1:
             released = self._framed(event)
             if released is not None:
                 return released
+        return EventReader.event(self, event)
+
+    def unjudged_output(self, call: ToolCall) -> None:
+        self.late_calls.append(call)
+
+    def done_event(self, event: SSEEvent) -> bytes | None:
+        if self.done_seen:
+            return self.drop(event, "data after [DONE]", event.data, name="chunk")
+        self.done_seen = True
+        # Enforce mode: one [DONE] at the very end, after the held calls. Observe mode: where it came.
+        return None if self.ex.enforce else event.raw
+
+    def object_event(self, event: SSEEvent, obj: dict[str, Any]) -> bytes | None:
         enforce = self.ex.enforce
-        if event.invalid is not None:
-            return self._unparseable(event, event.invalid)
-        if event.data is None:  # comments and keep-alives
-            return event.raw if not enforce else (_KEEP_ALIVE if event.comment else None)
-        if self.ended:
-            return self._late(event, "data after [DONE]", event.data)
-        if event.is_done:
-            self.ended = True
-            # Enforce mode: one [DONE] at the very end, after the held calls. Observe mode: where it came.
-            return None if enforce else event.raw
-        try:
-            obj = strict.loads(event.data) if enforce else json.loads(event.data)
-        except ValueError as exc:
-            return self._unparseable(event, f"an event that does not parse: {exc}")
-        if not isinstance(obj, dict):
-            return self._unparseable(event, f"an event that is a JSON {type(obj).__name__}")
         if "error" in obj and not obj.get("choices"):
-            self.upstream_error = True
-            error = obj.get("error")
-            self.ex.record.fail("upstream_error", json.dumps(error)[:1000] if error else "error event")
-            return event.raw if not enforce else strict.encode_event({"error": error})
+            return error_chunk(self, event, obj)
         usage = obj.get("usage")
         if usage:
             self.attempt_usage = usage  # cumulative when continuous: the last one counts
@@ -367,7 +352,7 @@ class _StreamRelay(StreamedAttempts):
             self.template = {k: v for k, v in obj.items() if k not in _PER_CHUNK}
         if not choices:
             if choices is not None and not isinstance(choices, list):
-                return self._late(event, "`choices` that is not a list", obj)
+                return self.drop(event, "`choices` that is not a list", obj, name="chunk")
             if usage:
                 self.usage_chunk = obj
                 if not enforce:  # where it came, when the client asked for it
@@ -375,7 +360,7 @@ class _StreamRelay(StreamedAttempts):
                 return None
             return event.raw if not enforce else strict.encode_event(obj)
         if not isinstance(choices, list):
-            return self._late(event, "`choices` that is not a list", obj)
+            return self.drop(event, "`choices` that is not a list", obj, name="chunk")
         for raw_choice in choices:
             problem = choice_problem(raw_choice, "delta")
             if problem is None:
@@ -383,8 +368,8 @@ class _StreamRelay(StreamedAttempts):
                 if known is not None and known.finish_reason is not None and _carries(raw_choice):
                     problem = "a delta after the choice's finish_reason"
             if problem is not None:
-                return self._late(event, problem, raw_choice)
-        learnt = TextFrame.learn(event.data, obj)
+                return self.drop(event, problem, raw_choice, name="chunk")
+        learnt = TextFrame.learn(event.data or "", obj)  # an object event has data
         if learnt is not None and (not enforce or (event.plain and strict.dumps(obj) == event.data)):
             # Raw bytes go out only when they are the canonical encoding of the judged chunk.
             self.frames[learnt.field] = learnt
@@ -412,19 +397,6 @@ class _StreamRelay(StreamedAttempts):
             self.ex.record.mark_first_token()
             return event.raw
         return None
-
-    def _unparseable(self, event: SSEEvent, detail: str) -> bytes | None:
-        """Enforce mode refuses the stream; observe mode relays the bytes and records that it could not judge."""
-        if self.ex.enforce:
-            raise UpstreamUnjudgeable(f"unjudgeable: the upstream sent {detail}")
-        self.late_calls.append(unjudgeable_call("event", detail, event.raw.decode("utf-8", "replace")))
-        return event.raw
-
-    def _late(self, event: SSEEvent, detail: str, content: Any) -> bytes | None:
-        """Output the proxy does not judge (after the end, or of an unknown shape): dropped in enforce mode,
-        relayed in observe mode; recorded as an `unjudgeable` call of the attempt in both."""
-        self.late_calls.append(unjudgeable_call("chunk", detail, content))
-        return event.raw if not self.ex.enforce else None
 
     def _chunk(self, event: SSEEvent, obj: dict[str, Any], has_usage: bool, choices: list[Any]) -> bytes | None:
         ex = self.ex

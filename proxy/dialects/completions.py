@@ -15,46 +15,34 @@ is held until the choice finishes and its actions are judged, then released or r
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import aclosing
 from typing import Any
 
-from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from proxy import strict
+from proxy.dialects.base import Dialect, DialectExchange
+from proxy.dialects.event_reader import EventReader, error_chunk
 from proxy.dialects.shapes import choice_problem
 from proxy.enforce.actions import judge_output, unjudgeable_call
-from proxy.enforce.attempts import upstream_events, whole_attempt
+from proxy.enforce.attempts import whole_attempt
 from proxy.enforce.exchange import Exchange
 from proxy.enforce.feedback_turns import blocked_message, turn_allowed
 from proxy.enforce.finish import end_stream
-from proxy.enforce.prelude import RouteShape, open_exchange
-from proxy.enforce.serve import judged_json, serve
-from proxy.errors import ProxyError, StoreUnavailable, UpstreamUnjudgeable, error_body
+from proxy.enforce.serve import judged_json
+from proxy.errors import StoreUnavailable, error_body
 from proxy.record import JudgedCall
-from proxy.services import Services
 from proxy.toolcalls import CompletedCall, ToolCall
 from proxy.toolcalls.families import XmlRules
 from proxy.toolcalls.registry import content_formats
 from proxy.toolcalls.scanner import ContentScanner, scan_text
 from proxy.upstream.sse import DONE, SSEEvent
 
-__all__ = ["REJECTED_CODE", "completions"]
+__all__ = ["REJECTED_CODE", "CompletionsDialect"]
 
 REJECTED_CODE = "tool_call_rejected"
 _COMPACT = (",", ":")
-
-
-# No tools are offered on this route: no call is `unknown_tool`. A raw prompt has no turns for lineage to follow.
-COMPLETIONS = RouteShape(name="completions", validate=lambda payload: None, conversation=lambda payload: None,
-                         tools=lambda payload: (None, set()))
-
-
-async def completions(request: Request, state: Services) -> Response:
-    return await serve(await open_exchange(request, state, COMPLETIONS), path="/completions",
-                       relay=lambda ex, response: _Relay(ex).run(response), whole=_complete)
 
 
 def _judge(ex: Exchange, calls: list[ToolCall]) -> list[JudgedCall]:
@@ -82,13 +70,6 @@ def _text_calls(obj: dict[str, Any], rules: XmlRules | None = None) -> list[Tool
     return calls
 
 
-def _texts(obj: dict[str, Any]) -> str:
-    """Every choice's text: what a text-acting client reads its actions from (text_clients.py)."""
-    choices = obj.get("choices")
-    return "\n".join(c["text"] for c in choices if isinstance(c, dict) and isinstance(c.get("text"), str)) \
-        if isinstance(choices, list) else ""
-
-
 def _refusal_text(ex: Exchange, judged: list[JudgedCall]) -> str:
     # blocked_message's lines name each call with its reasons, then the policy's feedback.
     details = blocked_message(ex.policy, judged, 1).split("\n", 1)[1]
@@ -101,19 +82,50 @@ def _block(ex: Exchange, judged: list[JudgedCall]) -> dict[str, Any]:
     return error_body(_refusal_text(ex, judged), "permission_error", code=REJECTED_CODE)
 
 
-async def _complete(ex: Exchange) -> Response:
-    read = await whole_attempt(ex, "/completions", "a completion", lambda obj: None)
-    if isinstance(read, Response):
-        return read
-    judged = _judge(ex, _text_calls(read.obj, ex.rules)) + ex.judge_text(_texts(read.obj))
-    if not ex.enforce or turn_allowed(judged):
-        await ex.release(1, judged)  # on record before the answer goes out (enforce mode)
-        if ex.enforce:
-            return judged_json(read.obj)
-        return Response(read.response.content, status_code=200, headers=read.headers)
-    ex.keep(1, judged, delivered=False)
-    ex.record.status = 403
-    return JSONResponse(_block(ex, judged), status_code=403)
+class CompletionsDialect(Dialect, route="completions", path="/completions", history_key="prompt", asks_usage=True,
+                         reasks=False):
+    """POST /v1/completions: calls written in the raw text; a raw prompt is never re-asked (`complete`)."""
+
+    def validate(self, payload: dict[str, Any]) -> None:
+        return None
+
+    def offered(self, payload: dict[str, Any]) -> set[str]:
+        return set()  # no tools are offered on this route: no call is `unknown_tool`
+
+    def conversation(self, payload: dict[str, Any]) -> None:
+        return None  # a raw prompt has no turns for lineage to follow
+
+    def client_texts(self, payload: dict[str, Any]) -> Iterable[str]:
+        return ()  # a raw prompt: the proxy cannot tell the client's parts from the rest
+
+    def read_whole(self, ex: DialectExchange, obj: dict[str, Any]) -> list[ToolCall]:
+        return _text_calls(obj, ex.rules)
+
+    def text(self, obj: dict[str, Any]) -> str:
+        """Every choice's text: what a text-acting client reads its actions from (text_clients.py)."""
+        choices = obj.get("choices")
+        return "\n".join(c["text"] for c in choices if isinstance(c, dict) and isinstance(c.get("text"), str)) \
+            if isinstance(choices, list) else ""
+
+    def usage(self, obj: dict[str, Any] | None) -> dict[str, Any] | None:
+        return obj  # chat-shaped already
+
+    async def complete(self, ex: DialectExchange) -> Response:
+        read = await whole_attempt(ex, self.path, "a completion", lambda obj: None, self.usage)
+        if isinstance(read, Response):
+            return read
+        judged = _judge(ex, self.read_whole(ex, read.obj)) + ex.judge_text(self.text(read.obj))
+        if not ex.enforce or turn_allowed(judged):
+            await ex.release(1, judged)  # on record before the answer goes out (enforce mode)
+            if ex.enforce:
+                return judged_json(read.obj)
+            return Response(read.response.content, status_code=200, headers=read.headers)
+        ex.keep(1, judged, delivered=False)
+        ex.record.status = 403
+        return JSONResponse(_block(ex, judged), status_code=403)
+
+    def stream(self, ex: DialectExchange) -> _Relay:
+        return _Relay(ex)
 
 
 # ---------------------------------------------------------------- streaming
@@ -129,7 +141,10 @@ class _Choice:
         self.said: list[str] = []  # a text-acting client's whole text, judged once the choice finishes
 
 
-class _Relay:
+class _Relay(EventReader):
+    ends_with_done = True
+    event_name = "completion"
+
     def __init__(self, ex: Exchange) -> None:
         self.ex = ex
         self.choices: dict[int, _Choice] = {}
@@ -137,40 +152,43 @@ class _Relay:
         self.released = 0  # how many of `judged` are on record as delivered
         self.rejected = False
         self.upstream_error = False
+        self.broke_off = False  # the upstream broke off: the error goes out with nothing released
         self.usage: Any = None
-        self.ended = False  # [DONE] seen
+        self.done_seen = False  # [DONE] seen
         self.done = False
 
     async def run(self, response: Any) -> AsyncIterator[bytes]:
-        ex, record = self.ex, self.ex.record
         try:
-            try:
-                async with aclosing(upstream_events(ex, response)) as events:
-                    async for event in events:
-                        out = self._event(event)
-                        if out:
-                            await self._release()
-                            yield out
-                        if self.rejected or self.upstream_error:
-                            break
-            except ProxyError as exc:
-                self.upstream_error = True
-                record.fail("upstream_error", exc.message)
-                yield strict.encode_event(error_body(exc.message, exc.error_type, code=exc.code))
-                yield DONE
-            if not self.rejected and not self.upstream_error:
-                # The stream ended without finishing a choice: decide what it still held.
-                out = self._finish_all()
-                if out:
-                    await self._release()
+            async with aclosing(self.relay_attempt(response)) as pieces:
+                async for out in pieces:
+                    if not self.broke_off:
+                        await self._release()
                     yield out
+                    if self.rejected:
+                        break
             self.done = True
         except StoreUnavailable as exc:  # nothing goes out unrecorded: an error event instead
             yield strict.encode_event(error_body(exc.message, exc.error_type, code=exc.code))
             yield DONE
             self.done = True
         finally:
-            await end_stream(ex, done=self.done, upstream=response, then=self._keep_rest)
+            await end_stream(self.ex, done=self.done, upstream=response, then=self._keep_rest)
+
+    def attempt_end(self) -> list[bytes]:
+        if self.rejected or self.upstream_error:
+            return []
+        out = self._finish_all()  # the stream ended without finishing a choice: decide what it still held
+        return [out] if out else []
+
+    def error(self, message: str, type_: str, code: Any) -> bytes:
+        self.broke_off = True
+        return strict.encode_event(error_body(message, type_, code=code)) + DONE
+
+    def fail(self, detail: str, status: int | None = None) -> None:
+        self.ex.record.fail("upstream_error", detail, status)
+
+    def unjudged_output(self, call: ToolCall) -> None:
+        self._decide([call])
 
     def _keep_rest(self) -> None:
         if self.usage is not None:
@@ -187,48 +205,37 @@ class _Relay:
         new, self.released = self.judged[self.released:], len(self.judged)
         await self.ex.release(1, new)
 
-    def _event(self, event: SSEEvent) -> bytes | None:
+    def done_event(self, event: SSEEvent) -> bytes | None:
+        if self.done_seen:
+            return self._unjudgeable(event, "data after [DONE]")
+        self.done_seen = True
+        out = self._finish_all()
+        if self.rejected:
+            return out
+        return (out or b"") + (event.raw if not self.ex.enforce else DONE)
+
+    def object_event(self, event: SSEEvent, obj: dict[str, Any]) -> bytes | None:
         enforce = self.ex.enforce
-        if event.invalid is not None:
-            return self._unjudgeable(event, event.invalid, parse=True)
-        if event.data is None:
-            return event.raw if not enforce else (b": keep-alive\n\n" if event.comment else None)
-        if self.ended:
-            return self._unjudgeable(event, "data after [DONE]", parse=False)
-        if event.is_done:
-            self.ended = True
-            out = self._finish_all()
-            if self.rejected:
-                return out
-            return (out or b"") + (event.raw if not enforce else DONE)
-        try:
-            obj = strict.loads(event.data) if enforce else json.loads(event.data)
-        except ValueError as exc:
-            return self._unjudgeable(event, f"an event that does not parse: {exc}", parse=True)
-        if not isinstance(obj, dict):
-            return self._unjudgeable(event, f"an event that is a JSON {type(obj).__name__}", parse=True)
         if "error" in obj and not obj.get("choices"):
-            self.upstream_error = True
-            self.ex.record.fail("upstream_error", json.dumps(obj.get("error"))[:1000])
-            return event.raw if not enforce else strict.encode_event({"error": obj.get("error")})
+            return error_chunk(self, event, obj)
         if obj.get("usage"):
             self.usage = obj["usage"]  # cumulative when continuous: the last one counts
         choices = obj.get("choices")
         if not choices:
             if choices is not None and not isinstance(choices, list):
-                return self._unjudgeable(event, "`choices` that is not a list", parse=False)
+                return self._unjudgeable(event, "`choices` that is not a list")
             if obj.get("usage") and not self.ex.client_wants_usage:
                 return None  # the usage chunk the proxy asked for
             return event.raw if not enforce else strict.encode_event(obj)
         if not isinstance(choices, list):
-            return self._unjudgeable(event, "`choices` that is not a list", parse=False)
+            return self._unjudgeable(event, "`choices` that is not a list")
         for choice in choices:
             problem = choice_problem(choice, "text")
             known = self.choices.get(choice.get("index", 0)) if problem is None else None
             if known is not None and known.finished and (choice.get("text") or choice.get("finish_reason")):
                 problem = "text after the choice's finish_reason"
             if problem is not None:
-                return self._unjudgeable(event, problem, parse=False)
+                return self._unjudgeable(event, problem)
         texts: dict[int, str] = {}
         for choice in choices:
             index = choice.get("index", 0)
@@ -249,13 +256,10 @@ class _Relay:
             return None
         return strict.encode_event({**obj, "choices": rebuilt})
 
-    def _unjudgeable(self, event: SSEEvent, detail: str, *, parse: bool) -> bytes | None:
-        """Output the proxy cannot judge. Enforce mode: an event that does not parse refuses the stream as an
-        upstream error; one of an unknown shape or after the end is a call that cannot be allowed, which
-        refuses the completion as a rejected call does. Observe mode: relayed and recorded."""
-        if self.ex.enforce and parse:
-            raise UpstreamUnjudgeable(f"unjudgeable: the upstream sent {detail}")
-        self._decide([unjudgeable_call("completion", detail, event.raw.decode("utf-8", "replace"))])
+    def _unjudgeable(self, event: SSEEvent, detail: str) -> bytes | None:
+        """Output of an unknown shape or after the end: a call that cannot be allowed, which refuses the
+        completion in enforce mode as a rejected call does; relayed and recorded in observe mode."""
+        self._decide([unjudgeable_call(self.event_name, detail, event.raw.decode("utf-8", "replace"))])
         if self.rejected:
             return self._refuse()
         return event.raw if not self.ex.enforce else None

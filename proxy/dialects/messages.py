@@ -19,24 +19,25 @@ Errors on this route, the proxy's own included, have Anthropic's shape: `{"type"
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from proxy import strict
-from proxy.dialects.base import Dialect, DialectExchange, DialectStream, handle
+from proxy.dialects.base import DialectExchange
+from proxy.dialects.structured import DialectStream, StructuredDialect
 from proxy.enforce.actions import unjudgeable_call
 from proxy.enforce.feedback_turns import blocked_message
 from proxy.errors import BadRequest, BlockedTurn, ProxyError
 from proxy.record import JudgedCall, Usage
-from proxy.services import Services
+from proxy.sessions.project_root import client_parts
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.openai import structured_call
 from proxy.upstream.sse import SSEEvent
 
-__all__ = ["MessagesDialect", "anthropic_error", "anthropic_error_type", "create_message"]
+__all__ = ["MessagesDialect", "anthropic_error", "anthropic_error_type"]
 
 _TEXT_BLOCKS = frozenset({"text", "thinking", "redacted_thinking"})
 _BLOCK_EVENTS = frozenset({"content_block_start", "content_block_delta", "content_block_stop"})
@@ -54,14 +55,6 @@ def anthropic_error_type(status: int) -> str:
 def anthropic_error(message: str, status: int) -> JSONResponse:
     return JSONResponse({"type": "error", "error": {"type": anthropic_error_type(status), "message": message}},
                         status_code=status)
-
-
-async def create_message(request: Request, state: Services) -> Response:
-    dialect = MessagesDialect()
-    try:
-        return await handle(request, state, dialect)
-    except ProxyError as exc:  # before the response started: the app would answer in OpenAI's shape
-        return dialect.error_response(exc)
 
 
 def _sse(obj: dict[str, Any]) -> bytes:
@@ -105,7 +98,8 @@ def message_chat(message: Any) -> list[dict[str, Any]]:
     return main + results
 
 
-class MessagesDialect(Dialect, route="messages", path="/messages", history_key="messages", output_key="content"):
+class MessagesDialect(StructuredDialect, route="messages", path="/messages", history_key="messages",
+                      output_key="content"):
 
     def validate(self, payload: dict[str, Any]) -> None:
         messages = payload.get("messages")
@@ -117,15 +111,16 @@ class MessagesDialect(Dialect, route="messages", path="/messages", history_key="
         return {t["name"] for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)} \
             if isinstance(tools, list) else set()
 
-    def history(self, payload: dict[str, Any]) -> list[Any]:
-        return list(payload.get("messages") or [])
-
     def conversation(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
         system = payload.get("system")
         messages = [{"role": "system", "content": _block_text(system)}] if system else []
         for message in self.history(payload):
             messages += message_chat(message)
         return messages
+
+    def client_texts(self, payload: dict[str, Any]) -> Iterable[str]:
+        # The system prompt is a field of its own; a message's role is only ever user or assistant.
+        return client_parts([payload.get("system")], payload.get("messages"), system_messages=False)
 
     def calls(self, obj: dict[str, Any]) -> list[ToolCall]:
         content = obj.get("content")
@@ -185,6 +180,7 @@ class MessagesDialect(Dialect, route="messages", path="/messages", history_key="
         return _MessagesStream(ex)
 
     def error_response(self, exc: ProxyError) -> Response:
+        # Before the response started too: the app would answer in OpenAI's shape.
         return anthropic_error(exc.message, exc.status_code)
 
 

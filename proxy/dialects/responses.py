@@ -21,26 +21,25 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from starlette.requests import Request
-from starlette.responses import Response
-
 from proxy import strict
-from proxy.dialects.base import Dialect, DialectExchange, DialectStream, handle
+from proxy.dialects.base import DialectExchange
 from proxy.dialects.shapes import parts_text
+from proxy.dialects.structured import DialectStream, StructuredDialect
 from proxy.enforce.actions import ACTION_ITEMS, UNJUDGEABLE, action_call, unjudgeable_call
+from proxy.enforce.exchange import edited_bytes
 from proxy.enforce.feedback_turns import blocked_message
 from proxy.errors import BadRequest, BlockedTurn
 from proxy.record import JudgedCall, Usage
-from proxy.services import Services
+from proxy.sessions.project_root import client_parts
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.openai import structured_call
 from proxy.upstream.sse import SSEEvent
 
-__all__ = ["ResponsesDialect", "create_response"]
+__all__ = ["ResponsesDialect"]
 
 _COMPACT = (",", ":")
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
@@ -64,10 +63,6 @@ _ITEM_EVENTS = frozenset({
 })
 _CALL_DELTAS = frozenset({"response.function_call_arguments.delta", "response.function_call_arguments.done",
                           "response.custom_tool_call_input.delta", "response.custom_tool_call_input.done"})
-
-
-async def create_response(request: Request, state: Services) -> Response:
-    return await handle(request, state, ResponsesDialect())
 
 
 def item_message(item: Any) -> dict[str, Any] | None:
@@ -132,26 +127,27 @@ def _answered(output: Any, text: str) -> list[dict[str, Any]]:
             {"type": "message", "role": "assistant", "content": text}]  # an easy input message: any server reads it
 
 
-class ResponsesDialect(Dialect, route="responses", path="/responses", history_key="input", output_key="output"):
-    """One request's dialect. `upstream_id` and `answered` say what the id the client is given must continue from
-    upstream (proxy/sessions/response_chains.py): the last attempt's response and, for a blocked turn, what the
-    client got in place of its calls."""
-
-    def __init__(self) -> None:
-        self.upstream_id: str | None = None
-        self.answered: list[dict[str, Any]] = []
+class ResponsesDialect(StructuredDialect, route="responses", path="/responses", history_key="input",
+                       output_key="output"):
 
     def prepare(self, ex: DialectExchange) -> None:
+        """A request continuing an id the proxy handed out goes up continuing the server's response it stands for,
+        with what the client got that the server does not hold before its input (proxy/sessions/response_chains.py).
+        The edit is made in the bytes: they are the one copy of the conversation kept (a retry reads them again)."""
         found = ex.state.response_chains.get(ex.payload.get("previous_response_id"))
         if found is None:
             return
         ex.payload["previous_response_id"] = found.upstream_id
+        full = ex.full_payload()
         if found.items:
-            ex.payload["input"] = [*found.items, *self.history(ex.payload)]
-        ex.body_changed = True
+            full = {**full, "input": [*found.items, *self.history(full)]}
+        ex.original_body = edited_bytes(ex.original_body, full)
+
+    def blocked_turn(self, ex: DialectExchange, obj: dict[str, Any], text: str) -> None:
+        ex.answered = _answered(obj.get("output"), text)
 
     def chain(self, ex: DialectExchange, response_id: str | None) -> None:
-        ex.state.response_chains.remember(response_id, self.upstream_id or response_id, self.answered)
+        ex.state.response_chains.remember(response_id, ex.upstream_response_id or response_id, ex.answered)
 
     def validate(self, payload: dict[str, Any]) -> None:
         value = payload.get("input")
@@ -173,6 +169,10 @@ class ResponsesDialect(Dialect, route="responses", path="/responses", history_ke
         messages = [{"role": "system", "content": payload["instructions"]}] \
             if isinstance(payload.get("instructions"), str) else []
         return messages + [m for m in map(item_message, self.history(payload)) if m is not None]
+
+    def client_texts(self, payload: dict[str, Any]) -> Iterable[str]:
+        instructions = payload.get("instructions")
+        return client_parts([instructions] if isinstance(instructions, str) else [], payload.get("input"))
 
     def calls(self, obj: dict[str, Any]) -> list[ToolCall]:
         output = obj.get("output")
@@ -197,7 +197,6 @@ class ResponsesDialect(Dialect, route="responses", path="/responses", history_ke
         _with_usage(obj, usage)
 
     def set_blocked(self, obj: dict[str, Any], text: str) -> None:
-        self.answered = _answered(obj.get("output"), text)
         obj["output"] = [_message_item(text)]
         obj["status"] = "completed"
         obj["incomplete_details"] = None
@@ -227,7 +226,7 @@ class ResponsesDialect(Dialect, route="responses", path="/responses", history_ke
         return {"arguments": call.arguments_text}
 
     def stream(self, ex: DialectExchange) -> DialectStream[Any]:
-        return _ResponsesStream(ex, self)
+        return _ResponsesStream(ex)
 
 
 @dataclass
@@ -291,9 +290,8 @@ class _HeldCall:
 
 
 class _ResponsesStream(DialectStream[_HeldCall]):
-    def __init__(self, ex: DialectExchange, dialect: ResponsesDialect) -> None:
+    def __init__(self, ex: DialectExchange) -> None:
         super().__init__(ex)
-        self.dialect = dialect
         self.sequence = 0  # the next sequence_number the client sees
         self.created: dict[str, Any] | None = None  # the response of the first response.created
         self.items: dict[int, dict[str, Any]] = {}  # client output_index -> the item as the client has it
@@ -335,7 +333,7 @@ class _ResponsesStream(DialectStream[_HeldCall]):
             if isinstance(response, dict) and response.get("output"):
                 return self.drop(event, f"`{kind}` whose response already holds output", obj)
             if kind == "response.created" and isinstance(response, dict) and isinstance(response.get("id"), str):
-                self.dialect.upstream_id = response["id"]  # the attempt the client's id continues from upstream
+                self.ex.upstream_response_id = response["id"]  # the attempt the client's id continues from upstream
             if self.attempt > 1:
                 return None  # the client's response began with the first attempt
             if self.created is None and isinstance(response, dict):
@@ -503,8 +501,8 @@ class _ResponsesStream(DialectStream[_HeldCall]):
         # The calls as the server stores them: vLLM's closing response re-parses them with ids of its own.
         stored = self.completed[0].get("response") if self.completed is not None else None
         output = stored.get("output") if isinstance(stored, dict) else None
-        self.dialect.answered = _answered(output if isinstance(output, list) else
-                                          [held.done or held.item for held in self.held.values()], text)
+        self.ex.answered = _answered(output if isinstance(output, list) else
+                                     [held.done or held.item for held in self.held.values()], text)
         item = _message_item(text, status="in_progress")
         position = ("blocked", self.attempt)  # a position of its own, after everything sent so far
         part = {"annotations": [], "text": "", "type": "output_text", "logprobs": []}

@@ -4,7 +4,7 @@ that is not relayed, and what the client gets instead."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -16,10 +16,9 @@ from proxy.enforce.exchange import Exchange
 from proxy.enforce.finish import finish_exchange
 from proxy.errors import ClientGone, ProxyError, UpstreamUnjudgeable
 from proxy.upstream.client import response_headers
-from proxy.upstream.sse import SSEDecoder, SSEEvent
 
 __all__ = ["RetryFailed", "WholeAttempt", "open_retry_stream", "open_stream_attempt", "refused_status",
-           "refused_stream", "request_attempt", "upstream_events", "whole_attempt"]
+           "refused_stream", "request_attempt", "whole_attempt"]
 
 
 def refused_status(status: int) -> UpstreamUnjudgeable | None:
@@ -171,18 +170,3 @@ async def open_retry_stream(ex: Exchange, path: str) -> httpx.Response | RetryFa
         return RetryFailed(message=f"upstream answered {response.status_code} on retry: {content[:500]}",
                            error_type="upstream_error", code=None, detail=content[:1000], status=response.status_code)
     return response
-
-
-async def upstream_events(ex: Exchange, response: httpx.Response) -> AsyncGenerator[SSEEvent, None]:
-    """The events of a streaming upstream response as they arrive, whatever the chunk boundaries.
-
-    Raises ProxyError when the upstream breaks off. Use under `contextlib.aclosing` when leaving early.
-    """
-    decoder = SSEDecoder()
-    with ex.state.upstream.errors_translated():
-        async for chunk in response.aiter_raw():
-            ex.record.mark_first_byte()
-            for event in decoder.feed(chunk):
-                yield event
-    for event in decoder.close():
-        yield event

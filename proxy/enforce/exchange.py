@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -22,14 +21,7 @@ from proxy.enforce.actions import judge_output
 from proxy.enforce.body_splice import splice_body
 from proxy.enforce.feedback_turns import turn_allowed
 from proxy.enforce.judging import request_tools
-from proxy.enforce.text_clients import (
-    TextClient,
-    judge_text,
-    prompt_text,
-    recognise,
-    recognise_text,
-    ungoverned_reasons,
-)
+from proxy.enforce.text_clients import TextClient, judge_text, ungoverned_reasons
 from proxy.enforce.tool_choice import demands_call
 from proxy.errors import ClientGone, ProxyError, error_response
 from proxy.logs import get_logger
@@ -37,13 +29,12 @@ from proxy.policy import LoadedPolicy
 from proxy.policy.profiles import ToolSet
 from proxy.record import JudgedCall, RequestRecord
 from proxy.services import Services
-from proxy.sessions.project_root import stated_root
 from proxy.store.recorder import queue_calls, release_calls
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.families import XmlRules
 from proxy.upstream.client import response_headers
 
-__all__ = ["Exchange", "Outcome"]
+__all__ = ["Exchange", "Outcome", "edited_bytes"]
 
 
 T = TypeVar("T")
@@ -73,6 +64,11 @@ class Exchange:
     tools: list[dict[str, Any]] | None
     offered: set[str]
     client_wants_usage: bool
+    # The payload member holding the conversation, left out of `payload` once the prelude read what it needed:
+    # the body's bytes are the one copy kept while the answer streams, and a retry reads it again from them.
+    history_key: str | None = None
+    stated: str | None = None  # the project root the client's own request text states (sessions/project_root.py)
+    text_client: TextClient | None = None  # the text-acting client this request comes from (text_clients.py)
     extra_messages: list[dict[str, Any]] = field(default_factory=list)
     # The client's request, watched for a disconnect while an upstream attempt is awaited whole (no
     # response started yet); None where nobody watches (tests, the CLI).
@@ -82,11 +78,10 @@ class Exchange:
     toolset: ToolSet | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
-        stated = self.state.sessions.project_root(self.record.session, stated_root(self.record.route, self.payload))
+        stated = self.state.sessions.project_root(self.record.session, self.stated)
         self.toolset = request_tools(self.policy, self.record, self.payload, self.headers,
                                      root_header=getattr(self.state.settings, "project_root_header", None),
                                      stated_root=stated)
-    conversation: list[dict[str, Any]] | None = None  # the request's conversation as chat messages (lineage)
 
     @property
     def enforce(self) -> bool:
@@ -95,14 +90,6 @@ class Exchange:
     @property
     def budget(self) -> int:
         return max(0, int(self.policy.policy.retry_budget))
-
-    @functools.cached_property
-    def text_client(self) -> TextClient | None:
-        """The text-acting client this request comes from (text_clients.py), recognised by what it wrote (a raw
-        completion: by its prompt)."""
-        if self.conversation is None and "prompt" in self.payload:
-            return recognise_text(prompt_text(self.payload.get("prompt")))
-        return recognise(self.conversation or [])
 
     @property
     def acts_on_text(self) -> bool:
@@ -140,18 +127,21 @@ class Exchange:
     def body(self) -> bytes:
         if not self.extra_messages and not self.body_changed:
             return self.original_body
-        return self.edited_body("messages", list(self.payload["messages"]) if self.extra_messages else [])
+        full = self.full_payload()
+        return self.edited_body("messages", list(full["messages"]) if self.extra_messages else [], full)
 
-    def edited_body(self, key: str, history: list[Any]) -> bytes:
-        """The client's bytes with the proxy's changes spliced in (proxy/enforce/body_splice.py): every message
-        the client sent goes upstream byte for byte; a body that cannot be edited in place is re-encoded."""
-        spliced = splice_body(self.original_body, self.payload, key, history, self.extra_messages)
-        if spliced is not None:
-            return spliced
-        payload = dict(self.payload)
-        if self.extra_messages:
-            payload[key] = history + self.extra_messages
-        return json.dumps(payload, ensure_ascii=False).encode()
+    def full_payload(self) -> dict[str, Any]:
+        """The request as parsed with the proxy's changes, its conversation read again from the bytes sent (a
+        retry's work, not every answer's)."""
+        if self.history_key is None or self.history_key in self.payload:
+            return self.payload
+        return {**json.loads(self.original_body), **self.payload}
+
+    def edited_body(self, key: str, history: list[Any], payload: dict[str, Any] | None = None) -> bytes:
+        """The bytes sent with the proxy's turns spliced in (proxy/enforce/body_splice.py): every message the
+        client sent goes upstream byte for byte; a body that cannot be edited in place is re-encoded."""
+        return edited_bytes(self.original_body, self.full_payload() if payload is None else payload, key, history,
+                            self.extra_messages)
 
     def judge(self, calls: list[ToolCall]) -> list[JudgedCall]:
         # With the policy's opt-in `repair:`: every relay that judges here delivers the judged call objects
@@ -260,3 +250,15 @@ class Exchange:
 async def _disconnected(request: Request) -> None:
     while (await request.receive())["type"] != "http.disconnect":
         pass
+
+
+def edited_bytes(original: bytes, payload: dict[str, Any], key: str | None = None, history: list[Any] | None = None,
+                 extra: list[Any] | None = None) -> bytes:
+    """`original` with `payload`'s changed members and `extra` spliced onto its `key` array in place
+    (proxy/enforce/body_splice.py); the whole payload re-encoded where that cannot be done."""
+    spliced = splice_body(original, payload, key, history, extra)
+    if spliced is not None:
+        return spliced
+    if extra and key is not None:
+        payload = {**payload, key: list(history or []) + extra}
+    return json.dumps(payload, ensure_ascii=False).encode()

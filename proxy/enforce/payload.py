@@ -23,36 +23,44 @@ __all__ = ["check_counts", "gc_paused", "normalize_stream", "read_body", "read_j
 _PARSE_INLINE_BYTES = 1 << 20
 
 
-async def read_payload(body: bytes, *, max_tools: int, max_messages: int) -> dict[str, Any]:
-    """The request's JSON object, its counts checked (400 otherwise)."""
+_COUNTED = ("messages", "input")
+
+
+async def read_payload(body: bytes, *, max_tools: int, max_messages: int,
+                       counted: tuple[str, ...] = _COUNTED) -> dict[str, Any]:
+    """The request's JSON object, its counts checked (400 otherwise): its tools, and each list of turns
+    `counted` names (the route's conversation fields)."""
     # A large body is parsed in a thread: tens of megabytes of JSON would stall every other client's stream.
     # Counted there too, so that a refused request's objects are also freed off the loop.
     if len(body) < _PARSE_INLINE_BYTES:
-        return _read_payload(body, max_tools=max_tools, max_messages=max_messages)
-    return await asyncio.to_thread(_read_large_payload, body, max_tools=max_tools, max_messages=max_messages)
+        return _read_payload(body, max_tools=max_tools, max_messages=max_messages, counted=counted)
+    return await asyncio.to_thread(_read_large_payload, body, max_tools=max_tools, max_messages=max_messages,
+                                   counted=counted)
 
 
-def _read_payload(body: bytes, *, max_tools: int, max_messages: int) -> dict[str, Any]:
+def _read_payload(body: bytes, *, max_tools: int, max_messages: int, counted: tuple[str, ...]) -> dict[str, Any]:
     payload = read_json_object(body)
-    check_counts(payload, max_tools=max_tools, max_messages=max_messages)
+    check_counts(payload, max_tools=max_tools, max_messages=max_messages, counted=counted)
     return payload
 
 
-def _read_large_payload(body: bytes, *, max_tools: int, max_messages: int) -> dict[str, Any]:
+def _read_large_payload(body: bytes, *, max_tools: int, max_messages: int,
+                        counted: tuple[str, ...]) -> dict[str, Any]:
     # Parsed JSON holds no reference cycles, yet its hundreds of thousands of new objects set off the
     # cyclic collector, which holds the GIL (and so every client's stream) for a full pass: 300 ms for 35 MB.
     with gc_paused():
-        return _read_payload(body, max_tools=max_tools, max_messages=max_messages)
+        return _read_payload(body, max_tools=max_tools, max_messages=max_messages, counted=counted)
 
 
-def check_counts(payload: dict[str, Any], *, max_tools: int, max_messages: int) -> None:
+def check_counts(payload: dict[str, Any], *, max_tools: int, max_messages: int,
+                 counted: tuple[str, ...] = _COUNTED) -> None:
     """400 for a request offering more tools or carrying more messages than the settings allow: the work of
     judging a request grows with both, and one request must not hold the proxy for everyone else."""
     tools = payload.get("tools")
     if isinstance(tools, list) and len(tools) > max_tools:
         raise BadRequest(f"the request offers {len(tools)} tools; the limit is {max_tools} (setting max_tools)",
                          param="tools")
-    for key in ("messages", "input"):
+    for key in counted:
         items = payload.get(key)
         if isinstance(items, list) and len(items) > max_messages:
             raise BadRequest(f"the request carries {len(items)} {key}; the limit is {max_messages} "

@@ -1,32 +1,45 @@
-"""The one request prelude of every judged route: what sets a route apart (`RouteShape`), then the body read,
+"""The one request prelude of every judged route: what it reads of the route (`RouteShape`), then the body read,
 the model, the policy and the session resolved, and the exchange begun (`open_exchange`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, Protocol
 
 from starlette.requests import Request
 
-from proxy.enforce.exchange import Exchange
+from proxy.enforce.exchange import Exchange, edited_bytes
 from proxy.enforce.payload import normalize_stream, read_body, read_payload
+from proxy.enforce.text_clients import TextClient, prompt_text, recognise, recognise_text
 from proxy.errors import BadRequest
 from proxy.record import RequestRecord
 from proxy.services import Services
+from proxy.sessions.project_root import stated_root
 
 __all__ = ["RouteShape", "open_exchange"]
 
 
-@dataclass(kw_only=True, frozen=True)
-class RouteShape:
-    """What sets one judged route's requests apart before the first attempt; the rest is `open_exchange`."""
+class RouteShape(Protocol):
+    """What the request prelude reads of a judged route: `Dialect` (proxy/dialects/base.py), the one shape of a
+    judged route, has these; the rest is `open_exchange`."""
 
-    name: str  # the `route` recorded with every request and call
-    validate: Callable[[dict[str, Any]], None]  # raise BadRequest for a malformed conversation
-    conversation: Callable[[dict[str, Any]], list[dict[str, Any]] | None]  # chat messages for the lineage
-    tools: Callable[[dict[str, Any]], tuple[list[dict[str, Any]] | None, set[str]]]  # tool schemas, offered names
-    asks_usage: bool = True  # streams get `stream_options.include_usage` (the statistics count tokens)
+    route: ClassVar[str]  # the `route` recorded with every request and call
+    asks_usage: ClassVar[bool]  # streams get `stream_options.include_usage` (the statistics count tokens)
+    counted_keys: ClassVar[tuple[str, ...]]  # the request's lists of turns, each held to `max_messages`
+    history_key: ClassVar[str]  # the request field retries append to
+    reasks: ClassVar[bool]  # a rejected call is fed back and the model asked again
+
+    def validate(self, payload: dict[str, Any]) -> None:
+        """Raise BadRequest for a malformed conversation."""
+
+    def conversation(self, payload: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The conversation as chat messages, for the lineage."""
+
+    def tools(self, payload: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, set[str]]:
+        """The offered tools' schemas (where content calls are typed by them) and names."""
+
+    def client_texts(self, payload: dict[str, Any]) -> Iterable[str]:
+        """The texts the client wrote about itself in this request (proxy/sessions/project_root.py)."""
 
 
 async def open_exchange(request: Request, state: Services, shape: RouteShape,
@@ -34,17 +47,25 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
     """The one request prelude of every judged route: the body read and checked, the model resolved, the
     policy and the session picked, the `stream` decided, the request counted in and its record begun."""
     body = await read_body(request, state.settings.max_body_bytes)
-    payload = await read_payload(body, max_tools=state.settings.max_tools, max_messages=state.settings.max_messages)
+    payload = await read_payload(body, max_tools=state.settings.max_tools, max_messages=state.settings.max_messages,
+                                 counted=shape.counted_keys)
     model = payload.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("`model` must be a non-empty string", param="model")
     shape.validate(payload)
-    headers = state.upstream.headers(request.headers)
-    upstream_model = await state.models.resolve(model, headers)
-    policy = state.policy_for(request.headers)
+    # What the parsed conversation is needed for is read now, before the first wait: requests that arrive
+    # together all wait here (the model list, the lineage store), and each would hold its parsed conversation,
+    # larger than its bytes, until it streams. After this, the bytes are the one copy kept.
     conversation = shape.conversation(payload)
-    session = await state.sessions.aresolve(request.headers, conversation, payload)  # replicas share the lineage
-    stream, changed = normalize_stream(payload)
+    lineage = state.sessions.prepare(request.headers, conversation, payload)
+    text_client, stated = _text_client(conversation, payload), stated_root(shape.client_texts(payload))
+    del conversation
+    refused: BadRequest | None = None
+    try:
+        stream, changed = normalize_stream(payload)
+    except BadRequest as exc:  # answered once the model is known to be served, as ever
+        refused, stream, changed = exc, False, False
+    upstream_model = state.models.upstream_name(model)
     if upstream_model != model:
         payload["model"] = upstream_model
         changed = True
@@ -55,10 +76,30 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
         payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
         changed = True
     tools, offered = shape.tools(payload)
-    record = RequestRecord(session=session, model=upstream_model, route=shape.name, upstream=state.upstream.base_url,
+    if changed and refused is None:
+        body = edited_bytes(body, payload)  # the bytes sent: the client's, with the proxy's top-level changes
+    # A route that re-asks reads its conversation again from the bytes when it retries; one that does not
+    # (a raw prompt) keeps it.
+    dropped = shape.history_key if shape.reasks else None
+    payload = {key: value for key, value in payload.items() if key != dropped}
+    headers = state.upstream.headers(request.headers)
+    await state.models.resolve(model, headers)
+    if refused is not None:
+        raise refused
+    policy = state.policy_for(request.headers)
+    session = await state.sessions.finish(lineage)  # replicas share the lineage
+    record = RequestRecord(session=session, model=upstream_model, route=shape.route, upstream=state.upstream.base_url,
                            stream=stream, concurrency=state.enter(upstream_model))
     record.policy_name, record.policy_hash, record.mode = policy.name, policy.hash, policy.policy.mode
-    return (make or Exchange)(state=state, record=record, payload=payload, original_body=body, body_changed=changed,
+    return (make or Exchange)(state=state, record=record, payload=payload, original_body=body, body_changed=False,
                               headers=headers, policy=policy, tools=tools, offered=offered,
-                              client_wants_usage=client_wants_usage, conversation=conversation, client=request,
-                              **extra)
+                              client_wants_usage=client_wants_usage, history_key=dropped, client=request,
+                              text_client=text_client, stated=stated, **extra)
+
+
+def _text_client(conversation: list[dict[str, Any]] | None, payload: dict[str, Any]) -> TextClient | None:
+    """The text-acting client a request comes from (text_clients.py), recognised by what it wrote (a raw
+    completion: by its prompt)."""
+    if conversation is None and "prompt" in payload:
+        return recognise_text(prompt_text(payload.get("prompt")))
+    return recognise(conversation or [])

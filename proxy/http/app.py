@@ -52,8 +52,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="allowlist-proxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     install_error_handlers(app)
     app.add_middleware(HostOriginGuard, settings=settings)
-    for path, handle in JUDGED.items():
-        app.add_api_route(path, _judged(handle), methods=["POST"])
+    for path, dialect in JUDGED.items():
+        app.add_api_route(path, _judged(dialect.handle), methods=["POST"])
     app.include_router(router)
     app.include_router(dashboard_router)
     app.include_router(stats_router)

@@ -21,12 +21,12 @@ disagree within one request are ignored too.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from proxy.policy.paths import normal_root
 
-__all__ = ["stated_root", "too_broad"]
+__all__ = ["client_parts", "stated_root", "too_broad"]
 
 _LINE_PATTERNS = tuple(re.compile(p, re.MULTILINE) for p in (
     r"^ ?- Primary working directory: (/[^\n]*)$",  # Claude Code 2.x
@@ -60,23 +60,18 @@ def _text(content: Any) -> str:
     return ""
 
 
-def _client_parts(route: str, payload: Mapping[str, Any]) -> Iterator[str]:
-    """The texts the client wrote about itself, in the positions it puts them."""
-    if route == "messages":
-        yield _text(payload.get("system"))
-    if route == "responses":
-        if isinstance(payload.get("instructions"), str):
-            yield payload["instructions"]
-        items = payload.get("input")
-        conversation = items if isinstance(items, list) else []
-    else:
-        messages = payload.get("messages")
-        conversation = messages if isinstance(messages, list) else []
-    for item in conversation:
+def client_parts(preamble: Iterable[Any], conversation: Any, *, system_messages: bool = True) -> Iterator[str]:
+    """The texts the client wrote about itself, in the positions it puts them: `preamble` (an API's instructions
+    or system field), then the system or developer messages before the conversation (`system_messages`: where
+    the API carries them as messages) and a context message the client writes as its first user turn. Each
+    judged route says where its parts are (`Dialect.client_texts`)."""
+    for value in preamble:
+        yield _text(value)
+    for item in conversation if isinstance(conversation, list) else ():
         if not isinstance(item, Mapping) or item.get("type") not in (None, "message"):
             break
         role, text = item.get("role"), _text(item.get("content"))
-        if role in ("system", "developer") and route != "messages":
+        if role in ("system", "developer") and system_messages:
             yield text
         elif role == "user" and text.lstrip().startswith(_CONTEXT_OPENERS):
             yield text
@@ -100,10 +95,11 @@ def _appended_details(content: Any) -> Iterator[str]:
                 yield found.group(1)
 
 
-def stated_root(route: str, payload: Mapping[str, Any]) -> str | None:
-    """The project root the client states for this request, or None (none stated, too broad, or ambiguous)."""
+def stated_root(texts: Iterable[str]) -> str | None:
+    """The project root the client states in its own parts of a request (`client_parts`), or None (none stated,
+    too broad, or ambiguous)."""
     found: set[str] = set()
-    for text in _client_parts(route, payload):
+    for text in texts:
         patterns = (*_LINE_PATTERNS, _CODEX_CWD) if "<cwd>" in text else _LINE_PATTERNS
         for pattern in patterns:
             for match in pattern.finditer(text):

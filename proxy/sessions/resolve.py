@@ -26,21 +26,21 @@ import json
 import re
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.logs import get_logger
-from proxy.record import SessionRef
+from proxy.record import Digests, SessionRef
 from proxy.store import tables
 from proxy.store.recorder import queue_lineage
 from proxy.store.writer import StoreWriter
 
-__all__ = ["DEFAULT_SESSION_HEADERS", "SessionResolver", "body_session", "call_digest", "conversation_digests",
-           "named_call_keys", "response_digest"]
+__all__ = ["DEFAULT_SESSION_HEADERS", "Pending", "SessionResolver", "body_session", "call_digest",
+           "conversation_digests", "hash_conversation", "named_call_keys", "reply_digest", "response_digest"]
 
 DEFAULT_SESSION_HEADERS = ("x-session-id", "x-claude-code-session-id", "session-id", "session_id")
 
@@ -55,6 +55,14 @@ _LEGACY_USER_ID = re.compile(r"_session_([0-9A-Za-z-]{8,128})$")
 # session (a client's own `call_1` or a word never does).
 _ID_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{11,127}")
 _MIN_ID = 12
+
+
+class Pending(NamedTuple):
+    """A request's lineage keys (`SessionResolver.prepare`), waiting to be looked up (`finish`)."""
+
+    digests: Digests
+    keys: list[str]
+    named: list[list[str]]  # the call ids each of its latest turns names, the latest last (empty: not needed)
 
 
 def body_session(payload: Mapping[str, Any] | None) -> str | None:
@@ -114,7 +122,15 @@ def _latest_turns(messages: Sequence[Mapping[str, Any]], lookback: int) -> list[
 
 def named_call_keys(messages: Sequence[Mapping[str, Any]], lookback: int = _SHARED_LOOKBACK) -> list[str]:
     """The lineage keys of the call ids the latest `lookback` turns name, the latest last (the strongest)."""
-    keys = [call_digest(i) for message in _latest_turns(messages, lookback) for i in _named_ids(message)]
+    return _keys_of_ids([_named_ids(message) for message in _latest_turns(messages, lookback)])
+
+
+def _named_ids_by_turn(messages: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    return [_named_ids(message) for message in _latest_turns(messages, _SHARED_LOOKBACK)]
+
+
+def _keys_of_ids(ids_by_turn: Sequence[Sequence[str]]) -> list[str]:
+    keys = [call_digest(i) for ids in ids_by_turn for i in ids]
     return list(dict.fromkeys(reversed(keys)))[::-1]  # each once, at its latest place
 
 
@@ -164,16 +180,48 @@ def _canonical(message: Mapping[str, Any]) -> bytes:
 _INSTRUCTION_ROLES = frozenset({"system", "developer"})
 
 
+# The roles only a client writes: a prefix ending in one of them is never a turn the proxy delivered, so it is
+# no lineage key (and never looked up).
+_CLIENT_ROLES = frozenset({"user", "tool"})
+
+
 def conversation_digests(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     """digests[k] identifies the first k+1 turns, instructions (system, developer) skipped."""
-    digests: list[str] = []
-    running = hashlib.sha256()
+    return [digest for digest, _ in _walk(messages, hashlib.sha256())]
+
+
+def _walk(messages: Sequence[Any], running: Any) -> list[tuple[str, Any]]:
+    """(digest, role) of each turn's prefix, extending `running` (the hash of the turns before)."""
+    out: list[tuple[str, Any]] = []
     for message in messages:
-        if not isinstance(message, Mapping) or message.get("role") in _INSTRUCTION_ROLES:
+        if not isinstance(message, Mapping):
+            continue
+        role = message.get("role")
+        if role in _INSTRUCTION_ROLES:
             continue
         running.update(hashlib.sha256(_canonical(message)).digest())
-        digests.append(running.copy().hexdigest()[:32])
-    return digests
+        out.append((running.copy().hexdigest()[:32], role))
+    return out
+
+
+def hash_conversation(messages: Sequence[Any]) -> Digests:
+    running = hashlib.sha256()
+    walked = _walk(messages, running)
+    return Digests([digest for digest, role in walked if role not in _CLIENT_ROLES], running, len(walked))
+
+
+def reply_digest(messages: Sequence[Mapping[str, Any]] | None, reply: Mapping[str, Any], known: Digests | None,
+                 after: Sequence[Any] = ()) -> str | None:
+    """conversation_digests([*messages, *after, reply])[-1], None when there is none. `messages` None stands
+    for the request's conversation as `known` hashed it (its hashing is reused, not done again)."""
+    if messages is None:
+        if known is None:
+            return None
+        running, rest, turns = known.running.copy(), [*after, reply], known.turns
+    else:
+        running, rest, turns = hashlib.sha256(), [*messages, *after, reply], 0
+    turns += len(_walk(rest, running))
+    return running.hexdigest()[:32] if turns else None
 
 
 class SessionResolver:
@@ -193,6 +241,9 @@ class SessionResolver:
         # (digest, session) a request has continued from, before its reply is remembered (identical runs)
         self._claimed: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._roots: OrderedDict[str, str] = OrderedDict()  # session -> the project root its client stated
+        # Keys the shared store was asked for and did not hold: a key is written only once its turn is delivered,
+        # so one missing when a conversation already shows its turn stays missing (asked once, not per request).
+        self._missing: OrderedDict[str, None] = OrderedDict()
         self._max_entries = max_entries
         self._engine = engine
         self._writer = writer
@@ -208,10 +259,10 @@ class SessionResolver:
         return None
 
     @staticmethod
-    def _keys(messages: Sequence[Mapping[str, Any]] | None, payload: Mapping[str, Any] | None) -> list[str]:
+    def _keys(digests: Digests, payload: Mapping[str, Any] | None) -> list[str]:
         """The lineage keys a request may continue, the weakest first: its conversation's prefixes, then the
         response it names (`previous_response_id`), which decides over any prefix."""
-        keys = conversation_digests(messages or [])
+        keys = list(digests.keys)
         previous = payload.get("previous_response_id") if isinstance(payload, Mapping) else None
         if isinstance(previous, str) and previous:
             keys.append(response_digest(previous))
@@ -248,36 +299,53 @@ class SessionResolver:
         """From headers, the body and this process's memory only."""
         if (ref := self._named(headers, payload)) is not None:
             return ref
-        keys = self._keys(messages, payload)
-        found = self._local(keys)[0]
+        digests = hash_conversation(messages or [])
+        found = self._local(self._keys(digests, payload))[0]
         if found is None:
-            found = self._local_named(messages or [])
-        return self._lineage_ref(found)
+            found = self._local_named(_named_ids_by_turn(messages or []))
+        return self._lineage_ref(found, digests)
 
     async def aresolve(self, headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]] | None,
                        payload: Mapping[str, Any] | None = None) -> SessionRef:
         """Like resolve, then the shared store: another replica may have served the earlier turns."""
+        return await self.finish(self.prepare(headers, messages, payload))
+
+    def prepare(self, headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]] | None,
+                payload: Mapping[str, Any] | None = None) -> SessionRef | Pending:
+        """`aresolve`'s first half, at once: the session the headers or the body name, else the conversation's
+        lineage keys, which `finish` looks up without the conversation (nothing waits holding it)."""
         if (ref := self._named(headers, payload)) is not None:
             return ref
-        keys = self._keys(messages, payload)
+        digests = hash_conversation(messages or [])
+        keys = self._keys(digests, payload)
+        # The call ids it names are read only where no turn it extends is known here (a rewriting client's step,
+        # or another replica's session): `finish` may need them, and it gets no messages.
+        known = any(self._lineage.get(key) for key in keys)
+        return Pending(digests, keys, [] if known else _named_ids_by_turn(messages or []))
+
+    async def finish(self, prepared: SessionRef | Pending) -> SessionRef:
+        """`aresolve`'s second half: the lineage keys looked up in this process, then in the shared store."""
+        if isinstance(prepared, SessionRef):
+            return prepared
+        digests, keys = prepared.digests, prepared.keys
         found, position = self._local(keys)
         # Another replica may have delivered a later turn of this conversation than the one this process
         # knows: the shared store is asked for the keys past it.
-        later = keys[position + 1:][-_SHARED_LOOKBACK:]
+        later = [key for key in keys[position + 1:] if key not in self._missing][-_SHARED_LOOKBACK:]
         if self._engine is not None and later:
             found = await self._shared(later) or found
         if found is None:  # no delivered turn extended: a rewritten conversation may name a delivered call
-            found = self._local_named(messages or [])
+            found = self._local_named(prepared.named)
             if found is None and self._engine is not None:
-                named = named_call_keys(messages or [])
+                named = _keys_of_ids(prepared.named)
                 found = await self._shared(named[-_SHARED_LOOKBACK:]) if named else None
-        return self._lineage_ref(found)
+        return self._lineage_ref(found, digests)
 
-    def _local_named(self, messages: Sequence[Mapping[str, Any]]) -> str | None:
-        """The session of the latest delivered call the conversation names, from this process's memory: read from
-        the latest turn back, so a rewriting client's step costs the scan of its last turn or two."""
-        for message in reversed(_latest_turns(messages, _SHARED_LOOKBACK)):
-            for call_id in reversed(_named_ids(message)):
+    def _local_named(self, ids_by_turn: Sequence[Sequence[str]]) -> str | None:
+        """The session of the latest delivered call the conversation names (its latest turns' call ids), from
+        this process's memory: read from the latest turn back."""
+        for ids in reversed(ids_by_turn):
+            for call_id in reversed(ids):
                 key = call_digest(call_id)
                 if found := self._lineage.get(key):
                     self._lineage.move_to_end(key)
@@ -285,10 +353,10 @@ class SessionResolver:
         return None
 
     @staticmethod
-    def _lineage_ref(found: str | None) -> SessionRef:
+    def _lineage_ref(found: str | None, digests: Digests) -> SessionRef:
         if found is not None:
-            return SessionRef(found, "lineage", False)
-        return SessionRef("lin_" + uuid.uuid4().hex, "lineage", True)
+            return SessionRef(found, "lineage", False, digests)
+        return SessionRef("lin_" + uuid.uuid4().hex, "lineage", True, digests)
 
     async def _shared(self, keys: list[str]) -> str | None:
         assert self._engine is not None
@@ -300,6 +368,7 @@ class SessionResolver:
                 held: dict[str, list[tuple[float, str]]] = {}
                 for digest, session, created in await conn.execute(query):
                     held.setdefault(digest, []).append((created, session))
+                self._note_missing(k for k in keys if k not in held)
                 best = next((k for k in reversed(keys) if k in held), None)
                 if best is None:
                     return None
@@ -317,6 +386,13 @@ class SessionResolver:
         for session in sessions:
             self._hold(best, session)
         return self._pick(best, sessions, heads)
+
+    def _note_missing(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            self._missing[key] = None
+            self._missing.move_to_end(key)
+        while len(self._missing) > self._max_entries:
+            self._missing.popitem(last=False)
 
     def _hold(self, digest: str, session: str) -> None:
         holders = self._lineage.setdefault(digest, [])
@@ -337,8 +413,9 @@ class SessionResolver:
             return stated
         return self._roots.get(session.id)
 
-    def remember(self, session: SessionRef, messages: Sequence[Mapping[str, Any]],
-                 reply: Mapping[str, Any] | None = None, *, response_id: str | None = None) -> None:
+    def remember(self, session: SessionRef, messages: Sequence[Mapping[str, Any]] | None,
+                 reply: Mapping[str, Any] | None = None, *, after: Sequence[Any] = (),
+                 response_id: str | None = None) -> None:
         """Record the conversation the client now holds, so its next request continues this session.
 
         Only the conversation that ends with the reply the proxy delivered (exactly as the client received it)
@@ -346,11 +423,13 @@ class SessionResolver:
         extending it or naming that response. The request's own messages are not, so a second conversation that
         starts with the same messages is a session of its own.
         Not for a session a header or the body named: that client names its sessions itself, and hashing a
-        60k-token conversation costs most of a millisecond per request.
+        60k-token conversation costs most of a millisecond per request. `messages` None is the request's
+        conversation as hashed when its session was resolved; `after` what came between it and the reply.
         """
         if session.source != "lineage" or not isinstance(reply, Mapping) or not reply:
             return
-        keys = conversation_digests([*messages, reply])[-1:]
+        last = reply_digest(messages, reply, session.digests, after)
+        keys = [last] if last is not None else []
         if response_id:
             keys.append(response_digest(response_id))
         keys += [call_digest(i) for i in _named_ids({"tool_calls": reply.get("tool_calls")})]

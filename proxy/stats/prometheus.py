@@ -157,7 +157,7 @@ STORE_REFUSALS = Counter(
     "Requests refused with 503 because the store could not record (on_store_failure: refuse)", _MODEL)
 RELEASE_WAIT = Histogram(
     "allowlist_proxy_release_wait_seconds", "Time a judged call waited for its rows to be committed (enforce)",
-    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 5))
+    buckets=(0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 5))
 UPSTREAM_ERRORS = Counter(
     "allowlist_proxy_upstream_errors",
     "Client requests answered with an upstream failure (502 unreachable or broken, 504 timeout, or the "

@@ -5,7 +5,9 @@ A window [since, until) is split into the whole hours inside it, summed from the
 plain SQL of `proxy.store.queries`. The two add up to the same figures the rows would give (distinct sessions
 are a COUNT(DISTINCT) over the union of both sides, latency percentiles merge bins), so a window of any
 length costs the rollup rows of its hours plus at most two hours of rows. Loops and recovery come from the
-sessions' error runs (`proxy.store.runs`), selected by their first call.
+sessions' error runs (`proxy.store.runs`), selected by their first call. The whole store unfiltered (every
+hour: the dashboard's default) reads its per-session units and latency bins from the all-time totals
+(`proxy.store.totals`) instead of summing every hour's rows per session.
 """
 
 from __future__ import annotations
@@ -22,14 +24,17 @@ from proxy.store import queries
 from proxy.store.latency_sketch import Bin, bin_of, merge_bin
 from proxy.store.queries import CallCounts, Filters, LoopSummary, RequestCounts, SessionErrors, SessionRecovery
 from proxy.store.rollups import BUCKET_SECONDS, latency_values
+from proxy.store.runs import followed_sql, recovered_sql
 from proxy.store.tables import (
     error_runs,
     requests,
     stats_calls,
     stats_latency,
+    stats_latency_totals,
     stats_reasons,
     stats_requests,
     stats_session_calls,
+    stats_session_totals,
     stats_sessions,
     tool_calls,
 )
@@ -50,6 +55,7 @@ __all__ = [
     "session_recoveries",
     "split",
     "throughput_by_concurrency",
+    "whole_store",
 ]
 
 
@@ -73,6 +79,16 @@ def split(f: Filters) -> Split:
     if end is not None and f.until is not None and end < f.until:
         edges.append(replace(f, since=end))
     return Split((first, end), tuple(edges))
+
+
+def whole_store(f: Filters) -> bool:
+    """A window of every hour and no filter but the model's: the all-time totals have its figures
+    (proxy/store/totals.py)."""
+    return f.since is None and f.until is None and f.policy is None and f.route is None
+
+
+def _model_condition(f: Filters, columns: Any) -> list[Any]:
+    return [] if f.model is None else [columns.model == f.model]
 
 
 def _rollup_conditions(f: Filters, hours: tuple[float | None, float | None], table: Any) -> list[Any]:
@@ -174,23 +190,42 @@ async def request_counts(conn: AsyncConnection, f: Filters) -> dict[str, Request
 
 
 async def session_error_counts(conn: AsyncConnection, f: Filters) -> dict[str, list[SessionErrors]]:
-    """model -> errors and tool calls of each session with calls in the window."""
+    """model -> errors and tool calls of each session with calls in the window, in ascending order.
+
+    The sessions are summed and then counted by their (errors, calls) in the database: a million calls make
+    tens of thousands of sessions but only a few hundred distinct pairs, so what crosses into Python (and the
+    event loop) stays small. The list holds one pair per session all the same, as the bootstrap resamples it.
+    """
+    if whole_store(f):
+        t = stats_session_totals.c
+        return await _pair_counts(conn, select(t.model, t.errors, t.calls).where(
+            t.calls > 0, *_model_condition(f, t)).subquery("per_session"), "errors", "calls", SessionErrors)
     parts = split(f)
-    found: dict[tuple[str, str], list[int]] = {}
+    sides = []
     if parts.hours is not None:
         c = stats_session_calls.c
-        stmt = (select(c.model, c.session_id, func.sum(c.errors), func.sum(c.calls))
-                .where(*_rollup_conditions(f, parts.hours, stats_session_calls)).group_by(c.session_id, c.model))
-        for model, session, e, n in await conn.execute(stmt):
-            found[(model, session)] = [int(e or 0), int(n or 0)]
+        sides.append(select(c.model, c.session_id, c.errors.label("errors"), c.calls.label("calls"))
+                     .where(*_rollup_conditions(f, parts.hours, stats_session_calls)))
+    t = tool_calls.c
     for edge in parts.edges:
-        for row in await queries.session_error_rows(conn, edge):
-            mine = found.setdefault((row.model, row.session_id), [0, 0])
-            mine[0] += row.errors
-            mine[1] += row.calls
-    out: dict[str, list[SessionErrors]] = {}
-    for (model, _session), (e, n) in found.items():
-        out.setdefault(model, []).append(SessionErrors(errors=e, calls=n))
+        sides.append(select(t.model, t.session_id, case((is_error_sql(t.decision), 1), else_=0).label("errors"),
+                            literal(1).label("calls")).where(*queries.call_conditions(edge)))
+    both = union_all(*sides).subquery("parts") if len(sides) > 1 else sides[0].subquery("parts")
+    per_session = (select(both.c.model, func.sum(both.c.errors).label("errors"), func.sum(both.c.calls).label("calls"))
+                   .group_by(both.c.session_id, both.c.model).subquery("per_session"))
+    return await _pair_counts(conn, per_session, "errors", "calls", SessionErrors)
+
+
+async def _pair_counts(conn: AsyncConnection, per_session: Any, part: str, whole: str,
+                       unit: Callable[[int, int], Any]) -> dict[str, list[Any]]:
+    """model -> one `unit(part, whole)` per session of `per_session` (a subquery of model, part, whole), in
+    ascending order, from the database's count of each distinct pair."""
+    s = per_session.c
+    stmt = (select(s.model, s[part], s[whole], func.count())
+            .group_by(s.model, s[part], s[whole]).order_by(s.model, s[part], s[whole]))
+    out: dict[str, list[Any]] = {}
+    for model, p, w, n in await conn.execute(stmt):
+        out.setdefault(model, []).extend([unit(int(p or 0), int(w or 0))] * int(n))
     return out
 
 
@@ -238,8 +273,14 @@ async def latency_bins(
     conn: AsyncConnection, f: Filters
 ) -> dict[tuple[str, int], dict[str, dict[int, Bin]]]:
     """(model, concurrency) -> {"ttft" | "tpot": latency bins} of the streamed requests that ended well."""
-    parts = split(f)
     out: dict[tuple[str, int], dict[str, dict[int, Bin]]] = {}
+    if whole_store(f):
+        t = stats_latency_totals.c
+        stmt = select(t.model, t.concurrency, t.kind, t.bin, t.n, t.low, t.high).where(*_model_condition(f, t))
+        for model, level, kind, index, n, low, high in await conn.execute(stmt):
+            out.setdefault((model, int(level)), {}).setdefault(kind, {})[int(index)] = Bin(int(n), low, high)
+        return out
+    parts = split(f)
     if parts.hours is not None:
         c = stats_latency.c
         stmt = (select(c.model, c.concurrency, c.kind, c.bin, func.sum(c.n), func.min(c.low), func.max(c.high))
@@ -273,8 +314,8 @@ async def sequence_stats(conn: AsyncConnection, f: Filters, min_attempts: int) -
     is_loop = e.attempts >= min_attempts
     stmt = select(
         e.model,
-        func.sum(e.attempts - 1 + case((e.next_decision.is_not(None), 1), else_=0)),
-        func.sum(case((e.next_decision == "allow", 1), else_=0)),
+        followed_sql(),
+        recovered_sql(),
         func.sum(case((is_loop, 1), else_=0)),
         func.max(case((is_loop, e.attempts), else_=0)),
         func.sum(case((is_loop, e.attempts), else_=0)),
@@ -290,17 +331,16 @@ async def sequence_stats(conn: AsyncConnection, f: Filters, min_attempts: int) -
 
 async def session_recoveries(conn: AsyncConnection, f: Filters) -> dict[str, list[SessionRecovery]]:
     """model -> recovered and followed error calls of each session, over its error runs that start in the
-    window."""
-    e = error_runs.c
-    stmt = select(
-        e.model, e.session_id,
-        func.sum(case((e.next_decision == "allow", 1), else_=0)),
-        func.sum(e.attempts - 1 + case((e.next_decision.is_not(None), 1), else_=0)),
-    ).where(*_run_conditions(f)).group_by(e.session_id, e.model)  # the primary key's order: no sort
-    out: dict[str, list[SessionRecovery]] = {}
-    for model, _session, recovered, followed in await conn.execute(stmt):
-        out.setdefault(model, []).append(SessionRecovery(recovered=int(recovered or 0), followed=int(followed or 0)))
-    return out
+    window, in ascending order (counted by distinct pair in the database, as `session_error_counts`)."""
+    if whole_store(f):
+        t = stats_session_totals.c
+        per_session = select(t.model, t.recovered, t.followed).where(
+            t.followed.is_not(None), *_model_condition(f, t)).subquery("per_session")
+    else:
+        e = error_runs.c
+        per_session = (select(e.model, recovered_sql().label("recovered"), followed_sql().label("followed"))
+                       .where(*_run_conditions(f)).group_by(e.session_id, e.model).subquery("per_session"))
+    return await _pair_counts(conn, per_session, "recovered", "followed", SessionRecovery)
 
 
 async def longest_loops(

@@ -5,7 +5,8 @@ several times the insert, so the writer commits the rows with a `stats_pending` 
 the waiters, and applies the rollups in its next transaction, deleting the marker there. The delete decides who
 applies a marker: a replica or a start-up catching up finds it gone and adds nothing, so a batch is never
 counted twice. A marker left by a proxy that died between the two transactions is applied at the next start
-(`catch_up`), so the rollups trail the rows by at most one batch while the writer runs.
+(`catch_up`). While the writer runs, the rollups trail the rows by two seconds at most: the writer gathers the
+batches of those seconds (a few answers' rows) into one rollup step, and a stats read runs the step at once.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from sqlalchemy import Connection, delete, select
 
 from proxy.store import rollups, tables
 
-__all__ = ["apply", "catch_up", "marker_row"]
+__all__ = ["apply", "apply_many", "catch_up", "marker_row"]
 
 _IDS_PER_QUERY = 500  # under SQLite's old limit of 999 parameters
 
@@ -38,6 +39,24 @@ def apply(conn: Connection, marker_id: str, calls: Sequence[Mapping[str, Any]],
         return False
     rollups.apply_rows(conn, calls, reqs)
     return True
+
+
+def apply_many(conn: Connection, markers: Sequence[tuple[str, Sequence[Mapping[str, Any]],
+                                                        Sequence[Mapping[str, Any]]]]) -> int:
+    """`apply` for several batches at once, their rows added in one pass (a statement per rollup table, not
+    per batch); the number of markers this call applied."""
+    pending = tables.stats_pending
+    calls: list[Mapping[str, Any]] = []
+    reqs: list[Mapping[str, Any]] = []
+    applied = 0
+    for marker_id, marker_calls, marker_reqs in markers:
+        if conn.execute(delete(pending).where(pending.c.id == marker_id)).rowcount == 1:
+            calls.extend(marker_calls)
+            reqs.extend(marker_reqs)
+            applied += 1
+    if calls or reqs:
+        rollups.apply_rows(conn, calls, reqs)
+    return applied
 
 
 def catch_up(conn: Connection) -> int:

@@ -43,6 +43,7 @@ __all__ = [
     "SessionErrors",
     "SessionRecovery",
     "attempt_histograms_from_rows",
+    "call_conditions",
     "call_counts_from_rows",
     "conditions",
     "primary_reason_counts_from_rows",
@@ -133,7 +134,7 @@ def conditions(f: Filters, time_col: Any, policy_col: Any, model_col: Any, route
     return conds
 
 
-def _call_conditions(f: Filters, table: Any = tool_calls) -> list[Any]:
+def call_conditions(f: Filters, table: Any = tool_calls) -> list[Any]:
     t = table.c
     return conditions(f, t.created_at, t.policy_name, t.model, t.route)
 
@@ -153,7 +154,7 @@ async def call_counts_from_rows(conn: AsyncConnection, f: Filters) -> dict[str, 
     """
     t = tool_calls.c
     errors = func.sum(case((is_error_sql(t.decision), 1), else_=0))
-    stmt = select(t.model, func.count(), errors).where(*_call_conditions(f)).group_by(t.model)
+    stmt = select(t.model, func.count(), errors).where(*call_conditions(f)).group_by(t.model)
     return {m: CallCounts(calls=int(n), errors=int(e or 0)) for m, n, e in await conn.execute(stmt)}
 
 
@@ -170,7 +171,7 @@ async def session_error_rows(conn: AsyncConnection, f: Filters) -> list[SessionE
     t = tool_calls.c
     errors = func.sum(case((is_error_sql(t.decision), 1), else_=0))
     # Grouped session first: the rows come in the order of the session index.
-    stmt = (select(t.model, t.session_id, errors, func.count()).where(*_call_conditions(f))
+    stmt = (select(t.model, t.session_id, errors, func.count()).where(*call_conditions(f))
             .group_by(t.session_id, t.model))
     return [SessionErrorRow(model=model, session_id=session, errors=int(e or 0), calls=int(n))
             for model, session, e, n in await conn.execute(stmt)]
@@ -189,7 +190,7 @@ async def variant_calls(conn: AsyncConnection, f: Filters) -> list[dict[str, Any
     t = tool_calls.c
     stmt = (select(t.session_id, t.model, t.feedback_variant, t.decision,
                    loop_key_sql(t).label("shape_key"))
-            .where(t.feedback_variant.is_not(None), *_call_conditions(f))
+            .where(t.feedback_variant.is_not(None), *call_conditions(f))
             .order_by(t.session_id, t.created_at, t.call_index))
     return [dict(row._mapping) for row in await conn.execute(stmt)]
 
@@ -211,7 +212,7 @@ async def reason_counts_from_rows(conn: AsyncConnection, f: Filters) -> dict[str
     else:
         # The reasons table carries model and time, not policy or route: join only when asked for those.
         stmt = stmt.select_from(tool_call_reasons.join(tool_calls, tool_calls.c.id == tr.tool_call_id))
-        conds = _call_conditions(f)
+        conds = call_conditions(f)
     stmt = stmt.where(*conds).group_by(tr.model, tr.reason)
     out: dict[str, dict[str, int]] = {}
     for model, reason, n in await conn.execute(stmt):
@@ -225,7 +226,7 @@ async def primary_reason_counts_from_rows(conn: AsyncConnection, f: Filters) -> 
     t = tool_calls.c
     primary = func.coalesce(t.primary_reason, t.decision)
     stmt = (select(t.model, primary, func.count())
-            .where(is_error_sql(t.decision), *_call_conditions(f))
+            .where(is_error_sql(t.decision), *call_conditions(f))
             .group_by(t.model, primary))
     out: dict[str, dict[str, int]] = {}
     for model, reason, n in await conn.execute(stmt):

@@ -1,4 +1,5 @@
-"""Retention: rows older than a cut leave the store, and the hourly rollups and error runs with them.
+"""Retention: rows older than a cut leave the store, and the hourly rollups and error runs with them (the
+all-time totals are then summed again from what is kept).
 
 The cut is taken down to a whole hour, so every rollup row is either wholly kept or wholly removed: the
 figures of any window that starts at or after the cut read the same before and after a prune. An error run
@@ -20,7 +21,7 @@ from sqlalchemy import Connection, delete, inspect, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.logs import get_logger
-from proxy.store import tables
+from proxy.store import tables, totals
 from proxy.store.rollups import ROLLUP_TABLES, bucket_of
 
 __all__ = ["Retention", "prune", "prune_store"]
@@ -53,6 +54,8 @@ def prune(conn: Connection, before: float) -> dict[str, int]:
     kept = select(t.requests.c.session_id).union(select(t.tool_calls.c.session_id))
     remove(t.session_lineage, (t.session_lineage.c.created_at < cut) & t.session_lineage.c.session_id.not_in(kept))
     remove(t.sessions, (t.sessions.c.created_at < cut) & t.sessions.c.id.not_in(kept))
+    if totals.present(conn):
+        totals.refresh(conn)  # the sums of what is kept
     return deleted
 
 

@@ -19,11 +19,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Table, case, delete, inspect, select
+from sqlalchemy import Connection, Table, delete, inspect, select
 
 from proxy.mean import Mean
 from proxy.policy.verdict import is_error
-from proxy.store import runs, tables
+from proxy.store import runs, tables, totals
 from proxy.store.dialect import upsert_add
 from proxy.store.latency_sketch import Bin, bin_of, merge_bin
 
@@ -71,6 +71,7 @@ class Rollup:
     sessions: set[tuple[Any, ...]] = field(default_factory=set)
     session_calls: dict[tuple[Any, ...], list[int]] = field(default_factory=dict)  # key -> [calls, errors]
     with_session_calls: bool = True  # False only while migrating a store that has no stats_session_calls yet
+    with_totals: bool = True  # False while rebuilding: the totals are refreshed from the tables after
     latency: dict[tuple[Any, ...], dict[int, Bin]] = field(default_factory=dict)
 
     def add_call(self, row: Mapping[str, Any]) -> None:
@@ -121,6 +122,22 @@ class Rollup:
         _add(conn, tables.stats_latency, rows(("bucket", "model", "concurrency", "kind", "bin"), (
             ((*k, index), {"n": b.count, "low": b.low, "high": b.high})
             for k, bins in self.latency.items() for index, b in bins.items())))
+        if self.with_totals:
+            self._add_totals(conn)
+
+    def _add_totals(self, conn: Connection) -> None:
+        """The same counts summed over the hours, into the all-time totals (proxy/store/totals.py)."""
+        per_session: dict[tuple[str, str], list[int]] = {}
+        for (_bucket, model, _policy, _route, session), (n, e) in self.session_calls.items():
+            mine = per_session.setdefault((session, model), [0, 0])
+            mine[0] += n
+            mine[1] += e
+        latency: dict[tuple[str, int, str], dict[int, Bin]] = {}
+        for (_bucket, model, level, kind), bins in self.latency.items():
+            into = latency.setdefault((model, level, kind), {})
+            for index, b in bins.items():
+                merge_bin(into, index, b.count, b.low, b.high)
+        totals.add(conn, per_session, latency)
 
 
 def _sum_and_count(name: str, mean: Mean) -> dict[str, Any]:
@@ -131,14 +148,7 @@ def _sum_and_count(name: str, mean: Mean) -> dict[str, Any]:
 def _add(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> None:
     if not rows:
         return
-    conn.execute(upsert_add(conn, table, _latency_range if "low" in table.c else None), rows)
-
-
-def _latency_range(new: Any) -> dict[str, Any]:
-    # A latency bin keeps the lowest and highest values it has seen, not their sums.
-    old = tables.stats_latency.c
-    return {"low": case((new.low < old.low, new.low), else_=old.low),
-            "high": case((new.high > old.high, new.high), else_=old.high)}
+    conn.execute(upsert_add(conn, table, totals.keep_range(table) if "low" in table.c else None), rows)
 
 
 def apply_rows(conn: Connection, calls: Sequence[Mapping[str, Any]], reqs: Sequence[Mapping[str, Any]]) -> None:
@@ -150,7 +160,7 @@ def apply_rows(conn: Connection, calls: Sequence[Mapping[str, Any]], reqs: Seque
         rollup.add_request(row)
     rollup.apply(conn)
     if calls:
-        runs.update_sessions(conn, calls)
+        totals.refresh_recovery(conn, runs.update_sessions(conn, calls))
 
 
 def rebuild(conn: Connection) -> None:
@@ -161,7 +171,7 @@ def rebuild(conn: Connection) -> None:
         conn.execute(delete(table))
     if inspect(conn).has_table(tables.stats_pending.name):
         conn.execute(delete(tables.stats_pending))  # every row is counted below, pending or not
-    rollup = Rollup(with_session_calls=tables.stats_session_calls in present)
+    rollup = Rollup(with_session_calls=tables.stats_session_calls in present, with_totals=False)
     t, r = tables.tool_calls.c, tables.requests.c
     call_columns = (t.created_at, t.model, t.policy_name, t.route, t.decision, t.primary_reason, t.reasons,
                     t.session_id)
@@ -173,6 +183,8 @@ def rebuild(conn: Connection) -> None:
         rollup.add_request(row)
     rollup.apply(conn)
     runs.rebuild(conn)
+    if totals.present(conn):
+        totals.refresh(conn)
 
 
 def _stream(conn: Connection, stmt: Any) -> Iterable[Mapping[Any, Any]]:

@@ -26,10 +26,22 @@ from proxy.store.dialect import backend_of
 from proxy.store.tables import error_runs, tool_calls
 from proxy.store.verdict_sql import is_error_sql, loop_key_sql
 
-__all__ = ["error_runs", "find_runs", "rebuild", "update_sessions"]
+__all__ = ["error_runs", "find_runs", "followed_sql", "rebuild", "recovered_sql", "update_sessions"]
 
 _INSERT_CHUNK = 5_000
 _SESSIONS_PER_QUERY = 200  # three parameters each, under SQLite's old limit of 999
+
+
+def recovered_sql() -> Any:
+    """SUM over runs of the error calls followed by an allowed call: only a run's last can be."""
+    return func.sum(case((error_runs.c.next_decision == "allow", 1), else_=0))
+
+
+def followed_sql() -> Any:
+    """SUM over runs of the error calls followed by another call: all of a run's attempts but the last, and the
+    last once the session went on."""
+    e = error_runs.c
+    return func.sum(e.attempts - 1 + case((e.next_decision.is_not(None), 1), else_=0))
 
 
 def _call_columns() -> tuple[Any, ...]:
@@ -132,8 +144,9 @@ def _calls_from(conn: Connection, starts: Mapping[str, tuple[float, int]]) -> di
     return out
 
 
-def update_sessions(conn: Connection, calls: Sequence[Mapping[str, Any]]) -> None:
-    """Bring the runs of the sessions these calls (just inserted) belong to up to date.
+def update_sessions(conn: Connection, calls: Sequence[Mapping[str, Any]]) -> set[str]:
+    """Bring the runs of the sessions these calls (just inserted) belong to up to date; the sessions whose runs
+    changed.
 
     In the usual case a statement or two for the whole batch: the sessions' last runs, then their calls from
     the last run's last call (a run the new calls may continue or end) or from the first new error call. A
@@ -174,6 +187,7 @@ def update_sessions(conn: Connection, calls: Sequence[Mapping[str, Any]]) -> Non
         seed = continued.get(sid)
         found.extend(find_runs(rows, None if seed is None else seed._mapping))
     _insert(conn, found)
+    return {run["session_id"] for run in found} | set(continued)
 
 
 def _redo(conn: Connection, session_id: str, first: tuple[float, int]) -> list[dict[str, Any]]:

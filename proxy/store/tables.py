@@ -300,3 +300,35 @@ stats_pending = Table(
     Column("request_ids", Text, nullable=False),  # JSON list
 )
 __all__ += ["stats_pending"]
+
+# -- all-time totals (migration 0016) ------------------------------------------------------------------------
+# What the hourly rollups hold, summed over every hour, for the figures of the whole store (no window, no
+# policy or route filter: the dashboard's default): one row per session and model, and per latency bin, kept
+# by the writer with the rollups (proxy/store/totals.py). A million calls make tens of thousands of sessions;
+# the figures read the few hundred distinct (part, whole) pairs of them through the indexes below.
+stats_session_totals = Table(
+    "stats_session_totals",
+    metadata,
+    Column("session_id", String(128), primary_key=True),
+    Column("model", String(256), primary_key=True),
+    Column("calls", Integer, nullable=False),
+    Column("errors", Integer, nullable=False),
+    # Summed over the session's error runs of this model; NULL while it has none.
+    Column("recovered", Integer),
+    Column("followed", Integer),
+    Index("ix_stats_session_totals_errors", "model", "errors", "calls"),
+    Index("ix_stats_session_totals_recovery", "model", "recovered", "followed"),
+)
+
+stats_latency_totals = Table(
+    "stats_latency_totals",
+    metadata,
+    Column("model", String(256), primary_key=True),
+    Column("concurrency", Integer, primary_key=True),
+    Column("kind", String(8), primary_key=True),
+    Column("bin", Integer, primary_key=True),
+    Column("n", Integer, nullable=False),
+    Column("low", Float, nullable=False),
+    Column("high", Float, nullable=False),
+)
+__all__ += ["stats_latency_totals", "stats_session_totals"]

@@ -28,16 +28,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Table, delete
+from sqlalchemy import Connection, Table, delete
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from proxy import telemetry
 from proxy.logs import get_logger
 from proxy.store import pending_rollups, rollups, tables
 from proxy.store.dialect import insert_ignore
+from proxy.store.lane import WriterLane
 from proxy.store.safe_text import safe_row
 
-__all__ = ["StoreFailure", "StoreWriter", "insert_audit_rows", "insert_rows"]
+__all__ = ["StoreFailure", "StoreWriter", "insert_rows", "write_audit_rows"]
 
 log = get_logger("proxy.store.writer")
 
@@ -48,6 +49,9 @@ _TABLE_ORDER = {t.name: i for i, t in enumerate(
 )}
 # Batches committed before their rollups are added, at most (rollups wait while rows someone waits for are queued).
 _MAX_UNROLLED = 8
+# How long committed batches wait for their rollups: the rows of a few answers share one rollup step (its
+# statements cost more than the rows' own), and a stats read does not wait for it (`rollups_settled`).
+_ROLLUP_DELAY_SECONDS = 2.0
 # Rows of these tables may be written again by another request or replica: first one wins.
 _INSERT_OR_IGNORE = {"sessions", "session_lineage", "request_journal"}
 
@@ -68,6 +72,7 @@ class StoreWriter:
     def __init__(self, engine: AsyncEngine, *, batch_size: int = 500, flush_seconds: float = 0.05,
                  max_queue: int = 100_000) -> None:
         self._engine = engine
+        self._lane = WriterLane(engine)  # where the transactions run (SQLite: sqlite3 in a thread of its own)
         self._batch_size = max(1, batch_size)
         self._flush_seconds = max(0.0, flush_seconds)
         self._max_queue = max(1, max_queue)
@@ -92,6 +97,8 @@ class StoreWriter:
         self.failing: str | None = None  # why the store cannot record now; None while it can
         self._last_probe = 0.0
         self._unrolled: list[tuple[str, dict[str, list[dict[str, Any]]]]] = []  # committed, not rolled up yet
+        self._unrolled_since = 0.0  # when the oldest of them was committed
+        self._rollups_wanted = False  # a reader waits for the rollups
         self._settled = asyncio.Event()  # set while _unrolled is empty
         self._settled.set()
         self._rollups_behind = False
@@ -163,10 +170,12 @@ class StoreWriter:
             self._task = asyncio.create_task(self._run(), name="store-writer")
 
     async def flush(self, timeout: float | None = None) -> None:
-        """Wait until every row queued so far is written (or given up)."""
+        """Wait until every row queued so far is written (or given up), and rolled up."""
         self._urgent.set()
         self._wakeup.set()
-        await asyncio.wait_for(self._idle.wait(), timeout)
+        async with asyncio.timeout(timeout):
+            await self._idle.wait()
+            await self.rollups_settled(None)
 
     async def stop(self, timeout: float = 30.0) -> None:
         self._closing = True
@@ -181,16 +190,14 @@ class StoreWriter:
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._task
             self._task = None
+        await self._lane.close()
 
     async def probe(self) -> bool:
         """Write (and delete) one journal row: can the store take a write now? Updates `failing`."""
         self._last_probe = time.monotonic()
         try:
             self._check_file()
-            async with self._engine.begin() as conn:
-                await conn.execute(tables.request_journal.insert(), {
-                    "id": self._probe_id, "owner": self.owner, "created_at": time.time(), "row": "{}"})
-                await conn.execute(delete(tables.request_journal).where(tables.request_journal.c.id == self._probe_id))
+            await self._lane.run(_probe_write, self._probe_id, self.owner)
         except Exception as exc:  # whatever the driver raises, the store cannot write
             self._mark_failing(exc)
             return False
@@ -217,7 +224,7 @@ class StoreWriter:
                 self._wakeup.clear()
                 self._urgent.clear()
                 # While the store is failing, probe now and then so health recovers without traffic.
-                wait = backoff if self.failing is not None else None
+                wait = backoff if self.failing is not None else self._rollup_due_in()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wakeup.wait(), timeout=wait)
                 if not self._queue and self.failing is not None and not self._closing:
@@ -269,11 +276,12 @@ class StoreWriter:
         grouped: dict[str, list[dict[str, Any]]] = {}
         for item in batch:
             grouped.setdefault(item.table.name, []).append(item.row)
-        async with self._engine.begin() as conn:
-            marker = await insert_audit_rows(conn, grouped)
+        marker = await self._lane.run(write_audit_rows, grouped)
         self.rows_written += len(batch)
         _wake_waiters(batch)  # released here: the rollups follow in a transaction of their own
         if marker is not None:
+            if not self._unrolled:
+                self._unrolled_since = time.monotonic()
             self._unrolled.append((marker, grouped))
             self._settled.clear()
             # Let the released requests run first: one that queues its next rows at once is written before
@@ -281,19 +289,26 @@ class StoreWriter:
             await asyncio.sleep(0)
 
     def _should_roll_up(self) -> bool:
-        # Rows someone waits for go first; the rollups then trail by a few batches at most.
-        return bool(self._unrolled) and (self._closing or not self._queue or len(self._unrolled) >= _MAX_UNROLLED
-                                         or not any(item.waiter is not None for item in self._queue))
+        # Rows someone waits for go first; the rollups then trail by a few batches, or two seconds, at most.
+        if not self._unrolled:
+            return False
+        if self._closing or self._rollups_wanted or len(self._unrolled) >= _MAX_UNROLLED:
+            return True
+        return self._rollup_due_in() == 0.0 and not any(item.waiter is not None for item in self._queue)
+
+    def _rollup_due_in(self) -> float | None:
+        """Seconds until the committed batches' rollups are due; None when there are none."""
+        if not self._unrolled:
+            return None
+        return max(0.0, self._unrolled_since + _ROLLUP_DELAY_SECONDS - time.monotonic())
 
     async def _roll_up(self) -> None:
         """Add the committed batches to the rollups in one transaction. Never raises: their rows are in, so a
         failure here leaves the markers for `catch_up` rather than failing (and re-inserting) the batches."""
         unrolled, self._unrolled = self._unrolled, []
+        self._rollups_wanted = False
         try:
-            async with self._engine.begin() as conn:
-                for marker, grouped in unrolled:
-                    await conn.run_sync(pending_rollups.apply, marker, grouped.get("tool_calls", []),
-                                        grouped.get("requests", []))
+            await self._lane.run(_apply_markers, unrolled)
         except Exception as exc:  # the rows are committed; their rollups wait for the next catch-up
             self._rollups_behind = True
             log.error("store.rollups_behind", error=_error(exc))
@@ -302,8 +317,7 @@ class StoreWriter:
 
     async def catch_up_rollups(self) -> int:
         """Apply the rollups that a crash (or a failed rollup step) left behind; the number of batches."""
-        async with self._engine.begin() as conn:
-            applied = await conn.run_sync(pending_rollups.catch_up)
+        applied = await self._lane.run(pending_rollups.catch_up)
         self._rollups_behind = False
         if applied:
             log.info("store.rollups_caught_up", batches=applied)
@@ -312,6 +326,7 @@ class StoreWriter:
     async def rollups_settled(self, timeout: float | None = 30.0) -> None:
         """Wait until the rollups cover every batch committed so far (a stats read then sees them exact)."""
         if not self._settled.is_set():
+            self._rollups_wanted = True
             self._wakeup.set()
             await asyncio.wait_for(self._settled.wait(), timeout)
 
@@ -405,15 +420,14 @@ def _error(exc: BaseException) -> str:
 
 async def insert_rows(conn: AsyncConnection, rows: Mapping[str, list[dict[str, Any]]]) -> None:
     """Insert rows and fold them into the stats' rollups in the same transaction (imports and tests; the
-    writer splits the two, see `insert_audit_rows`)."""
-    await insert_audit_rows(conn, rows, pending=False)
+    writer splits the two, see `write_audit_rows`)."""
+    await conn.run_sync(write_audit_rows, rows, pending=False)
     calls, reqs = rows.get("tool_calls", []), rows.get("requests", [])
     if calls or reqs:
         await conn.run_sync(rollups.apply_rows, calls, reqs)
 
 
-async def insert_audit_rows(conn: AsyncConnection, rows: Mapping[str, list[dict[str, Any]]], *,
-                            pending: bool = True) -> str | None:
+def write_audit_rows(conn: Connection, rows: Mapping[str, list[dict[str, Any]]], *, pending: bool = True) -> str | None:
     """Insert rows by table name, in the order readers rely on; a request's final row replaces its journal entry
     in the same transaction. With `pending`, a `stats_pending` marker names the rows whose rollups are still to
     be added (so a crash before they are cannot lose them); its id is returned, None when there is nothing to
@@ -422,16 +436,27 @@ async def insert_audit_rows(conn: AsyncConnection, rows: Mapping[str, list[dict[
         if rows[name]:
             table = tables.metadata.tables[name]
             stmt = insert_ignore(conn, table) if name in _INSERT_OR_IGNORE else table.insert()
-            await conn.execute(stmt, rows[name])
+            conn.execute(stmt, rows[name])
     calls, reqs = rows.get("tool_calls", []), rows.get("requests", [])
     if reqs:
         journal = tables.request_journal
-        await conn.execute(delete(journal).where(journal.c.id.in_([r["id"] for r in reqs])))
+        conn.execute(delete(journal).where(journal.c.id.in_([r["id"] for r in reqs])))
     if not pending or not (calls or reqs):
         return None
     marker = pending_rollups.marker_row(calls, reqs)
-    await conn.execute(tables.stats_pending.insert(), marker)
+    conn.execute(tables.stats_pending.insert(), marker)
     return str(marker["id"])
+
+
+def _apply_markers(conn: Connection, unrolled: list[tuple[str, dict[str, list[dict[str, Any]]]]]) -> None:
+    pending_rollups.apply_many(conn, [(marker, grouped.get("tool_calls", []), grouped.get("requests", []))
+                                      for marker, grouped in unrolled])
+
+
+def _probe_write(conn: Connection, probe_id: str, owner: str) -> None:
+    journal = tables.request_journal
+    conn.execute(journal.insert(), {"id": probe_id, "owner": owner, "created_at": time.time(), "row": "{}"})
+    conn.execute(delete(journal).where(journal.c.id == probe_id))
 
 
 def _brief(row: dict[str, Any]) -> dict[str, Any]:

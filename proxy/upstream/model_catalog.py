@@ -141,10 +141,14 @@ class ModelCatalog:
         names = await asyncio.gather(*(names_of(i) for i in range(len(self._members))))
         return list(zip(self._members, names, strict=True))
 
+    def upstream_name(self, requested: str) -> str:
+        """The name sent upstream for a requested one (its alias applied); `resolve` says whether it is served."""
+        return self.aliases.get(requested, requested)
+
     async def resolve(self, requested: str, headers: Mapping[str, str]) -> str:
         """The name to send upstream, with the upstream that serves it chosen for this request;
         ModelNotFound when every upstream lists its models and none lists this one."""
-        name = self.aliases.get(requested, requested)
+        name = self.upstream_name(requested)
         served = await self.served(headers)
         for upstream, names in served:
             if names is not None and name in names:

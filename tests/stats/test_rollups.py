@@ -219,16 +219,22 @@ async def test_loops_and_recovery_come_from_whole_sessions(engine: AsyncEngine):
     assert top["commands"] == [pipe] * 3 and top["attempts"] == 3
 
 
+async def migrated_from_before_the_rollups(engine: AsyncEngine) -> Store:
+    """A store that held rows before the rollups existed (revision 0004), then migrated to head."""
+    await migrate(engine, "0004")
+    store = Store()
+    build_traffic(store, random.Random(11))
+    async with engine.begin() as conn:
+        for name in ("sessions", "requests", "tool_calls", "tool_call_reasons"):
+            await conn.execute(insert(metadata.tables[name]), store.rows[name])
+    await migrate(engine)
+    return store
+
+
 async def test_the_migration_builds_the_rollups_of_a_store_that_already_has_rows(empty_db_url: str):
     engine = create_engine(empty_db_url)
     try:
-        await migrate(engine, "0004")
-        store = Store()
-        build_traffic(store, random.Random(11))
-        async with engine.begin() as conn:  # rows written before the rollups existed
-            for name in ("sessions", "requests", "tool_calls", "tool_call_reasons"):
-                await conn.execute(insert(metadata.tables[name]), store.rows[name])
-        await migrate(engine)
+        store = await migrated_from_before_the_rollups(engine)
         assert run_keys(await stored_runs(engine)) == run_keys(reference_runs(store.rows["tool_calls"]))
         async with engine.connect() as conn:
             f = Filters()

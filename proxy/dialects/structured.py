@@ -1,0 +1,259 @@
+"""What the structured-call routes share: `/v1/responses` (OpenAI Responses API) and `/v1/messages` (Anthropic
+Messages API), whose calls are items of the answer (output items, content blocks) rather than text.
+
+A whole answer gets its repaired calls written over the items they were read from (`StructuredDialect`); a
+stream (`DialectStream`) holds each call's events until the attempt is judged, holds a retry's text events
+(one narration per turn), and gives every event its number and the client's position for its item only when it
+is sent (`IndexMap`), so held events released later, or dropped with a rejected attempt, leave no gap. Its
+attempts run in the one streamed attempt loop (proxy/enforce/relay.py), its events are read by the one
+`EventReader` (proxy/dialects/event_reader.py).
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Hashable
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+from starlette.responses import Response
+
+from proxy.dialects.base import Dialect, DialectExchange
+from proxy.dialects.event_reader import EventReader
+from proxy.enforce.actions import unjudgeable_call
+from proxy.enforce.attempts import WholeAttempt
+from proxy.enforce.feedback_turns import blocked_message, retry_messages
+from proxy.enforce.relay import StreamedAttempts
+from proxy.enforce.serve import judged_json
+from proxy.record import JudgedCall
+from proxy.toolcalls import ToolCall
+from proxy.upstream.sse import SSEEvent
+
+__all__ = ["DialectStream", "HeldCall", "IndexMap", "StructuredDialect"]
+
+
+class StructuredDialect(Dialect, ABC):
+    """A route whose calls are structured items of the answer (Responses' output items, Messages' content
+    blocks): a delivered whole answer gets its repaired calls written over the items they were read from."""
+
+    output_key: ClassVar[str]  # the whole response's list of items that `read_whole` reads the calls from
+
+    def __init_subclass__(cls, *, output_key: str = "", **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.output_key = output_key
+
+    def read_whole(self, ex: DialectExchange, obj: dict[str, Any]) -> list[ToolCall]:
+        return self.calls(obj)
+
+    @abstractmethod
+    def calls(self, obj: dict[str, Any]) -> list[ToolCall]:
+        """The tool calls of a whole response, in order."""
+
+    @abstractmethod
+    def repaired_fields(self, call: ToolCall) -> dict[str, Any]:
+        """The fields of a call's item that carry a repaired call's judged arguments."""
+
+    def write_repairs(self, obj: dict[str, Any], judged: list[JudgedCall]) -> None:
+        """Write the repaired calls' judged arguments over the calls of a whole response (at the position each
+        call was read from), so the client gets the repaired call and never the one the model wrote."""
+        items = obj[self.output_key]  # `calls` read the judged calls from it, each at its position
+        for item in judged:
+            if item.repaired:
+                items[item.call.index].update(self.repaired_fields(item.call))
+
+    def delivered(self, ex: DialectExchange, read: WholeAttempt[Any], judged: list[JudgedCall],
+                  attempt: int) -> Response:
+        obj = read.obj
+        if any(item.repaired for item in judged):
+            self.write_repairs(obj, judged)  # enforce mode only: the re-encoded object goes out below
+        ex.remember(self.reply(obj), self.response_id(obj))
+        if attempt == 1 and not ex.enforce:
+            return Response(read.response.content, status_code=200, headers=read.headers)
+        self.set_usage(obj, ex.record.usage)
+        return judged_json(obj)
+
+    def broken_error_body(self, ex: DialectExchange, response: Any, exc: Exception) -> Response:
+        return self.protocol_error(ex, exc)
+
+
+class IndexMap:
+    """Positions of the items (output items, content blocks) of the current attempt -> the positions the
+    client sees. A client assigns positions in the order items start, so they are handed out in the order
+    items are sent: held items get theirs when released, a retry's items continue after the earlier ones,
+    and held items that are dropped (a rejected attempt's calls and, after the first attempt, its text) never
+    take one, so the client's positions stay consecutive."""
+
+    def __init__(self) -> None:
+        self.next = 0
+        self._map: dict[Hashable, int] = {}
+
+    def new_attempt(self) -> None:
+        self._map = {}
+
+    def client(self, key: Hashable) -> int:
+        found = self._map.get(key)
+        if found is None:
+            found = self._map[key] = self.next
+            self.next += 1
+        return found
+
+
+class HeldCall(Protocol):
+    """A call of the current attempt, its events kept until the attempt is judged."""
+
+    events: list[tuple[dict[str, Any], bytes]]  # each event's object and its upstream bytes
+
+    def call(self, index: int) -> ToolCall:
+        """The call the kept events make, the attempt's `index`-th."""
+        ...
+
+
+HeldT = TypeVar("HeldT", bound=HeldCall)
+
+
+class DialectStream(EventReader, StreamedAttempts, Generic[HeldT]):
+    """Reads one request's server-sent events, attempt after attempt, and says what the client gets; its attempts
+    run in the one loop (`StreamedAttempts.run`)."""
+
+    def __init__(self, ex: DialectExchange) -> None:
+        self.ex: DialectExchange = ex
+        self.path = ex.spec.path
+        self.attempt = 1
+        self.upstream_error = False
+        self.done = False
+        self.attempt_usage: dict[str, Any] | None = None  # chat-shaped, the latest seen this attempt
+        self.unjudged: list[ToolCall] = []  # the attempt's output the proxy cannot judge
+        # A retry's text events (enforce mode), in the order they came: like held calls, numbered and placed
+        # only when released, so dropping them leaves no gap in what the client sees.
+        self.narration: list[dict[str, Any]] = []
+        self.positions = IndexMap()
+        self.held: dict[Hashable, HeldT] = {}  # the attempt's calls by the upstream's position, in order
+        self.attempt_text = ""  # the attempt's visible text: the held turn's content in a retry
+        self.sent_kinds: set[str] = set()  # the kinds of text the first attempt sent (`narrate`)
+
+    @property
+    def enforce(self) -> bool:
+        return self.ex.enforce
+
+    def begin_attempt(self) -> None:
+        self.attempt += 1
+        self.attempt_usage = None
+        self.unjudged = []
+        self.narration = []
+        self.positions.new_attempt()
+        self.held = {}
+        self.attempt_text = ""
+
+    def narrate(self, obj: dict[str, Any]) -> bytes | None:
+        """One text event of the attempt (enforce mode). One narration per turn: the first attempt's text goes
+        out now; a retry's waits for the verdict and goes out only with a delivered turn
+        (`released_narration`), and only where the first attempt sent no text of its kind: text a client has
+        received is never sent to it again, so it holds the first attempt's narration and the delivered calls."""
+        kind = self.text_kind(obj)
+        if self.attempt == 1 and not self.ex.acts_on_text:  # a text-acting client's text is its actions: held
+            if self.carries_text(obj) and kind is not None:
+                self.sent_kinds.add(kind)
+            return self.encode(obj)
+        if kind is None or kind not in self.sent_kinds:
+            self.narration.append(obj)
+        return None
+
+    @abstractmethod
+    def text_kind(self, obj: dict[str, Any]) -> str | None:
+        """The kind of text item or block a text event belongs to (`text`, `thinking`; `message`, `reasoning`)."""
+
+    @abstractmethod
+    def carries_text(self, obj: dict[str, Any]) -> bool:
+        """Whether a text event gives the client text of its kind (a non-empty delta, a block started whole)."""
+
+    def released_narration(self) -> list[bytes]:
+        """The held text of a delivered attempt, encoded now: numbered and placed after everything sent so far."""
+        out = [self.encode(obj) for obj in self.narration]
+        self.narration = []
+        return out
+
+    @abstractmethod
+    def encode(self, obj: dict[str, Any]) -> bytes:
+        """An event of this attempt as the client gets it: at the client's position for its item (enforce mode)."""
+
+    def unjudgeable(self, what: str, detail: str, content: Any) -> None:
+        """Output of this attempt the proxy cannot judge: a call that is never allowed (enforce mode drops the
+        output itself; observe mode relays it), recorded with the attempt's calls."""
+        self.unjudged.append(unjudgeable_call(what, detail, content))
+
+    def unjudged_output(self, call: ToolCall) -> None:
+        self.unjudged.append(call)
+
+    def fail(self, detail: str, status: int | None = None) -> None:
+        self.upstream_error = True
+        self.ex.record.fail("upstream_error", detail[:1000], status)
+
+    def object_event(self, event: SSEEvent, obj: dict[str, Any]) -> bytes | None:
+        kind = obj.get("type") or event.event or ""
+        end = self.ended()
+        if end is not None:
+            return self.drop(event, f"`{str(kind)[:60]}` after {end}", obj)
+        if kind == "error":
+            self.fail(json.dumps(obj)[:1000])
+            return event.raw if not self.enforce else self.encode_error(obj)
+        return self.typed_event(event, obj, kind)
+
+    def encode_error(self, obj: dict[str, Any]) -> bytes:
+        """The upstream's error event as the client gets it (enforce mode)."""
+        return self.encode(obj)
+
+    @abstractmethod
+    def ended(self) -> str | None:
+        """What ended the attempt's stream (`message_stop` ...), once it came; any event after it is dropped."""
+
+    @abstractmethod
+    def typed_event(self, event: SSEEvent, obj: dict[str, Any], kind: Any) -> bytes | None:
+        """One upstream event's JSON object before the end, not an error, of type `kind` (its `type`, else the SSE
+        event name): what to send now (None: nothing, or held)."""
+
+    def calls(self) -> list[ToolCall]:
+        """The calls of the attempt that just ended: the held calls, then what it could not judge."""
+        return [held.call(k) for k, held in enumerate(self.held.values())] + self.unjudged
+
+    def text(self) -> str:
+        """The visible text of the attempt that just ended."""
+        return self.attempt_text
+
+    @abstractmethod
+    def release(self, judged: list[JudgedCall]) -> list[bytes]:
+        """The attempt was delivered: its held text, its calls as judged (`judged` in the order of `calls()`; a
+        repaired call re-encoded from its judged arguments), then its end (enforce mode; observe sent them)."""
+
+    @abstractmethod
+    def blocked(self, text: str) -> list[bytes]:
+        """The budget is spent: a text answer, then the end of the response."""
+
+    @abstractmethod
+    def error(self, message: str, type_: str, code: Any) -> bytes:
+        """An error event in this dialect."""
+
+    @abstractmethod
+    def reply(self) -> list[dict[str, Any]]:
+        """What the client got, as chat messages, for the session lineage."""
+
+    # -- the attempt loop's steps (proxy/enforce/relay.py)
+
+    def judge_attempt(self) -> list[JudgedCall]:
+        # calls() first: `release` pairs the held calls with the head of this list; text actions follow.
+        return self.ex.judge(self.calls()) + self.ex.judge_text(self.text())
+
+    def deliver(self, judged: list[JudgedCall]) -> list[bytes]:
+        return self.release(judged) if self.enforce else []
+
+    def block(self, judged: list[JudgedCall]) -> list[bytes]:
+        return self.blocked(blocked_message(self.ex.policy, judged, self.attempt))
+
+    def retry_turn(self, judged: list[JudgedCall]) -> list[dict[str, Any]]:
+        return self.ex.spec.retry_items(retry_messages(self.ex.policy, self.text(), judged))
+
+    def response_id(self) -> str | None:
+        """The id the client was given for the streamed response, if the API has one."""
+        return None
+
+    def remember(self) -> None:
+        self.ex.remember(self.reply(), self.response_id())

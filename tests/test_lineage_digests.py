@@ -1,0 +1,91 @@
+"""Lineage keys hashed once per request, and the shared store asked once for a key it lacks (issue 27: the
+request path of a client that names no session)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from proxy.sessions.resolve import SessionResolver, conversation_digests, hash_conversation, reply_digest
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
+REPLY = {"role": "assistant", "content": "done", "tool_calls": []}
+
+CONVERSATIONS: list[list[Any]] = [
+    [],
+    [{"role": "system", "content": "be brief"}],
+    [{"role": "user", "content": "hi"}],
+    [{"role": "system", "content": "s"}, {"role": "user", "content": "list"},
+     {"role": "assistant", "content": None, "tool_calls": [CALL]},
+     {"role": "tool", "tool_call_id": "call_1", "content": "a b"},
+     {"role": "developer", "content": "plan mode"}, {"role": "user", "content": [{"type": "text", "text": "go"}]}],
+    ["not a message", {"role": "user", "content": {"odd": ["shape"]}}, None],
+]
+REPLIES: list[Any] = [REPLY, {"role": "system", "content": "x"},
+                      {"role": "assistant", "content": "", "tool_calls": [CALL]}]
+
+
+@pytest.mark.parametrize("messages", CONVERSATIONS)
+@pytest.mark.parametrize("reply", REPLIES)
+def test_the_reply_digest_extends_the_requests_hash_to_the_same_key(messages, reply):
+    expected = conversation_digests([*messages, reply])
+    want = expected[-1] if expected else None
+    known = hash_conversation(messages)
+    assert reply_digest(messages, reply, known) == want
+    assert reply_digest(messages, reply, None) == want
+    # the Responses and Messages relays remember the conversation plus the reply's earlier items
+    more = [*messages, {"role": "assistant", "content": "first item"}]
+    longer = conversation_digests([*more, reply])
+    assert reply_digest(more, reply, known) == (longer[-1] if longer else None)
+    # a list that is not the hashed conversation (equal content, other objects) is hashed afresh, alike
+    assert reply_digest([dict(m) if isinstance(m, dict) else m for m in messages], reply, known) == want
+    # the relays keep no parsed conversation while they stream: None stands for the one `known` hashed
+    assert reply_digest(None, reply, known) == want
+    assert reply_digest(None, reply, known, [{"role": "assistant", "content": "first item"}]) == (
+        longer[-1] if longer else None)
+    assert reply_digest(None, reply, None) is None
+
+
+def test_only_prefixes_ending_in_a_turn_the_proxy_could_deliver_are_keys():
+    messages = CONVERSATIONS[3]
+    every = conversation_digests(messages)  # user, assistant, tool, user (instructions skipped)
+    assert hash_conversation(messages).keys == [every[1]]
+
+
+@pytest.mark.each_database
+async def test_the_store_is_asked_once_for_a_key_it_lacks(engine: AsyncEngine):
+    asked: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "session_lineage" in statement:
+            asked.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", count)
+    resolver = SessionResolver(engine=engine)
+    conversation = CONVERSATIONS[3]
+    first = await resolver.aresolve({}, conversation)
+    again = await resolver.aresolve({}, conversation)
+    assert len(asked) == 1 and first.is_new and again.is_new and first.id != again.id
+    # a turn this process delivered is found in memory: no query either (remembered from the resolved hash)
+    resolver.remember(first, None, REPLY)
+    follow = [*conversation, REPLY, {"role": "user", "content": "next"}]
+    assert (await resolver.aresolve({}, follow)).id == first.id
+    assert len(asked) == 1
+
+
+@pytest.mark.each_database
+async def test_a_request_waits_for_the_store_holding_its_keys_not_its_conversation(engine: AsyncEngine):
+    resolver = SessionResolver(engine=engine)
+    conversation = CONVERSATIONS[3]
+    pending = resolver.prepare({}, conversation)
+    held = [pending.digests.keys, pending.keys]  # strings and a hash: no message object
+    assert all(isinstance(key, str) for keys in held for key in keys)
+    first = await resolver.finish(pending)
+    resolver.remember(first, None, REPLY)
+    follow = [*conversation, REPLY, {"role": "user", "content": "next"}]
+    assert (await resolver.finish(resolver.prepare({}, follow))).id == first.id
+    named = resolver.prepare({"x-session-id": "ses_1"}, conversation)
+    assert (await resolver.finish(named)).id == "ses_1"
