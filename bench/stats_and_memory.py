@@ -2,7 +2,7 @@
 side by side with a bare FastAPI+httpx passthrough (issue 27).
 
     python bench/stats_and_memory.py [--calls 1000000] [--runs 5] [--rounds 3] [--rss-streams 64]
-                                     [--baseline DIR] [--keep DIR]
+                                     [--baseline DIR] [--keep DIR] [--only-rss]
 
 1. A store of `--calls` tool calls (sessions, requests, reasons: `stats_bench.seed`, one bulk insert) made by
    each checkout's own migrations and rollup rebuild (`db upgrade`, `db rebuild-rollups`); `--keep DIR` keeps
@@ -20,7 +20,8 @@ side by side with a bare FastAPI+httpx passthrough (issue 27).
    at once, and the ratio to the bare passthrough's peak.
 
 `--baseline DIR` runs another checkout of the proxy (e.g. `git archive main | tar -x -C DIR`) beside this
-one, on a store built the same way by its own migrations, as `base`.
+one, on a store built the same way by its own migrations, as `base`. `--only-rss` runs part 4 alone (no large
+store is built).
 """
 
 from __future__ import annotations
@@ -207,6 +208,29 @@ def memory(checkouts: dict[str, Path], upstream: str, tmp: Path, streams: int) -
     return found
 
 
+def stats_and_stalls(checkouts: dict[str, Path], stores: Path, upstream: str, args: argparse.Namespace) -> None:
+    """Parts 2 and 3, printed."""
+    timing = {}
+    for name, checkout in checkouts.items():
+        with serving(checkout, f"sqlite:///{stores / f'{name}-{args.calls}.db'}", upstream) as (base, _pid):
+            timing[name] = asyncio.run(streams_and_stats(base, args.runs, args.rounds))
+    stalls = {name: loop_stall(checkout, f"sqlite:///{stores / f'{name}-{args.calls}.db'}")
+              for name, checkout in checkouts.items()}
+    print(f"\n/stats/models asked back to back for 4 s, the proxy's own event loop (a 2 ms ticker) ({load()})")
+    print(f"{'target':<8} {'stats p50':>10} {'asked':>6} {'loop late max, idle':>20} {'while asked: p99':>17} "
+          f"{'max':>8}")
+    for name, t in stalls.items():
+        print(f"{name:<8} {t['stats_p50']:>8.0f}ms {t['asked']:>6} {t['idle_max']:>18.1f}ms "
+              f"{t['busy_p99']:>15.1f}ms {t['busy_max']:>6.1f}ms")
+    print(f"\n/stats/models over {args.calls:,} calls, and {STREAMS} streams relayed meanwhile ({load()})")
+    print(f"{'target':<8} {'alone p50':>10} {'streaming p50':>14} {'asked/round':>12} {'end delay p50':>14} "
+          f"{'end delay max':>14} {'(quiet spread)':>15} {'gap quiet':>10} {'gap busy':>9}")
+    for name, t in timing.items():
+        print(f"{name:<8} {t['alone']:>8.0f}ms {t['busy']:>12.0f}ms {t['asked']:>12.1f} {t['delay50']:>12.1f}ms "
+              f"{t['delay_max']:>12.1f}ms {t['quiet_spread']:>13.1f}ms {t['gap_quiet']:>8.1f}ms "
+              f"{t['gap_busy']:>7.1f}ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=1_000_000)
@@ -217,40 +241,26 @@ def main() -> None:
     parser.add_argument("--rss-streams", type=int, default=64)
     parser.add_argument("--baseline", default="", help="another checkout to run beside this one (base)")
     parser.add_argument("--keep", default="", help="a directory to keep the stores in and reuse them from")
+    parser.add_argument("--only-rss", action="store_true", help="only the RSS of concurrent streams (part 4)")
     args = parser.parse_args()
     checkouts = {"proxy": ROOT, **({"base": Path(args.baseline).resolve()} if args.baseline else {})}
-    print(f"{args.calls:,} calls; six streams of {args.tokens} tokens at {args.rate:g} tokens/s; {load()}")
+    print(f"{args.calls:,} calls; six streams of {args.tokens} tokens at {args.rate:g} tokens/s; {load()}"
+          if not args.only_rss else load())
     tmp = Path(tempfile.mkdtemp(prefix="stats-memory-"))
     stores = Path(args.keep) if args.keep else tmp
     stores.mkdir(parents=True, exist_ok=True)
     upstream_proc = None
     try:
-        for name, checkout in checkouts.items():
-            build_store(checkout, stores / f"{name}-{args.calls}.db", args.calls)
+        if not args.only_rss:
+            for name, checkout in checkouts.items():
+                build_store(checkout, stores / f"{name}-{args.calls}.db", args.calls)
         port = free_port()
         upstream_proc = subprocess.Popen([sys.executable, "-c", UPSTREAM_SCRIPT, str(port), str(args.tokens),
                                           str(args.rate)], cwd=ROOT)
         upstream = f"http://127.0.0.1:{port}/v1"
         wait_ready(upstream.removesuffix("/v1") + "/health")
-        timing = {}
-        for name, checkout in checkouts.items():
-            with serving(checkout, f"sqlite:///{stores / f'{name}-{args.calls}.db'}", upstream) as (base, _pid):
-                timing[name] = asyncio.run(streams_and_stats(base, args.runs, args.rounds))
-        stalls = {name: loop_stall(checkout, f"sqlite:///{stores / f'{name}-{args.calls}.db'}")
-                  for name, checkout in checkouts.items()}
-        print(f"\n/stats/models asked back to back for 4 s, the proxy's own event loop (a 2 ms ticker) ({load()})")
-        print(f"{'target':<8} {'stats p50':>10} {'asked':>6} {'loop late max, idle':>20} {'while asked: p99':>17} "
-              f"{'max':>8}")
-        for name, t in stalls.items():
-            print(f"{name:<8} {t['stats_p50']:>8.0f}ms {t['asked']:>6} {t['idle_max']:>18.1f}ms "
-                  f"{t['busy_p99']:>15.1f}ms {t['busy_max']:>6.1f}ms")
-        print(f"\n/stats/models over {args.calls:,} calls, and {STREAMS} streams relayed meanwhile ({load()})")
-        print(f"{'target':<8} {'alone p50':>10} {'streaming p50':>14} {'asked/round':>12} {'end delay p50':>14} "
-              f"{'end delay max':>14} {'(quiet spread)':>15} {'gap quiet':>10} {'gap busy':>9}")
-        for name, t in timing.items():
-            print(f"{name:<8} {t['alone']:>8.0f}ms {t['busy']:>12.0f}ms {t['asked']:>12.1f} {t['delay50']:>12.1f}ms "
-                  f"{t['delay_max']:>12.1f}ms {t['quiet_spread']:>13.1f}ms {t['gap_quiet']:>8.1f}ms "
-                  f"{t['gap_busy']:>7.1f}ms")
+        if not args.only_rss:
+            stats_and_stalls(checkouts, stores, upstream, args)
         peaks = memory(checkouts, upstream, tmp, args.rss_streams)
         print(f"\nRSS, fresh processes, {args.rss_streams} concurrent streams of 250 KB bodies ({load()})")
         print(f"{'target':<8} {'idle':>8} {'peak':>8} {'peak/bare':>10}")

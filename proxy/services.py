@@ -17,6 +17,7 @@ from proxy.logs import get_logger
 from proxy.policy import LoadedPolicy, PolicyManager, default_policy_path
 from proxy.record import RequestRecord
 from proxy.sessions.resolve import SessionResolver
+from proxy.sessions.response_chains import ResponseChains
 from proxy.stats.prometheus import observe_request
 from proxy.stats.webhook import Webhook
 from proxy.store.db import create_engine, migrate
@@ -49,6 +50,8 @@ class Services:
     # Called with every finished request (throughput windows, metrics); must not block.
     listeners: list[Callable[[RequestRecord], None]] = field(default_factory=list)
     live: LiveWindows | None = None
+    # The Responses ids handed out that the upstream must read as another (a retried stream's, a blocked turn's).
+    response_chains: ResponseChains = field(default_factory=ResponseChains)
     # What `close` undoes, newest first.
     _closers: AsyncExitStack = field(default_factory=AsyncExitStack, repr=False)
 

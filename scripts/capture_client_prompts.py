@@ -1,7 +1,8 @@
 """Captures what each real agent CLI writes into its first request about its working directory: the system
 prompt (chat, Messages), the instructions and the leading input items (Responses: Codex's
 `<environment_context>`), into tests/sessions_data/<client>.json, the project path replaced by `{cwd}` and
-the HOME by `{home}`. Run after scripts/install-agent-clis.sh: `python scripts/capture_client_prompts.py`."""
+the HOME by `{home}`. Run after scripts/install-agent-clis.sh (and scripts/install-opencode.sh for OpenCode):
+`python scripts/capture_client_prompts.py [client ...]`."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ sys.path.insert(0, str(ROOT))
 from proxy.testing.scripted_upstream import Reply, ScriptedUpstream  # noqa: E402
 from proxy.testing.server import ServerThread  # noqa: E402
 from tests.e2e.clients import CLIENTS, MODEL, AgentWorld, find_client  # noqa: E402
+from tests.e2e.harness import OpenCodeWorld, find_opencode  # noqa: E402
 
 OUT = ROOT / "tests" / "sessions_data"
 # A first user message that carries what the client writes: Qwen Code's context preamble, Kilo's
@@ -46,18 +48,35 @@ def _client_part(body: dict, route: str) -> dict:
     return {"messages": leading}
 
 
-def capture(name: str) -> dict | None:
+def _world(name: str, tmp: Path) -> tuple[AgentWorld | OpenCodeWorld, str] | None:
+    """The client's throw-away world and its version, or None (reported) where the client is not installed."""
+    if name == "opencode":
+        opencode, version = find_opencode()
+        if opencode is None:
+            print(f"{name}: {version}", file=sys.stderr)
+            return None
+        return OpenCodeWorld(tmp, opencode), version
     spec = CLIENTS[name]
     binary, why = find_client(spec)
     if binary is None:
         print(f"{name}: {why}", file=sys.stderr)
         return None
+    return AgentWorld(tmp, spec, binary), spec.version
+
+
+def capture(name: str) -> dict | None:
     upstream = ScriptedUpstream(models=[MODEL], responder=lambda body: Reply(content="Done."))
     with ServerThread(upstream.app) as server, tempfile.TemporaryDirectory() as tmp:
         base = server.url + "/v1"
-        world = AgentWorld(Path(tmp), spec, binary)
+        found = _world(name, Path(tmp))
+        if found is None:
+            return None
+        world, version = found
         world.configure(base)
-        world.run(base, "say hello", timeout=120)
+        if isinstance(world, OpenCodeWorld):
+            world.run("say hello", timeout=120)
+        else:
+            world.run(base, "say hello", timeout=120)
         route = json.loads((ROOT / "tests" / "policy" / "client_tools" / f"{name}.json").read_text())["route"]
         bodies = [b for b in upstream.requests if b.get("tools")] or upstream.requests
         part = _client_part(bodies[0], route)
@@ -65,12 +84,12 @@ def capture(name: str) -> dict | None:
         for real, placeholder in ((str(world.project.resolve()), "{cwd}"), (str(world.project), "{cwd}"),
                                   (str(world.home), "{home}"), (tmp, "{tmp}")):
             text = text.replace(json.dumps(real)[1:-1], placeholder)
-        return {"client": name, "version": spec.version, "route": route, "part": json.loads(text)}
+        return {"client": name, "version": version, "route": route, "part": json.loads(text)}
 
 
 def main() -> int:
     OUT.mkdir(exist_ok=True)
-    for name in sys.argv[1:] or list(CLIENTS):
+    for name in sys.argv[1:] or [*CLIENTS, "opencode"]:
         found = capture(name)
         if found is not None:
             (OUT / f"{name}.json").write_text(json.dumps(found, ensure_ascii=False, indent=1) + "\n")

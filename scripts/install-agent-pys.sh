@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Installs the Python agents and agent frameworks that tests/e2e/test_pypi_clients.py drives, each pinned, each in a venv
-# of its own outside the repository (the project's environment stays as pyproject.toml says).
+# Installs the Python agents and agent SDKs that tests/e2e/test_pypi_clients.py and test_sdk_agents.py drive, each
+# pinned, each in a venv of its own outside the repository (the project's environment stays as pyproject.toml says).
 #   AGENT_PYS_CACHE  where the venvs go (default: ~/.cache/allowlist-proxy-e2e-py); kept between runs
 # Exits 0 with a message when an install fails, so those tests skip with a reason instead (set
 # E2E_REQUIRE_CLIENTS=1 for pytest to fail then).
 set -uo pipefail
 
 cache="${AGENT_PYS_CACHE:-$HOME/.cache/allowlist-proxy-e2e-py}"
-# client name -> the pinned requirement its venv holds
+# client name -> the pinned requirements its venv holds (space-separated; `-slim` variants where they exist)
 declare -A packages=(
   [smolagents]="smolagents[openai]==1.26.0"
   [mini-swe-agent]="mini-swe-agent==2.4.6"
+  [openai-agents]="openai-agents==0.24.0"
+  [pydantic-ai]="pydantic-ai-slim[openai]==2.68.0"
+  [langgraph]="langgraph==1.2.22 langgraph-prebuilt==1.1.2 langchain-core==1.8.3 langchain-openai==1.7.4 langchain-community==0.4.2 langchain-experimental==0.4.2"
 )
 
 mkdir -p "$cache"
@@ -22,7 +25,8 @@ for client in "${!packages[@]}"; do
     continue
   fi
   rm -rf "$venv"
-  if python3 -m venv "$venv" && "$venv/bin/pip" install -q "$spec" >&2; then
+  read -ra requirements <<< "$spec"
+  if python3 -m venv "$venv" && "$venv/bin/pip" install -q "${requirements[@]}" >&2; then
     echo "$spec" > "$venv/.installed"
     echo "$spec in $venv"
   else

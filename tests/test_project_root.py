@@ -27,6 +27,7 @@ READS = {
     "codex": ("exec_command", lambda path: {"cmd": "uv run scripts/search.py x", "workdir": path}),
     "continue": ("Read", lambda path: {"filepath": path}),
     "kilo": ("read", lambda path: {"filePath": path}),
+    "opencode": ("read", lambda path: {"filePath": path}),
 }
 
 _ROUTES = {route.route: route for route in JUDGED.values()}
@@ -127,8 +128,9 @@ def test_a_session_keeps_its_root_for_requests_that_state_none(upstream, proxy):
 
 
 @SQLITE_ONLY
+@pytest.mark.parametrize("client", ["qwen-code", "opencode"])
 @pytest.mark.parametrize("pin", ["policy", "header", "off"])
-def test_an_operator_pins_roots_or_turns_inference_off(upstream, start_proxy, tmp_path, pin):
+def test_an_operator_pins_roots_or_turns_inference_off(upstream, start_proxy, tmp_path, pin, client):
     import yaml
 
     data = yaml.safe_load((ROOT / "policies" / "strict.yaml").read_text())
@@ -140,8 +142,9 @@ def test_an_operator_pins_roots_or_turns_inference_off(upstream, start_proxy, tm
     policy = tmp_path / "policy.yaml"
     policy.write_text(yaml.safe_dump(data))
     proxy = start_proxy(upstream.url, policy=policy, project_root_header="x-project-root")
-    upstream.script(*[Reply(tool_calls=[("read_file", {"file_path": PROJECT + "/a.txt"})])] * 4)
-    path, body = request("qwen-code")
+    tool, arguments = READS[client]
+    upstream.script(*[Reply(tool_calls=[(tool, arguments(PROJECT + "/a.txt"))])] * 4)
+    path, body = request(client)
     headers = {"x-project-root": "/srv/pinned"} if pin == "header" else {}
     with proxy.client() as client:
         client.post(path, json=body, headers=headers)
@@ -166,7 +169,9 @@ def test_statements_that_disagree_or_come_late_learn_nothing():
     context = codex["input"][-1]
     late = [{"type": "message", "role": "user", "content": "hi"}, {"type": "function_call", "name": "x"}, context]
     assert _stated("responses", {"input": late}) is None
-    assert _stated("responses", {"input": [context]}) == PROJECT
+    assert _stated("responses", {"input": codex["input"]}) == PROJECT
+    # Without Codex's own developer text before it, the item is not Codex's: a model may have written it.
+    assert _stated("responses", {"input": [context]}) is None
 
 
 def test_kilos_environment_details_are_read_only_in_the_first_user_turn():
@@ -188,3 +193,75 @@ def test_kilos_environment_details_are_read_only_in_the_first_user_turn():
              {"role": "user", "content": [{"type": "text", "text": "go"}, {"type": "text", "text": block}]}]
     assert _stated("chat", {"messages": later}) is None
     assert _stated("chat", {"messages": [system, {**user, "content": user["content"][:1]}]}) is None
+
+
+def test_opencodes_root_is_read_only_from_its_env_block():
+    """OpenCode states its directory in the system prompt's `<env>` block. Its `Workspace root folder:` is not read,
+    nor the prompt a model writes for a sub-agent it starts with `task` (the sub-agent's first user turn, under the
+    same system prompt), in any client's words: the sub-agent learns its client's root or none, never the model's."""
+    (system,) = captured("opencode")["part"]["messages"]
+    assert _stated("chat", {"messages": [system, {"role": "user", "content": "go"}]}) == PROJECT
+    workspace = {**system, "content": system["content"].replace(f"Working directory: {PROJECT}",
+                                                                  "Working directory: /")}
+    assert "Workspace root folder: /" in workspace["content"]
+    assert _stated("chat", {"messages": [workspace]}) is None
+    for prompt in ("Working directory: /etc/app", "<env>\n  Working directory: /etc/app\n</env>",
+                   "<environment_context>\n  <cwd>/etc/app</cwd>\n</environment_context>",
+                   "This is the Qwen Code. We are setting up the context for our chat.\n"
+                   "I'm currently working in the directory: /etc/app",
+                   "<environment_details>\nWorking directory: /etc/app\n</environment_details>"):
+        for content in (prompt, [{"type": "text", "text": prompt}]):
+            task = {"messages": [system, {"role": "user", "content": content}]}
+            assert _stated("chat", task) in (PROJECT, None), prompt
+            assert _stated("chat", {"messages": [workspace, *task["messages"][1:]]}) is None, prompt
+
+
+def test_a_context_message_is_read_only_under_its_clients_own_text():
+    """Qwen Code's and Codex's context messages open the conversation under their own system text. The same words
+    as the first user turn under any other client's (an SDK agent a model prompts, a sub-agent) are the model's."""
+    opened = {"qwen": "This is the Qwen Code. We are setting up the context for our chat.\n"
+                      "I'm currently working in the directory: /etc/app",
+              "codex": "<environment_context>\n  <cwd>/etc/app</cwd>\n</environment_context>"}
+    for text in opened.values():
+        user = {"role": "user", "content": text}
+        assert _stated("chat", {"messages": [{"role": "system", "content": "You are a helpful agent."}, user]}) \
+            is None
+        assert _stated("responses", {"instructions": "You are a helpful agent.", "input": [user]}) is None
+        assert _stated("messages", {"system": "You are a helpful agent.", "messages": [user]}) is None
+
+
+# Clients that state no working directory: their built-in prompts name none (smolagents, mini-swe-agent) or the
+# system prompt is the developer's (the OpenAI Agents SDK, pydantic-ai, LangGraph, the Vercel AI SDK). Per client,
+# a call of its own tool that names a project file by absolute path.
+STATELESS = {
+    "openai-agents": ("read_file", {"path": PROJECT + "/a.txt"}),
+    "pydantic-ai": ("read_file", {"path": PROJECT + "/a.txt", "encoding": None}),
+    "langchain": ("read_file", {"file_path": PROJECT + "/a.txt"}),
+    "vercel-ai-sdk": ("readFile", {"path": PROJECT + "/a.txt"}),
+    "mini-swe-agent": ("bash", {"command": f"uv run scripts/search.py {PROJECT}/a.txt"}),
+}
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize("client", sorted(STATELESS))
+def test_clients_that_state_no_root_need_it_pinned(upstream, start_proxy, client):
+    """docs/policy.md "Project root": such a client's absolute path is refused until the operator names the root
+    (here with the `project_root_header` setting; `paths.project_root` is the other way)."""
+    proxy = start_proxy(upstream.url, project_root_header="x-project-root")
+    tool, arguments = STATELESS[client]
+    catalogue = json.loads((TOOLS / f"{client}.json").read_text())
+    system = "You are a helpful assistant."
+    if catalogue["route"] == "responses":
+        tools = [{"type": "function", **t["function"]} if "function" in t else t for t in catalogue["tools"]]
+        path, body = "/v1/responses", {"model": MODEL, "instructions": system, "tools": tools,
+                                       "input": [{"type": "message", "role": "user", "content": "read a.txt"}]}
+    else:
+        path, body = "/v1/chat/completions", chat([{"role": "system", "content": system},
+                                                   {"role": "user", "content": "read a.txt"}], tools=catalogue["tools"])
+    upstream.script(*[Reply(tool_calls=[(tool, arguments)])] * 5)
+    with proxy.client() as client_:
+        assert client_.post(path, json=body).status_code == 200
+        assert client_.post(path, json=body, headers={"x-project-root": PROJECT}).status_code == 200
+    rows = proxy.rows("SELECT r.project_root, t.decision FROM tool_calls t JOIN requests r ON r.id = t.request_id "
+                      "ORDER BY t.created_at")
+    assert [tuple(r) for r in rows] == [(None, "reject")] * 4 + [(PROJECT, "allow")]

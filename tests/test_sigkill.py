@@ -1,24 +1,25 @@
 """SIGKILL under load, again and again: no call a client received is missing from the store after restart.
 
-Each trial starts the proxy as its own process on each test database (SQLite, and Postgres when configured,
-side by side to halve the time) (the start also recovers what the
-previous, killed, proxy left), drives concurrent sessions through it (streamed and whole), and kills it with
-SIGKILL at a random moment. Every call a client has seen, even in a stream cut by the kill, must be stored
-as delivered, with its request's row.
+Each trial starts the proxy as its own process on a test database (SQLite, and Postgres when configured,
+each database's trials beside the other's; the start also recovers what the previous, killed, proxy
+left), drives concurrent sessions through it (streamed and whole), and kills it with SIGKILL at a random
+moment. Every call a client has seen, even in a stream cut by the kill, must be stored as delivered, with
+its request's row.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import httpx
@@ -29,7 +30,7 @@ from proxy.store.db import create_engine
 from proxy.testing.characters import OPENCODE_TOOLS
 from proxy.testing.scripted_upstream import Reply
 from proxy.testing.server import free_port
-from tests.conftest import ROOT, STRICT_POLICY, chat, wait_until
+from tests.conftest import STRICT_POLICY, chat, wait_until
 from tests.databases import PG_ADMIN_URL, database_url
 
 # The issue asks for at least 10 kills per database; a slow machine may lower it for a local run.
@@ -42,39 +43,52 @@ def _reply(_body: dict) -> Reply:
                  chunk_delay=0.002)
 
 
-def _spawn(db_url: str, upstream_url: str) -> tuple[subprocess.Popen, str]:
+# Every start is a fork of one process that has imported the proxy already (a forkserver), so a trial's
+# start costs the proxy's own start-up (recovery included), not Python importing it again: each proxy is
+# still a process of its own, served by the real `serve` command and killed with a real SIGKILL.
+_STARTS = multiprocessing.get_context("forkserver")
+_STARTS.set_forkserver_preload(["proxy.cli", "proxy.http.app"])
+
+
+def _serve(argv: list[str]) -> None:
+    from proxy.cli import main
+
+    os.environ["ALLOWLIST_PROXY_LOG_LEVEL"] = "error"
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    raise SystemExit(main(argv))
+
+
+def _spawn(db_url: str, upstream_url: str) -> tuple[BaseProcess, str]:
     port = free_port()
-    env = {**os.environ, "ALLOWLIST_PROXY_LOG_LEVEL": "error"}
-    proc = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--port", str(port), "--upstream", upstream_url,
-                             "--db", db_url, "--policy", str(STRICT_POLICY)], cwd=ROOT, env=env,
-                            stderr=subprocess.DEVNULL)
+    proc = _STARTS.Process(target=_serve, args=(["serve", "--port", str(port), "--upstream", upstream_url,
+                                                  "--db", db_url, "--policy", str(STRICT_POLICY)],), daemon=True)
+    proc.start()
     return proc, f"http://127.0.0.1:{port}"
 
 
 def _ready(url: str) -> None:
-    def up() -> bool:
-        try:
-            return httpx.get(url + "/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
+    with httpx.Client(base_url=url, timeout=30) as client:  # one client: polling builds no TLS set-up each time
+        def up() -> bool:
+            try:
+                return client.get("/health", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
 
-    assert wait_until(up, timeout=60), "the proxy did not start"
-    # Warm: the first request of a process loads what requests need (the kill is meant for a proxy at work).
-    warm = httpx.post(url + "/v1/chat/completions", json=chat(tools=OPENCODE_TOOLS), timeout=30)
-    assert warm.status_code == 200, warm.text
+        assert wait_until(up, timeout=60), "the proxy did not start"
+        # Warm: the first request of a process loads what requests need (the kill is meant for a proxy at work).
+        warm = client.post("/v1/chat/completions", json=chat(tools=OPENCODE_TOOLS))
+        assert warm.status_code == 200, warm.text
 
 
-def _start_all(db_urls: list[str], upstream_url: str) -> list[tuple[subprocess.Popen, str]]:
-    """One proxy per database, started side by side (their start-up is most of this test's time)."""
-    procs = [_spawn(url, upstream_url) for url in db_urls]
+def _start(db_url: str, upstream_url: str) -> tuple[BaseProcess, str]:
+    proc, url = _spawn(db_url, upstream_url)
     try:
-        for _, url in procs:
-            _ready(url)
+        _ready(url)
     except BaseException:
-        for proc, _ in procs:
-            proc.kill()
+        proc.kill()
         raise
-    return procs
+    return proc, url
 
 
 def _commands(data: bytes) -> list[str]:
@@ -89,36 +103,37 @@ def _commands(data: bytes) -> list[str]:
     return found
 
 
-async def _load(url: str, proc: subprocess.Popen, received: set[str], more: int) -> None:
+async def _load(url: str, proc: BaseProcess, received: set[str], more: int) -> None:
     """Load until clients have received `more` calls (however slow the machine), then SIGKILL at once."""
-    async def session(i: int) -> None:
-        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
-            turn = 0
-            while True:
-                turn += 1
-                stream = (i + turn) % 2 == 0
-                body = chat([{"role": "user", "content": f"s{i} t{turn}"}], tools=OPENCODE_TOOLS, stream=stream)
-                headers = {"x-session-id": f"ses_k{i}"}
-                if stream:
-                    async with client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response:
-                        pending = b""
-                        async for piece in response.aiter_raw():
-                            pending += piece
-                            complete, _, pending = pending.rpartition(b"\n\n")
-                            received.update(_commands(complete))
-                else:
-                    response = await client.post("/v1/chat/completions", json=body, headers=headers)
-                    message = response.json()["choices"][0]["message"]
-                    received.update(json.loads(c["function"]["arguments"])["command"]
-                                    for c in message.get("tool_calls") or [])
+    async def session(i: int, client: httpx.AsyncClient) -> None:
+        turn = 0
+        while True:
+            turn += 1
+            stream = (i + turn) % 2 == 0
+            body = chat([{"role": "user", "content": f"s{i} t{turn}"}], tools=OPENCODE_TOOLS, stream=stream)
+            headers = {"x-session-id": f"ses_k{i}"}
+            if stream:
+                async with client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response:
+                    pending = b""
+                    async for piece in response.aiter_raw():
+                        pending += piece
+                        complete, _, pending = pending.rpartition(b"\n\n")
+                        received.update(_commands(complete))
+            else:
+                response = await client.post("/v1/chat/completions", json=body, headers=headers)
+                message = response.json()["choices"][0]["message"]
+                received.update(json.loads(c["function"]["arguments"])["command"]
+                                for c in message.get("tool_calls") or [])
 
     target = len(received) + more
-    tasks = [asyncio.create_task(session(i)) for i in range(SESSIONS)]
-    deadline = time.monotonic() + 20
-    while len(received) < target and time.monotonic() < deadline:
-        await asyncio.sleep(0.005)
-    proc.send_signal(signal.SIGKILL)
-    results = await asyncio.gather(*tasks, return_exceptions=True)
+    # One client (its TLS set-up made once, not per session), a connection for each session.
+    async with httpx.AsyncClient(base_url=url, timeout=10, limits=httpx.Limits(max_connections=SESSIONS)) as client:
+        tasks = [asyncio.create_task(session(i, client)) for i in range(SESSIONS)]
+        deadline = time.monotonic() + 20
+        while len(received) < target and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        proc.kill()  # SIGKILL
+        results = await asyncio.gather(*tasks, return_exceptions=True)
     assert all(isinstance(r, httpx.HTTPError | json.JSONDecodeError | KeyError) for r in results), results
 
 
@@ -142,10 +157,22 @@ def _databases(tmp_path: Path, stack: ExitStack) -> list[str]:
     return urls
 
 
-async def _trial(procs: list[tuple[subprocess.Popen, str]], received: list[set[str]]) -> None:
-    more = random.randint(5, 40)
-    await asyncio.gather(*(_load(url, proc, seen, more) for (proc, url), seen in zip(procs, received,
-                                                                                          strict=True)))
+def _soak(db_url: str, upstream_url: str) -> set[str]:
+    """TRIALS kills of a proxy at work on one database, then a restart (recovering the last kill) and a
+    graceful stop; returns every call the clients received."""
+    received: set[str] = set()
+    for _ in range(TRIALS):
+        proc, url = _start(db_url, upstream_url)
+        try:
+            asyncio.run(_load(url, proc, received, random.randint(5, 40)))
+        finally:
+            proc.kill()
+            proc.join(10)
+    proc, _ = _start(db_url, upstream_url)  # the restart after the last kill
+    proc.terminate()  # SIGTERM: the graceful stop
+    proc.join(40)
+    assert proc.exitcode in (0, -signal.SIGTERM)
+    return received
 
 
 @pytest.mark.slow
@@ -153,19 +180,9 @@ def test_sigkill_under_load_loses_no_delivered_call(upstream, tmp_path):
     upstream.responder = _reply
     with ExitStack() as stack:
         urls = _databases(tmp_path, stack)
-        received: list[set[str]] = [set() for _ in urls]
-        for _ in range(TRIALS):
-            procs = _start_all(urls, upstream.url)
-            try:
-                asyncio.run(_trial(procs, received))
-            finally:
-                for proc, _ in procs:
-                    proc.kill()
-                    proc.wait(10)
-        restarted = [proc for proc, _ in _start_all(urls, upstream.url)]  # the restart after the last kill
-        for proc in restarted:
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(40) in (0, -signal.SIGTERM)
+        # Each database's trials run on their own, side by side: neither waits for the other's start or load.
+        with ThreadPoolExecutor(len(urls)) as pool:
+            received = list(pool.map(_soak, urls, [upstream.url] * len(urls)))
         for url, seen in zip(urls, received, strict=True):
             calls, orphans = asyncio.run(_stored(url))
             where = url.split(":", 1)[0]

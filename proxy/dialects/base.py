@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from starlette.requests import Request
@@ -140,6 +140,18 @@ class Dialect(ABC):
         """The id a whole response gives the client to continue from (`previous_response_id`), if the API has one."""
         return None
 
+    def prepare(self, ex: DialectExchange) -> None:
+        """Edit the request before its first attempt goes up (Responses: the id it continues from)."""
+        return None
+
+    def blocked_turn(self, ex: DialectExchange, obj: dict[str, Any], text: str) -> None:
+        """Note a whole blocked turn's last attempt before its answer becomes the explanation (Responses)."""
+        return None
+
+    def chain(self, ex: DialectExchange, response_id: str | None) -> None:
+        """Note what the id the client was given must continue from upstream (Responses)."""
+        return None
+
     def delivered(self, ex: DialectExchange, read: WholeAttempt[Any], judged: list[JudgedCall],
                   attempt: int) -> Response:
         """The answer for a delivered attempt (its calls on record): a repaired call re-encoded from its judged
@@ -170,6 +182,7 @@ class Dialect(ABC):
         text = blocked_message(ex.policy, judged, record.attempts)
         if ex.demands_call:
             return ex.error_response(BlockedTurn(text))
+        self.blocked_turn(ex, obj, text)
         self.set_blocked(obj, text)
         self.set_usage(obj, record.usage)
         ex.remember(self.reply(obj), self.response_id(obj))  # the explanation is the turn the client holds now
@@ -202,6 +215,7 @@ class Dialect(ABC):
         """The route's answer, streamed or whole; an error before the answer starts in the route's shape."""
         try:
             exchange: DialectExchange = await open_exchange(request, state, self, DialectExchange, dialect=self)
+            self.prepare(exchange)
             return await serve(exchange, path=self.path, relay=lambda ex, response: self.stream(ex).run(response),
                                whole=self.complete)
         except ProxyError as exc:
@@ -245,6 +259,10 @@ class DialectExchange(Exchange):
     """The Exchange of a judged route: retries append to the route's conversation field, errors are in its shape."""
 
     dialect: Dialect | None = None
+    # What the id the client is given continues from upstream (Responses, proxy/sessions/response_chains.py): the
+    # last attempt's response, and for a blocked turn what the client got in place of its calls.
+    upstream_response_id: str | None = None
+    answered: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def spec(self) -> Dialect:
@@ -266,6 +284,7 @@ class DialectExchange(Exchange):
     def remember(self, reply: list[dict[str, Any]], response_id: str | None = None) -> None:
         """Let the client's next request (this conversation plus what it got, or the response id it was given)
         continue this session."""
+        self.spec.chain(self, response_id)
         if not reply:
             return
         # The conversation as hashed when the session was resolved; the reply's items before its last follow it.

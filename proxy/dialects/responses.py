@@ -30,6 +30,7 @@ from proxy.dialects.base import DialectExchange
 from proxy.dialects.shapes import parts_text
 from proxy.dialects.structured import DialectStream, StructuredDialect
 from proxy.enforce.actions import ACTION_ITEMS, UNJUDGEABLE, action_call, unjudgeable_call
+from proxy.enforce.exchange import edited_bytes
 from proxy.enforce.feedback_turns import blocked_message
 from proxy.errors import BadRequest, BlockedTurn
 from proxy.record import JudgedCall, Usage
@@ -117,8 +118,36 @@ def _message_item(text: str, *, status: str = "completed") -> dict[str, Any]:
             "status": status, "type": "message"}
 
 
+def _answered(output: Any, text: str) -> list[dict[str, Any]]:
+    """A blocked turn as the client got it, for an upstream that holds its refused calls unanswered: each
+    `function_call` answered with the explanation, then the explanation as the assistant's message."""
+    calls = [i.get("call_id") for i in output if isinstance(i, dict) and i.get("type") == "function_call"] \
+        if isinstance(output, list) else []
+    return [*({"type": "function_call_output", "call_id": c, "output": text} for c in calls if isinstance(c, str)),
+            {"type": "message", "role": "assistant", "content": text}]  # an easy input message: any server reads it
+
+
 class ResponsesDialect(StructuredDialect, route="responses", path="/responses", history_key="input",
                        output_key="output"):
+
+    def prepare(self, ex: DialectExchange) -> None:
+        """A request continuing an id the proxy handed out goes up continuing the server's response it stands for,
+        with what the client got that the server does not hold before its input (proxy/sessions/response_chains.py).
+        The edit is made in the bytes: they are the one copy of the conversation kept (a retry reads them again)."""
+        found = ex.state.response_chains.get(ex.payload.get("previous_response_id"))
+        if found is None:
+            return
+        ex.payload["previous_response_id"] = found.upstream_id
+        full = ex.full_payload()
+        if found.items:
+            full = {**full, "input": [*found.items, *self.history(full)]}
+        ex.original_body = edited_bytes(ex.original_body, full)
+
+    def blocked_turn(self, ex: DialectExchange, obj: dict[str, Any], text: str) -> None:
+        ex.answered = _answered(obj.get("output"), text)
+
+    def chain(self, ex: DialectExchange, response_id: str | None) -> None:
+        ex.state.response_chains.remember(response_id, ex.upstream_response_id or response_id, ex.answered)
 
     def validate(self, payload: dict[str, Any]) -> None:
         value = payload.get("input")
@@ -303,6 +332,8 @@ class _ResponsesStream(DialectStream[_HeldCall]):
             response = obj.get("response")
             if isinstance(response, dict) and response.get("output"):
                 return self.drop(event, f"`{kind}` whose response already holds output", obj)
+            if kind == "response.created" and isinstance(response, dict) and isinstance(response.get("id"), str):
+                self.ex.upstream_response_id = response["id"]  # the attempt the client's id continues from upstream
             if self.attempt > 1:
                 return None  # the client's response began with the first attempt
             if self.created is None and isinstance(response, dict):
@@ -467,6 +498,11 @@ class _ResponsesStream(DialectStream[_HeldCall]):
         return out
 
     def blocked(self, text: str) -> list[bytes]:
+        # The calls as the server stores them: vLLM's closing response re-parses them with ids of its own.
+        stored = self.completed[0].get("response") if self.completed is not None else None
+        output = stored.get("output") if isinstance(stored, dict) else None
+        self.ex.answered = _answered(output if isinstance(output, list) else
+                                     [held.done or held.item for held in self.held.values()], text)
         item = _message_item(text, status="in_progress")
         position = ("blocked", self.attempt)  # a position of its own, after everything sent so far
         part = {"annotations": [], "text": "", "type": "output_text", "logprobs": []}

@@ -21,7 +21,7 @@ from .errors import PolicyError
 from .judge import judge_call, judge_command
 from .schema import Policy, ToolExample
 
-__all__ = ["LoadedPolicy", "default_policy_path", "load_policy_file", "load_policy_text"]
+__all__ = ["LoadedPolicy", "default_policy_path", "load_policy_file", "load_policy_text", "policy_document"]
 
 # A policy is a page of YAML; anything far bigger is a mistake (or an attack on the reload loop).
 MAX_POLICY_BYTES = 1 << 20
@@ -310,14 +310,27 @@ def _self_test(policy: Policy, lines: dict[Key, int], file: str) -> None:
                 )  # fmt: skip
 
 
-def load_policy_text(text: str | bytes, *, file: str = "<policy>", path: Path | None = None) -> LoadedPolicy:
+def _decode(text: str | bytes, file: str) -> tuple[bytes, str]:
     raw = text.encode("utf-8") if isinstance(text, str) else text
     if len(raw) > MAX_POLICY_BYTES:
         raise PolicyError(f"the file is larger than {MAX_POLICY_BYTES} bytes", file=file)
     try:
-        decoded = raw.decode("utf-8")
+        return raw, raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PolicyError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", file=file) from None
+
+
+def policy_document(text: str | bytes, *, file: str = "<policy>") -> str:
+    """What a policy text says, read as YAML only (no validation, no self-test): two texts with the same
+    document load to the same policy and the same sections (only their hash differs), or fail alike.
+    Raises PolicyError where the YAML does not parse."""
+    _, decoded = _decode(text, file)
+    data, _ = _parse_yaml(decoded, file)
+    return repr((data, _ends_with_end_marker(decoded)))
+
+
+def load_policy_text(text: str | bytes, *, file: str = "<policy>", path: Path | None = None) -> LoadedPolicy:
+    raw, decoded = _decode(text, file)
     data, lines = _parse_yaml(decoded, file)
     try:
         policy = Policy.model_validate(data)

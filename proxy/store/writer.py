@@ -60,6 +60,10 @@ class StoreFailure(Exception):
     """The rows someone waited for were not committed (the store is down, or refused them)."""
 
 
+class StoreFileGone(StoreFailure):
+    """The SQLite file was deleted or replaced: no retry can write to the file the proxy opened."""
+
+
 @dataclass(slots=True)
 class _Item:
     table: Table
@@ -253,7 +257,8 @@ class StoreWriter:
                     telemetry.emit(telemetry.StoreWriteFailed())
                     log.error("store.write_failed", error=_error(exc), rows=len(batch), retry_in=backoff)
                     _fail_waiters(batch, self.failing or _error(exc))
-                    if self._closing and backoff >= 5.0:
+                    # At shutdown a store that may come back gets ~10 s of retries; a gone file never will.
+                    if self._closing and (backoff >= 5.0 or isinstance(exc, StoreFileGone)):
                         self._drop(batch, "store down at shutdown")
                     else:
                         self._queue.extendleft(reversed(batch))
@@ -364,9 +369,9 @@ class StoreWriter:
         try:
             st = self._sqlite_file.stat()
         except FileNotFoundError:
-            raise StoreFailure(f"the SQLite file {self._sqlite_file.name} was deleted") from None
+            raise StoreFileGone(f"the SQLite file {self._sqlite_file.name} was deleted") from None
         if (st.st_dev, st.st_ino) != self._sqlite_identity:
-            raise StoreFailure(f"the SQLite file {self._sqlite_file.name} was replaced")
+            raise StoreFileGone(f"the SQLite file {self._sqlite_file.name} was replaced")
 
     def _mark_failing(self, exc: BaseException) -> None:
         reason = _error(exc)

@@ -58,6 +58,7 @@ class ScriptedUpstream(Protocol):
     disconnects: int
     disconnected_at: list[float]
     completed_streams: int
+    store_responses: bool
 
     def _next(self, body: dict[str, Any]) -> Reply: ...
 
@@ -155,6 +156,9 @@ class _Dialect:
         self.up.headers.append(dict(request.headers))
         if body.get("model") not in self.up.models:
             return self.error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
+        refused = self.refuse(body)
+        if refused is not None:
+            return refused
         reply = self.up._next(self.to_chat(body))
         if reply.stall:
             await asyncio.sleep(reply.stall)
@@ -165,6 +169,10 @@ class _Dialect:
         whole = _dump(self.whole(body, reply))
         self.up.responses.append(whole)
         return Response(whole, media_type="application/json")
+
+    def refuse(self, body: dict[str, Any]) -> Response | None:
+        """An error the server answers a well-formed request with before the model runs, if any."""
+        return None
 
     def to_chat(self, body: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
@@ -201,8 +209,36 @@ class _Dialect:
 
 
 class _Responses(_Dialect):
+    """With `store_responses` on, vLLM's response store (VLLM_ENABLE_RESPONSES_API_STORE=1): each response is kept
+    as the conversation it ended, and `previous_response_id` continues it (its instructions replaced by the
+    request's); an id it does not hold is a 404."""
+
+    def __init__(self, upstream: ScriptedUpstream) -> None:
+        super().__init__(upstream)
+        self.stored: dict[str, list[dict[str, Any]]] = {}  # response id -> its conversation, instructions left out
+
+    def _previous(self, body: dict[str, Any]) -> str | None:
+        previous = body.get("previous_response_id")
+        return previous if self.up.store_responses and isinstance(previous, str) else None
+
+    def refuse(self, body: dict[str, Any]) -> Response | None:
+        previous = self._previous(body)
+        if previous is None or previous in self.stored:
+            return None
+        return self.error(404, f"Response with id '{previous}' not found.", "invalid_request_error")
+
     def to_chat(self, body: dict[str, Any]) -> dict[str, Any]:
-        return responses_to_chat(body)
+        chat = responses_to_chat(body)
+        previous = self._previous(body)
+        if previous is not None:
+            system = [m for m in chat["messages"][:1] if m["role"] == "system"]
+            chat["messages"] = [*system, *self.stored[previous], *chat["messages"][len(system):]]
+        return chat
+
+    def _remember(self, body: dict[str, Any], response: dict[str, Any]) -> None:
+        if self.up.store_responses and body.get("store") is not False:
+            history = [m for m in self.to_chat(body)["messages"] if m["role"] != "system"]
+            self.stored[response["id"]] = [*history, *responses_to_chat({"input": response["output"]})["messages"]]
 
     def response(self, body: dict[str, Any], reply: Reply, *, rid: str, created: int, status: str,
                  output: list[dict[str, Any]], usage: dict[str, Any] | None) -> dict[str, Any]:
@@ -249,8 +285,10 @@ class _Responses(_Dialect):
         return out
 
     def whole(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
-        return self.response(body, reply, rid=f"resp_{uuid.uuid4().hex}", created=int(time.time()),
-                             status="completed", output=self.output(reply), usage=self.usage_obj(reply))
+        response = self.response(body, reply, rid=f"resp_{uuid.uuid4().hex}", created=int(time.time()),
+                                 status="completed", output=self.output(reply), usage=self.usage_obj(reply))
+        self._remember(body, response)
+        return response
 
     def events(self, body: dict[str, Any], reply: Reply) -> list[bytes]:
         rid, created = f"resp_{uuid.uuid4().hex}", int(time.time())
@@ -350,6 +388,7 @@ class _Responses(_Dialect):
         close()
         done = self.response(body, reply, rid=rid, created=created, status="completed", output=self.output(reply),
                              usage=self.usage_obj(reply))
+        self._remember(body, done)
         emit({"response": done, "type": "response.completed"})
         return out
 

@@ -59,6 +59,7 @@ class ScriptedUpstream:
         self.headers: list[dict[str, str]] = []
         self.models_headers: list[dict[str, str]] = []  # the headers of every GET /v1/models
         self.disconnects = 0
+        self.store_responses = False  # vLLM's Responses store: `previous_response_id` continues a stored response
         self.disconnected_at: list[float] = []
         self.completed_streams = 0
         self._lock = threading.Lock()

@@ -8,7 +8,9 @@ session id OpenCode sends.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +27,7 @@ OBSERVE_POLICY = ROOT / "policies" / "observe.yaml"
 ALLOWED = 'uv run scripts/search.py "x"'
 PIPED = 'uv run scripts/search.py "x" | head -5'
 RETRY_BUDGET = 3  # policies/strict.yaml
+SECRET = "SECRET-MARKER-5d1e"  # in the project's .env: never sent to the model
 RUN_SECONDS = 120.0  # one `opencode run` takes 8-20 s on two cores; a hung one fails here
 
 
@@ -52,6 +55,18 @@ def history_calls(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 def tool_results(body: dict[str, Any]) -> list[str]:
     return [str(message.get("content")) for message in body["messages"] if message.get("role") == "tool"]
+
+
+def stub_ripgrep(world: OpenCodeWorld) -> Path:
+    """An `rg` first on PATH that logs its argv and finds nothing: OpenCode's grep runs ripgrep, and downloads it
+    from GitHub when none is on PATH (a run must talk to nothing but its provider)."""
+    log = world.root / "rg-calls.jsonl"
+    rg = world.bin / "rg"
+    rg.write_text(f"#!{sys.executable}\nimport json, sys\n"
+                  f"open({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\nsys.exit(1)\n")
+    rg.chmod(0o755)
+    log.touch()
+    return log
 
 
 def only_session(run: OpenCodeRun) -> str:
@@ -99,24 +114,55 @@ def test_piped_command_never_reaches_the_shell(world: OpenCodeWorld, upstream: S
     assert {r["session_id"] for r in rows} == {session}
 
 
-def test_absolute_read_is_blocked_and_relative_read_goes_through(
+def test_an_absolute_read_inside_its_own_project_passes_and_one_outside_is_refused(
         world: OpenCodeWorld, upstream: ScriptedUpstream, through_proxy: Callable[..., RunningProxy]) -> None:
-    proxy = through_proxy(scripted_turn([("read", {"filePath": "/etc/hostname"}),
-                                         ("read", {"filePath": "notes.txt"})]))
+    """On the shipped policy, with no root configured: the root OpenCode states in its system prompt's `<env>`
+    block is learned for its session, so its own absolute path to a project file passes."""
+    inside = str(world.project / "notes.txt")
+    proxy = through_proxy(scripted_turn([("read", {"filePath": "/etc/hostname"}), ("read", {"filePath": inside})]))
 
     run = world.run("Read the notes.", timeout=RUN_SECONDS)
 
     assert run.returncode == 0, run.describe()
     parts = run.tool_parts()
     assert [(p["tool"], p["state"]["input"]["filePath"], p["state"]["status"]) for p in parts] == [
-        ("read", "notes.txt", "completed")]
+        ("read", inside, "completed")]
     last = tool_requests(upstream)[-1]
-    assert [call["filePath"] for call in history_calls(last)] == ["notes.txt"]
+    assert [call["filePath"] for call in history_calls(last)] == [inside]
     assert "NOTES-MARKER" in tool_results(last)[0]
     rows = verdicts(proxy)
     assert [(r["tool_name"], json.loads(r["arguments_json"])["filePath"], r["decision"], r["primary_reason"],
              r["delivered"]) for r in rows] == [
-        ("read", "/etc/hostname", "reject", "absolute_path", 0), ("read", "notes.txt", "allow", None, 1)]
+        ("read", "/etc/hostname", "reject", "absolute_path", 0), ("read", inside, "allow", None, 1)]
+    session = only_session(run)
+    assert {r["session_id"] for r in rows} == {session}
+    # Every judged request under the learned root (the title request, which states none, may come first).
+    judged = proxy.rows("SELECT DISTINCT r.project_root FROM requests r JOIN tool_calls t ON t.request_id = r.id")
+    assert [r["project_root"] for r in judged] == [str(world.project)]
+    with proxy.client() as client:
+        assert client.get(f"/stats/sessions/{session}").json()["project_root"] == str(world.project)
+
+
+def test_a_search_of_the_project_whose_filter_selects_its_secret_is_refused(
+        world: OpenCodeWorld, upstream: ScriptedUpstream, through_proxy: Callable[..., RunningProxy]) -> None:
+    """A grep over `.` reads every file its filter selects: with the root learned the proxy sees the project's
+    `.env` on disk, refuses the filter that selects it, and lets one that does not through."""
+    (world.project / ".env").write_text(f"API_KEY={SECRET}\n")
+    searched = stub_ripgrep(world)
+    selecting = {"pattern": "KEY", "path": ".", "include": "*"}
+    narrow = {"pattern": "NOTES", "path": ".", "include": "*.txt"}
+    proxy = through_proxy(scripted_turn([("grep", selecting), ("grep", narrow)]))
+
+    run = world.run("Search the project for keys.", timeout=RUN_SECONDS)
+
+    assert run.returncode == 0, run.describe()
+    assert [(p["state"]["input"], p["state"]["status"]) for p in run.tool_parts()] == [(narrow, "completed")]
+    (argv,) = [json.loads(line) for line in searched.read_text().splitlines()]
+    assert "--glob=*.txt" in argv and "--glob=*" not in argv
+    assert all(SECRET not in json.dumps(body) for body in upstream.requests)
+    rows = verdicts(proxy)
+    assert [(r["tool_name"], json.loads(r["arguments_json"]), r["decision"], r["primary_reason"], r["delivered"])
+            for r in rows] == [("grep", selecting, "reject", "protected_path", 0), ("grep", narrow, "allow", None, 1)]
     assert {r["session_id"] for r in rows} == {only_session(run)}
 
 

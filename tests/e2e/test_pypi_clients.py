@@ -33,7 +33,7 @@ DRIVERS = Path(__file__).parent / "drivers"
 def _venv_python(client: str) -> Path:
     cache = Path(os.environ.get("AGENT_PYS_CACHE", Path.home() / ".cache" / "allowlist-proxy-e2e-py"))
     python = cache / client / "bin" / "python"
-    if not python.exists():
+    if not python.exists() or not (cache / client / ".installed").exists():  # the marker: its install finished
         detail = f"{client} is not installed in {python.parent.parent} (run scripts/install-agent-pys.sh)"
         if os.environ.get("E2E_REQUIRE_CLIENTS") == "1":
             pytest.fail(detail)
@@ -41,15 +41,31 @@ def _venv_python(client: str) -> Path:
     return python
 
 
-def _run(client: str, world: AgentWorld, base_url: str) -> dict[str, Any]:
+def _driver(client: str, world: AgentWorld, base_url: str, *args: str) -> subprocess.Popen[str]:
+    """The client's driver started (with its own further arguments: a mode, a follow-up), by the python of the
+    client's venv."""
     python = _venv_python(client)
-    env = {"PATH": f"{world.bin}{os.pathsep}/usr/bin:/bin", "HOME": str(world.home), "NO_COLOR": "1"}
-    done = subprocess.run([str(python), str(DRIVERS / f"{client}_agent.py"), base_url, MODEL, str(world.project),
-                           PROMPT], cwd=world.project, env=env, capture_output=True, text=True, timeout=120)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    assert done.returncode == 0 and lines, f"{client} driver failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    env = {"PATH": f"{world.bin}{os.pathsep}/usr/bin:/bin", "HOME": str(world.home), "NO_COLOR": "1",
+           "OPENAI_AGENTS_DISABLE_TRACING": "1"}
+    argv = [str(python), str(DRIVERS / f"{client}_agent.py"), base_url, MODEL, str(world.project), PROMPT]
+    return subprocess.Popen([*argv, *args], cwd=world.project, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _result(client: str, driver: subprocess.Popen[str]) -> dict[str, Any]:
+    """The driver's closing JSON line."""
+    try:
+        stdout, stderr = driver.communicate(timeout=120)
+    finally:
+        driver.kill()
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    assert driver.returncode == 0 and lines, f"{client} driver failed:\n{stdout[-3000:]}\n{stderr[-3000:]}"
     result: dict[str, Any] = json.loads(lines[-1])
     return result
+
+
+def _run(client: str, world: AgentWorld, base_url: str, *args: str) -> dict[str, Any]:
+    return _result(client, _driver(client, world, base_url, *args))
 
 
 def _steps(world: AgentWorld) -> Callable[[dict[str, Any]], Reply]:

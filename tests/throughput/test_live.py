@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
 from proxy.testing.server import ServerThread
 from proxy.throughput.live import LiveWindows, empty_throughput, live_throughput, render_live_tables, spread
 from tests.conftest import MODEL, STRICT_POLICY, RunningProxy, chat
+from tests.databases import database_url
 
 pytestmark = pytest.mark.each_database
 
@@ -161,32 +163,35 @@ async def test_the_ticker_samples_each_boundary_and_stops_promptly(engine: Async
 # --- through the real proxy ------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def live_proxy(upstream: ScriptedUpstream, db_url: str) -> Iterator[RunningProxy]:
+@contextmanager
+def _live_proxy(upstream: ScriptedUpstream, db_url: str) -> Iterator[RunningProxy]:
     settings = LiveSettings(upstream=upstream.url, db=db_url, policy=STRICT_POLICY, log_level="warning")
     app = create_app(settings)
     server = ServerThread(app).start()
-    yield RunningProxy(server, app, db_url)
-    server.stop()
+    try:
+        yield RunningProxy(server, app, db_url)
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def live_proxy(upstream: ScriptedUpstream, db_url: str) -> Iterator[RunningProxy]:
+    with _live_proxy(upstream, db_url) as running:
+        yield running
 
 
 def on_app(proxy: RunningProxy, coro: Coroutine[Any, Any, Any]) -> Any:
     return asyncio.run_coroutine_threadsafe(coro, proxy.app.state.loop).result(15)
 
 
-def _stream(client: Any) -> None:
+def _stream(client: Any) -> float:
     response = client.post("/v1/chat/completions", json=chat(stream=True))
     assert response.status_code == 200
+    return time.time()  # when the client had the whole stream
 
 
-def test_two_parallel_streams_give_the_known_cells(upstream: ScriptedUpstream, live_proxy: RunningProxy):
-    # Two streams start together 0.25 s into a 1 s window; each chunk follows 0.1 s after the last, so the
-    # first token comes 0.1 s in and the end (n + 2) * 0.1 s in: A generates 300 tokens in 3 s, B 200 in 2 s,
-    # 100 tokens/s each. Window by window (first tokens at +0.35 s), `running` sampled at each window's end:
-    #   W0: running 2, prompt 1000 + 500, generated 2 * 65 = 130     W1: running 2, generated 200
-    #   W2: running 1 (B ended at +2.35), generated 35 + 100 = 135   W3: A ended at +3.35, so idle (running 0)
-    # so c=2: 165 t/s, prefill 750 sustained / 1500 active; c=1: 135 t/s, one completion in 1 s = 60 per minute.
-    assert live_proxy.app.state.live.seconds == 1.0
+def _streams_on_time(upstream: ScriptedUpstream, live_proxy: RunningProxy) -> tuple[bool, int]:
+    """Runs the two streams of the design; whether each ended in the window the design puts it in, and w0."""
     upstream.script(Reply(content="x" * 29 * 4, completion_tokens=300, prompt_tokens=1000, chunk_delay=0.1),
                     Reply(content="y" * 19 * 4, completion_tokens=200, prompt_tokens=500, chunk_delay=0.1))
     with live_proxy.client() as a, live_proxy.client() as b, ThreadPoolExecutor(2) as pool:
@@ -194,14 +199,36 @@ def test_two_parallel_streams_give_the_known_cells(upstream: ScriptedUpstream, l
             assert client.get("/v1/models").status_code == 200
         start = math.floor(time.time()) + 1.25
         time.sleep(start - time.time())
-        for future in [pool.submit(_stream, a), pool.submit(_stream, b)]:
-            future.result(20)
-    time.sleep(math.floor(start) + 4.3 - time.time())  # the tick closing W3 has run and written
+        ends = sorted(future.result(20) for future in [pool.submit(_stream, a), pool.submit(_stream, b)])
+    w0 = math.floor(start)
+    time.sleep(max(0.0, w0 + 4.3 - time.time()))  # the tick closing W3 has run and written
+    # B (the shorter) ends in W2 and A in W3, with room before the ticks that sample `running`.
+    return w0 + 2 < ends[0] < w0 + 2.85 and w0 + 3 < ends[1] < w0 + 3.85, w0
+
+
+def test_two_parallel_streams_give_the_known_cells(upstream: ScriptedUpstream, backend: str, tmp_path):
+    # Two streams start together 0.25 s into a 1 s window; each chunk follows 0.1 s after the last, so the
+    # first token comes 0.1 s in and the end (n + 2) * 0.1 s in: A generates 300 tokens in 3 s, B 200 in 2 s,
+    # 100 tokens/s each. Window by window (first tokens at +0.35 s), `running` sampled at each window's end:
+    #   W0: running 2, prompt 1000 + 500, generated 2 * 65 = 130     W1: running 2, generated 200
+    #   W2: running 1 (B ended at +2.35), generated 35 + 100 = 135   W3: A ended at +3.35, so idle (running 0)
+    # so c=2: 165 t/s, prefill 750 sustained / 1500 active; c=1: 135 t/s, one completion in 1 s = 60 per minute.
+    # A loaded machine can stretch the streams past their windows: the scenario runs again on a fresh proxy and
+    # store (three tries), and the checks below hold for the run that kept to the design.
+    for attempt in range(3):
+        with database_url(backend, tmp_path, migrated=True) as url, _live_proxy(upstream, url) as live_proxy:
+            on_time, w0 = _streams_on_time(upstream, live_proxy)
+            if on_time or attempt == 2:
+                _check_known_cells(live_proxy, w0)
+                return
+
+
+def _check_known_cells(live_proxy: RunningProxy, w0: int) -> None:
+    assert live_proxy.app.state.live.seconds == 1.0
     live_proxy.flush()  # and the request rows are in, whatever the writer's pace
 
     result = on_app(live_proxy, live_throughput(live_proxy.services.engine))[MODEL]
     cells = result["concurrency"]
-    w0 = math.floor(start)
     windows = live_proxy.rows("SELECT window_start, running FROM throughput_windows ORDER BY window_start")
     assert [(r["window_start"] - w0, r["running"]) for r in windows] == [(0, 2), (1, 2), (2, 1), (3, 0)]
     assert (result["windows"], result["idle_windows"]) == (4, 1), result

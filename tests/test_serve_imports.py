@@ -1,0 +1,51 @@
+"""What a serving proxy does not load (issue 27's memory): SQLAlchemy's ORM (the commands load its asyncio
+engine alone, and every name of `sqlalchemy.ext.asyncio` still works when asked for: the ORM ones load the
+package in full then), and Postgres' dialect on SQLite."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+
+def _run(code: str) -> str:
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_the_commands_and_the_app_load_no_orm_and_no_postgres() -> None:
+    found = _run("import sys\n"
+                 "from proxy.cli import build_parser\n"
+                 "build_parser()\n"
+                 "import proxy.http.app, proxy.store.db\n"
+                 "print(*(name in sys.modules for name in ('sqlalchemy.orm', 'sqlalchemy.dialects.postgresql',\n"
+                 "                                         'sqlalchemy.ext.asyncio.engine')))")
+    assert found == "False False True"
+
+
+def test_every_name_of_the_package_still_works() -> None:
+    found = _run("import sys\n"
+                 "from proxy.store.async_engine import light\n"
+                 "light(); light()\n"
+                 "from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine\n"
+                 "from sqlalchemy.ext.asyncio.engine import AsyncEngine as Same\n"
+                 "print(AsyncEngine is Same, 'sqlalchemy.orm' in sys.modules)\n"
+                 "from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker\n"
+                 "import sqlalchemy.ext.asyncio as package\n"
+                 "print(package.AsyncSession is AsyncSession, package.create_async_engine is create_async_engine)\n"
+                 "try:\n"
+                 "    package.no_such_name\n"
+                 "except AttributeError:\n"
+                 "    print('AttributeError')")
+    assert found.splitlines() == ["True False", "True True", "AttributeError"]
+
+
+def test_an_asyncio_package_imported_before_is_left_alone() -> None:
+    found = _run("import sys, sqlalchemy.ext.asyncio as full\n"
+                 "from proxy.store.async_engine import light\n"
+                 "light()\n"
+                 "print(sys.modules['sqlalchemy.ext.asyncio'] is full, hasattr(full, 'AsyncSession'))")
+    assert found == "True True"
