@@ -3,13 +3,24 @@ request path of a client that names no session)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from proxy.sessions.resolve import SessionResolver, conversation_digests, hash_conversation, reply_digest
+from proxy.sessions.resolve import (
+    SessionResolver,
+    _arguments,
+    _canonical,
+    _text,
+    conversation_digests,
+    hash_conversation,
+    reply_digest,
+)
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
 REPLY = {"role": "assistant", "content": "done", "tool_calls": []}
@@ -89,3 +100,23 @@ async def test_a_request_waits_for_the_store_holding_its_keys_not_its_conversati
     assert (await resolver.finish(resolver.prepare({}, follow))).id == first.id
     named = resolver.prepare({"x-session-id": "ses_1"}, conversation)
     assert (await resolver.finish(named)).id == "ses_1"
+
+
+_TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=40) | st.sampled_from(["", "\u2028", "\"\\\n\t", "é"])
+_CALL = st.fixed_dictionaries({"id": _TEXT, "type": st.just("function"), "function": st.fixed_dictionaries(
+    {"name": _TEXT, "arguments": _TEXT | st.just('{"b": 1, "a": [2, "x"]}')})})
+_MESSAGE = st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "tool", "system"]) | _TEXT},
+                                 optional={"content": _TEXT | st.lists(st.fixed_dictionaries(
+                                               {"type": st.just("text"), "text": _TEXT}), max_size=3) | st.none(),
+                                           "tool_calls": st.lists(_CALL, max_size=2),
+                                           "tool_call_id": _TEXT | st.none()})
+
+
+@settings(max_examples=400, deadline=None)
+@given(_MESSAGE)
+def test_a_messages_canonical_bytes_are_the_stored_ones(message):
+    """Stored digests outlive a release: the fast encoding of a message is json.dumps's, byte for byte."""
+    calls = [[c.get("id"), c["function"].get("name"), _arguments(c["function"].get("arguments"))]
+             for c in message.get("tool_calls") or []]
+    key = [message.get("role"), _text(message.get("content")), calls, message.get("tool_call_id")]
+    assert _canonical(message) == json.dumps(key, sort_keys=True, ensure_ascii=False, default=str).encode()
