@@ -105,12 +105,12 @@ def _named_ids(message: Mapping[str, Any]) -> list[str]:
     found: list[Any] = []  # unvalidated: filtered below
     calls = message.get("tool_calls")
     for call in calls if isinstance(calls, list) else []:
-        if isinstance(call, Mapping):
+        if isinstance(call, dict):
             found.append(call.get("id"))
     found.append(message.get("tool_call_id"))
     content = message.get("content") if message.get("role") == "assistant" else None
     texts = [content] if isinstance(content, str) else [
-        p.get("text") for p in content if isinstance(p, Mapping)] if isinstance(content, list) else []
+        p.get("text") for p in content if isinstance(p, dict)] if isinstance(content, list) else []
     for text in texts:
         if isinstance(text, str):
             found += _ID_TOKEN.findall(text)
@@ -118,7 +118,7 @@ def _named_ids(message: Mapping[str, Any]) -> list[str]:
 
 
 def _latest_turns(messages: Sequence[Mapping[str, Any]], lookback: int) -> list[Mapping[str, Any]]:
-    return [m for m in messages if isinstance(m, Mapping) and m.get("role") not in _INSTRUCTION_ROLES][-lookback:]
+    return [m for m in messages if isinstance(m, dict) and m.get("role") not in _INSTRUCTION_ROLES][-lookback:]
 
 
 def named_call_keys(messages: Sequence[Mapping[str, Any]], lookback: int = _SHARED_LOOKBACK) -> list[str]:
@@ -238,7 +238,7 @@ def _walk(messages: Sequence[Any], running: Any, *, every: bool = True) -> list[
     the digest of a prefix that ends in a client's turn (never a lineage key) is left empty."""
     out: list[tuple[str, Any]] = []
     for message in messages:
-        if not isinstance(message, Mapping):
+        if not isinstance(message, dict):
             continue
         role = message.get("role")
         if role in _INSTRUCTION_ROLES:
