@@ -117,7 +117,7 @@ def _named_ids(message: Mapping[str, Any]) -> list[str]:
     return [i for i in found if _distinctive(i)]
 
 
-def _latest_turns(messages: Sequence[Mapping[str, Any]], lookback: int) -> list[Mapping[str, Any]]:
+def _latest_turns(messages: Sequence[Mapping[str, Any]], lookback: int) -> Sequence[Mapping[str, Any]]:
     return [m for m in messages if isinstance(m, dict) and m.get("role") not in _INSTRUCTION_ROLES][-lookback:]
 
 
