@@ -263,10 +263,15 @@ class PolicyManager:
         event-driven on Linux, nothing runs while nothing changes)."""
         if self._task is not None:
             return
+        ready = asyncio.Event()
         self._task = asyncio.create_task(
-            watch_directory(self.directory, self._reload_in_thread, debounce=self._debounce_ms / 1000),
+            watch_directory(self.directory, self._reload_in_thread, debounce=self._debounce_ms / 1000, ready=ready),
             name="policy-watch",
         )
+        # An edit made once start() returned is seen.
+        waiter = asyncio.create_task(ready.wait())
+        await asyncio.wait({self._task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
         loop = asyncio.get_running_loop()
         # Only the main thread may take signals; a proxy served from another thread (tests) has no SIGHUP.
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError, AttributeError):

@@ -90,22 +90,27 @@ async def _call_when_due(due: asyncio.Event, on_change: Callable[[], Awaitable[o
             _log.exception("policy.reload_failed")
 
 
-async def watch_directory(directory: Path, on_change: Callable[[], Awaitable[object]], *, debounce: float) -> None:
+async def watch_directory(
+    directory: Path, on_change: Callable[[], Awaitable[object]], *, debounce: float, ready: asyncio.Event
+) -> None:
     """Await `on_change()` `debounce` seconds after the last change to a relevant entry of `directory` (see
-    `is_relevant`), until cancelled. Runs of `on_change` never overlap."""
+    `is_relevant`), until cancelled. Runs of `on_change` never overlap. `ready` is set once changes are seen
+    (the first watch is in place or the directory is missing, or once watchfiles takes over)."""
     due = asyncio.Event()
     caller = asyncio.create_task(_call_when_due(due, on_change), name="policy-reload")
     try:
         if _inotify_available():
             try:
-                await _watch_inotify(directory, due, debounce)
+                await _watch_inotify(directory, due, debounce, ready)
                 return
             except OSError as error:
                 if error.errno not in _LIMIT_ERRNOS:
                     raise
                 _log.warning("policy.watch_polling", directory=str(directory), reason=str(error))
+        ready.set()
         await _watch_watchfiles(directory, due, debounce, force_polling=_inotify_available())
     finally:
+        ready.set()
         caller.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await caller
@@ -123,7 +128,7 @@ def _directory_mask() -> Mask:
     )  # fmt: skip
 
 
-async def _watch_inotify(directory: Path, due: asyncio.Event, debounce: float) -> None:
+async def _watch_inotify(directory: Path, due: asyncio.Event, debounce: float, ready: asyncio.Event) -> None:
     from asyncinotify import Inotify
 
     debounce_timer = _Debounce(debounce, due.set)
@@ -131,7 +136,7 @@ async def _watch_inotify(directory: Path, due: asyncio.Event, debounce: float) -
         try:
             lost = False
             while True:
-                watch = await _add_watch(inotify, directory)
+                watch = await _add_watch(inotify, directory, ready)
                 if lost:
                     debounce_timer.poke()  # back after a gap: files may have changed while nothing watched
                 await _read_until_lost(inotify, watch, debounce_timer)
@@ -140,15 +145,18 @@ async def _watch_inotify(directory: Path, due: asyncio.Event, debounce: float) -
             debounce_timer.cancel()
 
 
-async def _add_watch(inotify: Inotify, directory: Path) -> Watch:
+async def _add_watch(inotify: Inotify, directory: Path, ready: asyncio.Event) -> Watch:
     """The watch on `directory`, once there is a directory there (checked once a second while there is none)."""
     warned = False
     while True:
         try:
-            return inotify.add_watch(directory, _directory_mask())
+            watch = inotify.add_watch(directory, _directory_mask())
+            ready.set()
+            return watch
         except OSError as error:
             if error.errno in _LIMIT_ERRNOS:
                 raise
+            ready.set()
             if not warned:
                 warned = True
                 _log.warning("policy.watch_waiting", directory=str(directory), reason=error.strerror)

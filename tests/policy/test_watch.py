@@ -1,0 +1,201 @@
+"""The policy watcher (proxy/policy/watch.py): what it reloads on, and that an idle proxy pays nothing for it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from proxy.policy import PolicyManager
+from proxy.policy import watch as policy_watch
+
+from .conftest import ROOT
+
+STRICT = (ROOT / "policies" / "strict.yaml").read_text()
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify and /proc are Linux's")
+
+
+def _strict(retry_budget: int) -> str:
+    return STRICT.replace("retry_budget: 3 ", f"retry_budget: {retry_budget} ")
+
+
+@pytest.fixture
+def policy_dir(tmp_path: Path) -> Path:
+    directory = tmp_path / "policies"
+    directory.mkdir()
+    (directory / "strict.yaml").write_text(STRICT)
+    return directory
+
+
+@pytest.fixture(autouse=True)
+def quick_retry(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(policy_watch, "_RETRY_SECONDS", 0.05)
+
+
+async def _until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(0.02)
+    return predicate()
+
+
+def _budget(manager: PolicyManager) -> int:
+    return manager.current().policy.retry_budget
+
+
+def _count_reloads(manager: PolicyManager, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    runs: list[bool] = []
+    reload = manager.reload
+
+    def counting(*, explicit: bool = False) -> bool:
+        runs.append(reload(explicit=explicit))
+        return runs[-1]
+
+    monkeypatch.setattr(manager, "reload", counting)
+    return runs
+
+
+async def test_a_burst_of_writes_reloads_once_with_the_last_one(
+    policy_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = PolicyManager(policy_dir / "strict.yaml", debounce_ms=100)
+    runs = _count_reloads(manager, monkeypatch)
+    await manager.start()
+    try:
+        for budget in range(4, 20):  # an editor saving in pieces, a script rewriting the file in a loop
+            (policy_dir / "strict.yaml").write_text(_strict(budget))
+        assert await _until(lambda: _budget(manager) == 19)
+        await asyncio.sleep(0.4)  # a second reload would have started by now
+        assert runs == [True]
+    finally:
+        await manager.stop()
+
+
+async def test_an_unrelated_file_does_not_reload(policy_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    manager = PolicyManager(policy_dir / "strict.yaml", debounce_ms=20)
+    runs = _count_reloads(manager, monkeypatch)
+    await manager.start()
+    try:
+        (policy_dir / ".strict.yaml.swp").write_text("x")
+        (policy_dir / "notes.txt").write_text("x")
+        (policy_dir / "strict.yaml").write_text(_strict(5))
+        assert await _until(lambda: _budget(manager) == 5)
+        await asyncio.sleep(0.2)
+        assert runs == [True]
+    finally:
+        await manager.stop()
+
+
+async def test_successive_configmap_updates_are_picked_up(tmp_path: Path) -> None:
+    # What the kubelet does for each update of a mounted ConfigMap: a new `..<timestamp>` directory, a new
+    # `..data_tmp` link renamed over `..data`, the old directory removed. The policy's own name is a link
+    # through `..data` that never changes.
+    def publish(stamp: str, text: str) -> Path:
+        version = tmp_path / f"..2026_12_04_{stamp}"
+        version.mkdir()
+        (version / "strict.yaml").write_text(text)
+        (tmp_path / "..data_tmp").symlink_to(version.name)
+        os.rename(tmp_path / "..data_tmp", tmp_path / "..data")
+        return version
+
+    first = publish("a", STRICT)
+    (tmp_path / "strict.yaml").symlink_to("..data/strict.yaml")
+    manager = PolicyManager(tmp_path / "strict.yaml", debounce_ms=20)
+    await manager.start()
+    try:
+        for stamp, budget in (("b", 2), ("c", 1)):
+            previous, first = first, publish(stamp, _strict(budget))
+            shutil.rmtree(previous)
+            assert await _until(lambda budget=budget: _budget(manager) == budget), f"update {stamp} not seen"
+    finally:
+        await manager.stop()
+
+
+async def test_a_directory_removed_and_recreated_is_watched_again(policy_dir: Path) -> None:
+    main = policy_dir / "strict.yaml"
+    manager = PolicyManager(main, debounce_ms=20)
+    await manager.start()
+    try:
+        shutil.rmtree(policy_dir)
+        assert await _until(lambda: bool(manager.status()["errors"])), "the missing file is not reported"
+        assert _budget(manager) == 3  # the last good policy keeps serving
+        await asyncio.sleep(0.2)  # the watcher looks for the directory a few times
+        policy_dir.mkdir()
+        main.write_text(_strict(6))
+        assert await _until(lambda: _budget(manager) == 6), "the recreated directory is not watched"
+        assert manager.status()["errors"] == []
+        main.write_text(_strict(7))  # and the new directory's later edits too
+        assert await _until(lambda: _budget(manager) == 7)
+    finally:
+        await manager.stop()
+
+
+async def test_a_directory_replaced_by_a_rename_is_watched_again(policy_dir: Path) -> None:
+    main = policy_dir / "strict.yaml"
+    manager = PolicyManager(main, debounce_ms=20)
+    await manager.start()
+    try:
+        staged = policy_dir.with_name("policies.new")
+        staged.mkdir()
+        (staged / "strict.yaml").write_text(_strict(2))
+        policy_dir.rename(policy_dir.with_name("policies.old"))
+        staged.rename(policy_dir)
+        assert await _until(lambda: _budget(manager) == 2), "the directory moved into place is not read"
+        (policy_dir.with_name("policies.old") / "strict.yaml").write_text(_strict(9))  # no longer the policy
+        main.write_text(_strict(1))
+        assert await _until(lambda: _budget(manager) == 1), "the directory moved into place is not watched"
+    finally:
+        await manager.stop()
+
+
+async def test_the_watchfiles_fallback_reloads_on_edit(policy_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(policy_watch, "_inotify_available", lambda: False)  # macOS, or inotify limits spent
+    manager = PolicyManager(policy_dir / "strict.yaml", debounce_ms=50)
+    await manager.start()
+    try:
+        await asyncio.sleep(0.3)  # watchfiles' thread starts watching
+        (policy_dir / "strict.yaml").write_text(_strict(5))
+        assert await _until(lambda: _budget(manager) == 5)
+    finally:
+        await manager.stop()
+
+
+def _voluntary_switches() -> dict[str, int]:
+    switches: dict[str, int] = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except OSError:
+            continue  # the thread ended
+        switches[task.name] = next(int(line.split()[1]) for line in status.splitlines()
+                                   if line.startswith("voluntary_ctxt_switches"))  # fmt: skip
+    return switches
+
+
+@linux_only
+async def test_an_idle_watcher_starts_no_thread_and_wakes_nothing(policy_dir: Path) -> None:
+    manager = PolicyManager(policy_dir / "strict.yaml")
+    threads = {thread.ident for thread in threading.enumerate()}
+    await manager.start()
+    try:
+        await asyncio.sleep(0.1)
+        before = _voluntary_switches()
+        await asyncio.sleep(1.0)
+        after = _voluntary_switches()
+        woken = {tid: after[tid] - before.get(tid, 0) for tid in after if after[tid] != before.get(tid, 0)}
+        # This thread wakes once, at the end of its sleep; watchfiles' thread alone would add ~20.
+        assert sum(woken.values()) <= 3, woken
+        assert {thread.ident for thread in threading.enumerate()} <= threads
+        started = time.monotonic()
+    finally:
+        await manager.stop()
+    assert time.monotonic() - started < 0.5  # stopping is prompt
