@@ -138,6 +138,7 @@ async def _watch_inotify(directory: Path, due: asyncio.Event, debounce: float, r
             while True:
                 watch = await _add_watch(inotify, directory, ready)
                 if lost:
+                    _log.info("policy.watch_resumed", directory=str(directory))
                     debounce_timer.poke()  # back after a gap: files may have changed while nothing watched
                 await _read_until_lost(inotify, watch, debounce_timer)
                 lost = True
