@@ -16,21 +16,9 @@ import httpx
 import pytest
 
 from proxy.testing.server import free_port
-from tests.conftest import ROOT, STRICT_POLICY, wait_until
+from tests.conftest import ROOT, STRICT_POLICY, voluntary_switches, wait_until, woken
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and inotify are Linux's")
-
-
-def _voluntary_switches(pid: int) -> dict[str, int]:
-    switches: dict[str, int] = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            status = (task / "status").read_text()
-        except OSError:
-            continue  # the thread ended
-        switches[task.name] = next(int(line.split()[1]) for line in status.splitlines()
-                                   if line.startswith("voluntary_ctxt_switches"))  # fmt: skip
-    return switches
 
 
 def _up(url: str) -> bool:
@@ -52,12 +40,11 @@ def test_an_idle_served_proxy_wakes_nothing_and_stops_at_a_signal(tmp_path: Path
     try:
         assert wait_until(lambda: _up(url), timeout=30)
         time.sleep(0.3)  # what the health check started settles
-        before = _voluntary_switches(proc.pid)
+        before = voluntary_switches(proc.pid)
         time.sleep(1.0)
-        after = _voluntary_switches(proc.pid)
-        woken = {tid: after[tid] - before.get(tid, 0) for tid in after if after[tid] != before.get(tid, 0)}
+        wakes = woken(before, voluntary_switches(proc.pid))
         # The throughput windows end every 10 s; uvicorn's tick alone was 10 a second, watchfiles' poll 20.
-        assert sum(woken.values()) <= 2, woken
+        assert sum(wakes.values()) <= 2, wakes
 
         date = httpx.get(f"{url}/health").headers["date"]
         assert abs(parsedate_to_datetime(date).timestamp() - time.time()) < 2, date

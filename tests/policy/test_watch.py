@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
 from proxy.policy import PolicyManager
 from proxy.policy import watch as policy_watch
+from tests.conftest import voluntary_switches, woken
 
 from .conftest import ROOT
 
@@ -48,6 +50,16 @@ async def _until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
     return predicate()
 
 
+@contextlib.asynccontextmanager
+async def _watching(main: Path, *, debounce_ms: int) -> AsyncIterator[PolicyManager]:
+    manager = PolicyManager(main, debounce_ms=debounce_ms)
+    await manager.start()
+    try:
+        yield manager
+    finally:
+        await manager.stop()
+
+
 def _budget(manager: PolicyManager) -> int:
     return manager.current().policy.retry_budget
 
@@ -67,32 +79,24 @@ def _count_reloads(manager: PolicyManager, monkeypatch: pytest.MonkeyPatch) -> l
 async def test_a_burst_of_writes_reloads_once_with_the_last_one(
     policy_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    manager = PolicyManager(policy_dir / "strict.yaml", debounce_ms=100)
-    runs = _count_reloads(manager, monkeypatch)
-    await manager.start()
-    try:
+    async with _watching(policy_dir / "strict.yaml", debounce_ms=100) as manager:
+        runs = _count_reloads(manager, monkeypatch)
         for budget in range(4, 20):  # an editor saving in pieces, a script rewriting the file in a loop
             (policy_dir / "strict.yaml").write_text(_strict(budget))
         assert await _until(lambda: _budget(manager) == 19)
         await asyncio.sleep(0.4)  # a second reload would have started by now
         assert runs == [True]
-    finally:
-        await manager.stop()
 
 
 async def test_an_unrelated_file_does_not_reload(policy_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    manager = PolicyManager(policy_dir / "strict.yaml", debounce_ms=20)
-    runs = _count_reloads(manager, monkeypatch)
-    await manager.start()
-    try:
+    async with _watching(policy_dir / "strict.yaml", debounce_ms=20) as manager:
+        runs = _count_reloads(manager, monkeypatch)
         (policy_dir / ".strict.yaml.swp").write_text("x")
         (policy_dir / "notes.txt").write_text("x")
         (policy_dir / "strict.yaml").write_text(_strict(5))
         assert await _until(lambda: _budget(manager) == 5)
         await asyncio.sleep(0.2)
         assert runs == [True]
-    finally:
-        await manager.stop()
 
 
 async def test_successive_configmap_updates_are_picked_up(tmp_path: Path) -> None:
@@ -107,24 +111,18 @@ async def test_successive_configmap_updates_are_picked_up(tmp_path: Path) -> Non
         os.rename(tmp_path / "..data_tmp", tmp_path / "..data")
         return version
 
-    first = publish("a", STRICT)
+    current = publish("a", STRICT)
     (tmp_path / "strict.yaml").symlink_to("..data/strict.yaml")
-    manager = PolicyManager(tmp_path / "strict.yaml", debounce_ms=20)
-    await manager.start()
-    try:
+    async with _watching(tmp_path / "strict.yaml", debounce_ms=20) as manager:
         for stamp, budget in (("b", 2), ("c", 1)):
-            previous, first = first, publish(stamp, _strict(budget))
+            previous, current = current, publish(stamp, _strict(budget))
             shutil.rmtree(previous)
             assert await _until(lambda budget=budget: _budget(manager) == budget), f"update {stamp} not seen"
-    finally:
-        await manager.stop()
 
 
 async def test_a_directory_removed_and_recreated_is_watched_again(policy_dir: Path) -> None:
     main = policy_dir / "strict.yaml"
-    manager = PolicyManager(main, debounce_ms=20)
-    await manager.start()
-    try:
+    async with _watching(main, debounce_ms=20) as manager:
         shutil.rmtree(policy_dir)
         assert await _until(lambda: bool(manager.status()["errors"])), "the missing file is not reported"
         assert _budget(manager) == 3  # the last good policy keeps serving
@@ -135,15 +133,11 @@ async def test_a_directory_removed_and_recreated_is_watched_again(policy_dir: Pa
         assert manager.status()["errors"] == []
         main.write_text(_strict(7))  # and the new directory's later edits too
         assert await _until(lambda: _budget(manager) == 7)
-    finally:
-        await manager.stop()
 
 
 async def test_a_directory_replaced_by_a_rename_is_watched_again(policy_dir: Path) -> None:
     main = policy_dir / "strict.yaml"
-    manager = PolicyManager(main, debounce_ms=20)
-    await manager.start()
-    try:
+    async with _watching(main, debounce_ms=20) as manager:
         staged = policy_dir.with_name("policies.new")
         staged.mkdir()
         (staged / "strict.yaml").write_text(_strict(2))
@@ -153,49 +147,26 @@ async def test_a_directory_replaced_by_a_rename_is_watched_again(policy_dir: Pat
         (policy_dir.with_name("policies.old") / "strict.yaml").write_text(_strict(9))  # no longer the policy
         main.write_text(_strict(1))
         assert await _until(lambda: _budget(manager) == 1), "the directory moved into place is not watched"
-    finally:
-        await manager.stop()
 
 
 async def test_the_watchfiles_fallback_reloads_on_edit(policy_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(policy_watch, "_inotify_available", lambda: False)  # macOS, or inotify limits spent
-    manager = PolicyManager(policy_dir / "strict.yaml", debounce_ms=50)
-    await manager.start()
-    try:
+    async with _watching(policy_dir / "strict.yaml", debounce_ms=50) as manager:
         await asyncio.sleep(0.3)  # watchfiles' thread starts watching
         (policy_dir / "strict.yaml").write_text(_strict(5))
         assert await _until(lambda: _budget(manager) == 5)
-    finally:
-        await manager.stop()
-
-
-def _voluntary_switches() -> dict[str, int]:
-    switches: dict[str, int] = {}
-    for task in Path("/proc/self/task").iterdir():
-        try:
-            status = (task / "status").read_text()
-        except OSError:
-            continue  # the thread ended
-        switches[task.name] = next(int(line.split()[1]) for line in status.splitlines()
-                                   if line.startswith("voluntary_ctxt_switches"))  # fmt: skip
-    return switches
 
 
 @linux_only
 async def test_an_idle_watcher_starts_no_thread_and_wakes_nothing(policy_dir: Path) -> None:
-    manager = PolicyManager(policy_dir / "strict.yaml")
     threads = {thread.ident for thread in threading.enumerate()}
-    await manager.start()
-    try:
+    async with _watching(policy_dir / "strict.yaml", debounce_ms=200):
         await asyncio.sleep(0.1)
-        before = _voluntary_switches()
+        before = voluntary_switches()
         await asyncio.sleep(1.0)
-        after = _voluntary_switches()
-        woken = {tid: after[tid] - before.get(tid, 0) for tid in after if after[tid] != before.get(tid, 0)}
+        wakes = woken(before, voluntary_switches())
         # This thread wakes once, at the end of its sleep; watchfiles' thread alone would add ~20.
-        assert sum(woken.values()) <= 3, woken
+        assert sum(wakes.values()) <= 3, wakes
         assert {thread.ident for thread in threading.enumerate()} <= threads
         started = time.monotonic()
-    finally:
-        await manager.stop()
     assert time.monotonic() - started < 0.5  # stopping is prompt
