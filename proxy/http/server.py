@@ -72,6 +72,9 @@ class TicklessServer(uvicorn.Server):
             return
         self._loop, self._exit = asyncio.get_running_loop(), asyncio.Event()
         installed = self._signals_through_the_loop()
+        if not installed and threading.current_thread() is threading.main_thread():
+            await super().main_loop()  # a loop without signal handling (Windows): only the tick sees a Ctrl-C
+            return
         try:
             if not self.should_exit:
                 await self._exit.wait()
