@@ -33,7 +33,8 @@ POLICY_SUFFIXES = (".yaml", ".yml")
 _RETRY_SECONDS = 1.0
 # A writer that never pauses still gets its file reloaded this many quiet periods after its first write.
 _LONGEST_DELAY_FACTOR = 5
-# The inotify limits (fs.inotify.max_user_instances / max_user_watches) are spent: watch by polling instead.
+# The inotify limits (fs.inotify.max_user_instances / max_user_watches) are spent: not a missing directory to wait
+# for, so watch by polling instead.
 _LIMIT_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.ENOMEM)
 
 
@@ -103,9 +104,9 @@ async def watch_directory(
             try:
                 await _watch_inotify(directory, due, debounce, ready)
                 return
-            except OSError as error:
-                if error.errno not in _LIMIT_ERRNOS:
-                    raise
+            except (ImportError, RuntimeError, OSError) as error:
+                # The limits spent, or no usable inotify (a libc without it, the package missing): poll rather
+                # than stop seeing edits.
                 _log.warning("policy.watch_polling", directory=str(directory), reason=str(error))
         ready.set()
         await _watch_watchfiles(directory, due, debounce, force_polling=_inotify_available())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import shutil
 import sys
@@ -149,12 +150,33 @@ async def test_a_directory_replaced_by_a_rename_is_watched_again(policy_dir: Pat
         assert await _until(lambda: _budget(manager) == 1), "the directory moved into place is not watched"
 
 
+async def _edits_seen_from_a_thread(manager: PolicyManager, main: Path) -> bool:
+    """watchfiles starts watching in a thread of its own some time after start(), and a polling watcher compares
+    sizes and modification times: edit until one is seen, each of another size."""
+    await asyncio.sleep(0.3)
+    for budget in (15, 16, 17):
+        main.write_text(_strict(budget))
+        if await _until(lambda budget=budget: _budget(manager) == budget, timeout=3.0):
+            return True
+    return False
+
+
 async def test_the_watchfiles_fallback_reloads_on_edit(policy_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(policy_watch, "_inotify_available", lambda: False)  # macOS, or inotify limits spent
     async with _watching(policy_dir / "strict.yaml", debounce_ms=50) as manager:
-        await asyncio.sleep(0.3)  # watchfiles' thread starts watching
-        (policy_dir / "strict.yaml").write_text(_strict(5))
-        assert await _until(lambda: _budget(manager) == 5)
+        assert await _edits_seen_from_a_thread(manager, policy_dir / "strict.yaml")
+
+
+@linux_only
+async def test_spent_inotify_limits_fall_back_to_polling(policy_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncinotify
+
+    def no_room(*_args: object) -> None:
+        raise OSError(errno.ENOSPC, "inotify watch limit reached (fs.inotify.max_user_watches)")
+
+    monkeypatch.setattr(asyncinotify.Inotify, "add_watch", no_room)
+    async with _watching(policy_dir / "strict.yaml", debounce_ms=50) as manager:
+        assert await _edits_seen_from_a_thread(manager, policy_dir / "strict.yaml")
 
 
 @linux_only
