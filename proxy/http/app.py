@@ -27,6 +27,8 @@ from proxy.stats.prometheus import REGISTRY
 __all__ = ["create_app"]
 
 log = get_logger("proxy.http.app")
+# How long a worker thread may hold the GIL while the event loop waits for it (see `lifespan`).
+_SWITCH_SECONDS = 0.001
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -35,6 +37,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Figures and large bodies are computed in worker threads; a thread holding the GIL keeps the event loop
+        # (every relayed stream) waiting up to the switch interval, 5 ms by default, at each of the loop's turns.
+        sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_SECONDS))
         services = await Services.start(settings)
         try:
             app.state.proxy = services
