@@ -149,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(settings)
     app.state.listen = (settings.host, sock.getsockname()[1])
     app.state.print_banner = True
+    app.state.own_process = True
     raise_open_file_limit(settings.max_connections)
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=30,
                             **server_options(settings))
