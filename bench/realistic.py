@@ -330,7 +330,7 @@ def verdicts(results: dict[tuple[int, str], dict[str, dict[str, float]]], peak: 
             if name.startswith("proxy") and concurrency in (1, 6) and kind != "rejected":
                 limit = 1.5 if kind == "whole" else 1.15
                 check(f"CPU per answer, {name}, c={concurrency}, {kind}", round(row["cpu"] / bare, 2), limit)
-            if name.startswith("proxy") and "rel50" in row and kind in ("mixed", "content", "reasoning"):
+            if name.startswith("proxy") and "rel50" in row and kind != "rejected":
                 factor = 2 if name == "proxy-pg" else 1
                 if concurrency == 1:
                     check(f"release wait p50, {name}, c=1, {kind}", row["rel50"], 1 * factor, " ms")
