@@ -113,6 +113,7 @@ def _compile(stmt: Executable, dialect: Dialect, keys: tuple[str, ...], expandin
             raise TypeError(f"column {column.key} has no scalar default: a Prepared INSERT must name it")
         defaults[column.key] = column.default.arg
     getters: list[Callable[[Row], Any]] = []
+    processors: list[Callable[[Any], Any] | None] = []
     for name in compiled.positiontup:
         if name in compiled.binds:
             bind = compiled.binds[name]
@@ -122,13 +123,33 @@ def _compile(stmt: Executable, dialect: Dialect, keys: tuple[str, ...], expandin
             bind, index = compiled.binds[parent], int(position) - 1
             literals: Sequence[Any] = bind.effective_value or ()
             get = _item_of(parent, index) if parent == expanding else _constant(literals[index])
-        processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
-        getters.append(get if processor is None else _processed(get, processor))
+        getters.append(get)
+        processors.append(bind.type.dialect_impl(dialect).bind_processor(dialect))
     columns: list[Any] = list(stmt.selected_columns) if isinstance(stmt, SelectBase) else []
     names = [str(column.key) for column in columns]
     readers = [column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns]
-    return _Compiled(compiled.string, functools.partial(_values, getters),
+    return _Compiled(compiled.string, _values_of(compiled.positiontup, keys, getters, processors),
                      functools.partial(_result_row, names, readers))
+
+
+def _values_of(names: Sequence[str], keys: tuple[str, ...], getters: list[Callable[[Row], Any]],
+               processors: list[Callable[[Any], Any] | None]) -> Callable[[Row], tuple[Any, ...]]:
+    """A row's parameters in the SQL's order. The usual INSERT takes every one from the row: one C call takes
+    them, and only the few typed ones (booleans) go through their processor."""
+    processed = tuple((i, p) for i, p in enumerate(processors) if p is not None)
+    if len(names) > 1 and all(name in keys for name in names):
+        take = operator.itemgetter(*names)
+        return functools.partial(_taken, take, processed) if processed else take
+    getters = [g if p is None else _processed(g, p) for g, p in zip(getters, processors, strict=True)]
+    return functools.partial(_values, getters)
+
+
+def _taken(take: Callable[[Row], tuple[Any, ...]], processed: tuple[tuple[int, Callable[[Any], Any]], ...],
+           row: Row) -> tuple[Any, ...]:
+    values = list(take(row))
+    for index, processor in processed:
+        values[index] = processor(values[index])
+    return tuple(values)
 
 
 def _named(name: str, keys: tuple[str, ...], defaults: Mapping[str, Any], literal: Any) -> Callable[[Row], Any]:
