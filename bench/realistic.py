@@ -287,6 +287,7 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"{args.tokens}-token answers at {args.rate:g} tokens/s, bodies of {min(sizes) // 1000}-"
           f"{max(sizes) // 1000} KB with {len(TOOLS)} tools; {load()}")
+    results: dict[tuple[int, str], dict[str, dict[str, float]]] = {}
     with started(args) as (direct, targets):
         print(f"\n{'c':>3} {'kind':<10} {'target':<13} {'CPU ms':>8} {'CPU/bare':>9} {'added p50':>10} "
               f"{'ttfb +p50':>10} {'tail +p50':>10} {'tail +p99':>10} {'release p50':>12} {'release p99':>12}")
@@ -294,6 +295,7 @@ def main() -> None:
             for kind in args.kinds.split(","):
                 result = asyncio.run(level(targets, direct, concurrency, max(args.requests, concurrency * 3),
                                            kind, sizes))
+                results[concurrency, kind] = result
                 for name, r in result.items():
                     release = (f"{'<=' + format(r['rel50'], 'g'):>12} {'<=' + format(r['rel99'], 'g'):>12}"
                                if "rel50" in r else "")
@@ -301,10 +303,44 @@ def main() -> None:
                           f"{r['cpu'] / result['bare']['cpu']:>9.2f} {r['added']:>10.2f} {r['ttfb']:>10.2f} "
                           f"{r['tail']:>10.2f} {r['tail99']:>10.2f} {release}"
                           + (f"  ({r['failed']} failed)" if r["failed"] else ""))
-        peak = asyncio.run(rss(targets, args.rss_streams))
-        print(f"\npeak RSS, {args.rss_streams} concurrent streams of 250 KB bodies ({load()})")
+        peak = asyncio.run(rss(targets, args.rss_streams)) if args.rss_streams else {}
+        if peak:
+            print(f"\npeak RSS, {args.rss_streams} concurrent streams of 250 KB bodies ({load()})")
         for name, mb in peak.items():
             print(f"  {name:<13} {mb:7.1f} MB  {mb / peak['bare']:.2f}x bare")
+    print(f"\ntargets (issue 27), this run ({load()})")
+    for line in verdicts(results, peak):
+        print("  " + line)
+
+
+def verdicts(results: dict[tuple[int, str], dict[str, dict[str, float]]], peak: dict[str, float]) -> list[str]:
+    """Each target of issue 27 this run measured, met or not: CPU per answer against the bare passthrough
+    (streamed <= 1.15x at c=1 and c=6, whole <= 1.5x), the release wait on SQLite (p50 <= 1 ms at c=1, <= 3 ms at
+    c=6, p99 <= 10 ms at c=6; Postgres at most twice that) and the peak RSS of concurrent streams (<= 1.5x)."""
+    out = []
+
+    def check(what: str, value: float, limit: float, unit: str = "x") -> None:
+        if value == value:  # not NaN: measured
+            verdict = "met    " if value <= limit else "NOT MET"
+            out.append(f"{verdict}  {what}: {value:g}{unit} (target <= {limit:g}{unit})")
+
+    for (concurrency, kind), result in sorted(results.items()):
+        bare = result["bare"]["cpu"]
+        for name, row in result.items():
+            if name.startswith("proxy") and concurrency in (1, 6) and kind != "rejected":
+                limit = 1.5 if kind == "whole" else 1.15
+                check(f"CPU per answer, {name}, c={concurrency}, {kind}", round(row["cpu"] / bare, 2), limit)
+            if name.startswith("proxy") and "rel50" in row and kind in ("mixed", "content", "reasoning"):
+                factor = 2 if name == "proxy-pg" else 1
+                if concurrency == 1:
+                    check(f"release wait p50, {name}, c=1, {kind}", row["rel50"], 1 * factor, " ms")
+                if concurrency == 6:
+                    check(f"release wait p50, {name}, c=6, {kind}", row["rel50"], 3 * factor, " ms")
+                    check(f"release wait p99, {name}, c=6, {kind}", row["rel99"], 10 * factor, " ms")
+    for name, mb in peak.items():
+        if name.startswith("proxy") and peak.get("bare"):
+            check(f"peak RSS, {name}", round(mb / peak["bare"], 2), 1.5)
+    return out
 
 
 if __name__ == "__main__":

@@ -80,6 +80,7 @@ def watch(app, seconds, work):
 settings = Settings(upstream="http://127.0.0.1:9/v1", db=sys.argv[1], policy=Path("policies/strict.yaml").resolve(),
                     log_level="error")
 app = create_app(settings)
+app.state.own_process = True  # as `serve` runs it
 with ServerThread(app) as proxy, httpx.Client(timeout=60) as client:
     client.get(proxy.url + "/stats/models").raise_for_status()
     idle = watch(app, 2.0, lambda: time.sleep(0.05))

@@ -220,3 +220,21 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
             return True
         time.sleep(0.01)
     return predicate()
+
+
+def voluntary_switches(pid: int | str = "self") -> dict[str, int]:
+    """Thread id -> how often that thread of `pid` went to sleep (Linux: /proc), to count what wakes a process."""
+    switches: dict[str, int] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except OSError:
+            continue  # the thread ended
+        switches[task.name] = next(int(line.split()[1]) for line in status.splitlines()
+                                   if line.startswith("voluntary_ctxt_switches"))  # fmt: skip
+    return switches
+
+
+def woken(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """Thread id -> its wake-ups between two `voluntary_switches`, for the threads that woke."""
+    return {tid: count - before.get(tid, 0) for tid, count in after.items() if count != before.get(tid, 0)}

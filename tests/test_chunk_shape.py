@@ -95,3 +95,39 @@ def test_the_thinking_fields_teach_their_own_frame(field):
 def test_an_unknown_field_teaches_no_frame():
     data = chunk('{"refusal":"x"}')
     assert TextFrame.learn(data, json.loads(data)) is None
+
+
+def event(data: str) -> bytes:
+    return b"data: " + data.encode() + b"\n\n"
+
+
+@pytest.mark.parametrize("text", ["hello", "é ü 中", "<tool_call>", " ", "a/b"])
+def test_a_plain_chunk_reads_from_its_bytes_as_its_parse(text):
+    data = chunk('{"content":' + dumps(text) + "}")
+    assert learnt().plain_text(event(data)) == json.loads(data)["choices"][0]["delta"]["content"] == text
+
+
+@pytest.mark.parametrize("delta", [
+    '{"content":"a\\nb"}',  # escapes are read by `text`, in full
+    '{"content":"say \\"hi\\""}',
+    '{"content":"\u2028"}',  # printable only as escaped: read in full
+    '{"content":""}',
+    '{"content":"a","reasoning":"b"}',
+    '{"content":"a"},"x":{"y":"b"}',
+    '{"content":"a',
+    '{"content":"}',
+    '{"content":"a\tb"}',
+    '{"content":1}',
+])
+def test_anything_but_a_plain_string_is_left_to_the_full_reading(delta):
+    assert learnt().plain_text(event(chunk(delta))) is None
+
+
+def test_bytes_that_are_not_utf8_or_not_one_whole_event_are_left_to_the_full_reading():
+    frame = learnt()
+    whole = event(chunk('{"content":"ab"}'))
+    assert frame.plain_text(whole.replace(b"ab", b"a\xff")) is None
+    assert frame.plain_text(whole[:-1]) is None  # the blank line not read yet
+    assert frame.plain_text(whole + whole) is None  # two events in one read
+    assert frame.plain_text(b"event: x\n" + whole) is None
+    assert frame.plain_text(whole.replace(b"data: ", b"data:")) is None

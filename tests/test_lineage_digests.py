@@ -120,3 +120,33 @@ def test_a_messages_canonical_bytes_are_the_stored_ones(message):
              for c in message.get("tool_calls") or []]
     key = [message.get("role"), _text(message.get("content")), calls, message.get("tool_call_id")]
     assert _canonical(message) == json.dumps(key, sort_keys=True, ensure_ascii=False, default=str).encode()
+
+
+_LONG = st.text(alphabet=st.characters(codec="utf-8"), min_size=256, max_size=400)
+_KEPT_MESSAGE = st.fixed_dictionaries({
+    "role": st.sampled_from(["user", "assistant", "tool"]), "content": _LONG | st.sampled_from(["x" * 300, " x" * 150]),
+}, optional={"tool_call_id": st.sampled_from(["None", "call_1", ""]) | st.none()})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_KEPT_MESSAGE, min_size=1, max_size=6))
+def test_kept_message_digests_are_the_digests_hashed_afresh(messages):
+    """A long text's digest is kept between requests: what is kept is what hashing it again gives, whatever
+    else was hashed before (the same text under another role, or answering another call, is another turn)."""
+    import hashlib
+
+    from proxy.sessions import resolve
+
+    def fresh() -> list[str]:
+        running, out = hashlib.sha256(), []
+        for message in messages:
+            running.update(hashlib.sha256(_canonical(message)).digest())
+            out.append(running.copy().hexdigest()[:32])
+        return out
+
+    assert conversation_digests(messages) == fresh()
+    assert conversation_digests(messages) == fresh()  # now read from what was kept
+    twin = [{**m, "tool_call_id": None if m.get("tool_call_id") == "None" else "None"} for m in messages]
+    assert conversation_digests(twin) != conversation_digests(messages)
+    resolve._KEPT.clear()
+    assert conversation_digests(messages) == fresh()

@@ -63,3 +63,39 @@ async def test_targets_are_the_base_url_and_path():
         assert upstream._target("/models") is upstream._target("/models")
     finally:
         await upstream.aclose()
+
+
+async def test_reads_and_writes_keep_httpcores_errors():
+    """The stream reads anyio's stream itself (httpcore's wrapper keeps it as `_stream`): a stalled read is
+    httpcore's ReadTimeout, the peer's close an empty read, and writing to a closed stream a WriteError."""
+    import anyio
+    import httpcore
+
+    from proxy.upstream.transport import PollingBackend
+
+    async def serve(client: anyio.abc.SocketStream) -> None:
+        async with client:
+            await client.send(b"hello")
+            await anyio.sleep(0.3)
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, serve)
+        stream = await PollingBackend().connect_tcp("127.0.0.1", port)
+        assert await stream.read(100, timeout=5) == b"hello"
+        try:
+            await stream.read(100, timeout=0.05)
+        except httpcore.ReadTimeout:
+            pass
+        else:
+            raise AssertionError("a stalled read must time out")
+        assert await stream.read(100, timeout=5) == b""  # the server closed
+        await stream.aclose()
+        try:
+            await stream.write(b"x", timeout=1)
+        except httpcore.WriteError:
+            pass
+        else:
+            raise AssertionError("writing to a closed stream must fail")
+        tg.cancel_scope.cancel()

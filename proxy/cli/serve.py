@@ -141,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
 
     from proxy.http.app import create_app
     from proxy.http.connections import raise_open_file_limit, server_options
+    from proxy.http.server import TicklessServer
 
     settings = settings_from(args)
     asyncio.run(preflight(settings))
@@ -148,10 +149,11 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(settings)
     app.state.listen = (settings.host, sock.getsockname()[1])
     app.state.print_banner = True
+    app.state.own_process = True
     raise_open_file_limit(settings.max_connections)
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=30,
                             **server_options(settings))
-    server = uvicorn.Server(config)
+    server = TicklessServer(config)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:

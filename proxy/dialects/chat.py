@@ -375,6 +375,34 @@ class _StreamRelay(EventReader, StreamedAttempts):
             self.frames[learnt.field] = learnt
         return self._chunk(event, obj, bool(usage), choices)
 
+    def quick(self, chunk: bytes) -> bytes | None:
+        # `_framed` for a chunk whose text needs no decoding beyond UTF-8, read from the bytes: a stream's chunks
+        # wake the proxy one by one, and each wake-up pays for every object and function it touches.
+        if not self.frames or self.done_seen or self.attempt != 1:
+            return None
+        for frame in self.frames.values():
+            text = frame.plain_text(chunk)
+            if text is not None:
+                return self._release_text(frame, text, chunk)
+        return None
+
+    def _release_text(self, frame: TextFrame, text: str, raw: bytes) -> bytes | None:
+        """A plain text chunk of `frame`'s field, `raw` as it came: released as it is, or None (read in full)."""
+        choice = self.choices.get(frame.index)
+        if choice is None or choice.finish_reason is not None or choice.held_ids:
+            return None
+        if frame.field == "content":
+            if not choice.stream.releases_as_is(text):
+                return None
+            choice.content.append(text)
+        # Thinking is never scanned for calls (ChoiceStream.feed releases it as it stands).
+        if not self.hold_pieces():
+            self.sent_fields.add(frame.field)
+        record = self.ex.record
+        if record.ttft_ms is None:
+            record.mark_first_token()
+        return raw
+
     def _framed(self, event: SSEEvent) -> bytes | None:
         """The bulk of a stream: a chunk whose one choice carries only `delta.content` (or only the thinking's
         field), in the canonical encoding (the frame was learnt from a canonical chunk; `text` checks the
@@ -382,20 +410,8 @@ class _StreamRelay(EventReader, StreamedAttempts):
         None when the chunk is not such a one."""
         for frame in self.frames.values():
             text = frame.text(event.data)  # type: ignore[arg-type]  # plain: data is a str
-            if text is None:
-                continue
-            choice = self.choices.get(frame.index)
-            if choice is None or choice.finish_reason is not None or not text or choice.held_ids:
-                return None
-            if frame.field == "content":
-                if not choice.stream.releases_as_is(text):
-                    return None
-                choice.content.append(text)
-            # Thinking is never scanned for calls (ChoiceStream.feed releases it as it stands).
-            if not self.hold_pieces():
-                self.sent_fields.add(frame.field)
-            self.ex.record.mark_first_token()
-            return event.raw
+            if text is not None:
+                return self._release_text(frame, text, event.raw) if text else None
         return None
 
     def _chunk(self, event: SSEEvent, obj: dict[str, Any], has_usage: bool, choices: list[Any]) -> bytes | None:

@@ -90,6 +90,11 @@ class EventReader(ABC):
     def error(self, message: str, type_: str, code: Any) -> bytes:
         """An error event in the route's shape (the attempt ends in an upstream error)."""
 
+    def quick(self, chunk: bytes) -> bytes | None:
+        """What the client gets for `chunk`, one whole event read between events, when the route can tell from its
+        bytes alone (the bulk of a stream); None: read it as every event is read (`event`)."""
+        return None
+
     def attempt_end(self) -> list[bytes]:
         """What the client gets when the attempt's stream has ended without an error, before it is judged."""
         return []
@@ -99,13 +104,17 @@ class EventReader(ABC):
         breaks off ends the attempt with the route's error event."""
         record = self.ex.record
         decoder = SSEDecoder()
-        event_of = self.event  # the upstream's chunks read here, not through a generator: a stream has many
+        event_of, quick = self.event, self.quick  # the chunks read here, not through a generator: a stream has many
         try:
-            with self.ex.state.upstream.errors_translated():
+            with self.ex.state.upstream.errors_translated(response):
                 # What the events of one read release goes out in one write, as a passthrough relays that read:
                 # a loaded proxy reads several events at once, and a write per event would cost a send per event.
                 async for chunk in response.aiter_raw():
-                    record.mark_first_byte()
+                    if record.ttfb_ms is None:
+                        record.mark_first_byte()
+                    if decoder.between_events() and (out := quick(chunk)) is not None:
+                        yield out
+                        continue
                     pieces: list[bytes] = []
                     for event in decoder.feed(chunk):
                         out = event_of(event)

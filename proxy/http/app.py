@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -27,6 +28,8 @@ from proxy.stats.prometheus import REGISTRY
 __all__ = ["create_app"]
 
 log = get_logger("proxy.http.app")
+# How long a worker thread may hold the GIL while the event loop waits for it (see `lifespan`).
+_SWITCH_SECONDS = 0.001
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -35,6 +38,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        own_process = getattr(app.state, "own_process", False)  # `serve`: the process is this proxy's alone
+        if own_process:
+            # Figures and large bodies are computed in worker threads; a thread holding the GIL keeps the event
+            # loop (every relayed stream) waiting up to the switch interval, 5 ms by default, at each turn.
+            sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_SECONDS))
         services = await Services.start(settings)
         try:
             app.state.proxy = services
@@ -45,6 +53,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if getattr(app.state, "print_banner", False):
                 print(render(report), file=sys.stderr, flush=True)
             log.info("proxy.started", xml_rules=services.vllm.rules.label, **report)
+            if own_process:
+                # What start-up built (modules, the policy, the tool catalogues) lives as long as the process: out
+                # of the collector's reach, a full collection walks only what serving made since, not tens of
+                # megabytes of start-up objects while every stream waits.
+                gc.collect()
+                gc.freeze()
             yield
         finally:
             await services.close()

@@ -28,11 +28,11 @@ from .profiles import profile_table
 from .protected import register_own_files
 from .reload_guard import reload_verdict
 from .schema import Policy
+from .watch import POLICY_SUFFIXES, watch_directory
 
 __all__ = ["PolicyManager"]
 
 _log = structlog.get_logger("proxy.policy")
-_SUFFIXES = (".yaml", ".yml")
 
 
 # A file changed this recently may still be being written: wait until it holds still this long.
@@ -115,7 +115,6 @@ class PolicyManager:
         self._held: dict[str, dict[str, Any]] = {}  # file -> the widening version not applied
         self._task: asyncio.Task[None] | None = None
         self._sighup: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
         self._current: LoadedPolicy = self._load_main(first=True)  # type: ignore[assignment]
         self._load_siblings()
 
@@ -203,7 +202,9 @@ class PolicyManager:
         siblings: dict[str, LoadedPolicy] = {}
         try:
             paths = sorted(
-                self.path.parent / p.name for p in self.directory.iterdir() if p.suffix in _SUFFIXES and p.is_file()
+                self.path.parent / p.name
+                for p in self.directory.iterdir()
+                if p.suffix in POLICY_SUFFIXES and p.is_file()
             )
         except OSError:
             paths = []
@@ -258,11 +259,19 @@ class PolicyManager:
     # -- watching -------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Watch the policy directory and reload on every change, in a background task."""
+        """Watch the policy directory and reload after every change, in a background task (proxy/policy/watch.py:
+        event-driven on Linux, nothing runs while nothing changes)."""
         if self._task is not None:
             return
-        self._stop = asyncio.Event()
-        self._task = asyncio.create_task(self._watch(self._stop), name="policy-watch")
+        ready = asyncio.Event()
+        self._task = asyncio.create_task(
+            watch_directory(self.directory, self._reload_in_thread, debounce=self._debounce_ms / 1000, ready=ready),
+            name="policy-watch",
+        )
+        # An edit made once start() returned is seen.
+        waiter = asyncio.create_task(ready.wait())
+        await asyncio.wait({self._task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
         loop = asyncio.get_running_loop()
         # Only the main thread may take signals; a proxy served from another thread (tests) has no SIGHUP.
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError, AttributeError):
@@ -270,43 +279,20 @@ class PolicyManager:
             self._sighup = loop
 
     async def stop(self) -> None:
-        task, stop = self._task, self._stop
-        self._task = self._stop = None
+        task, self._task = self._task, None
         if self._sighup is not None:
             with contextlib.suppress(Exception):
                 self._sighup.remove_signal_handler(signal.SIGHUP)
             self._sighup = None
-        if task is None or stop is None:
+        if task is None:
             return
-        stop.set()
-        try:
-            await asyncio.wait_for(task, timeout=5)
-        except (TimeoutError, asyncio.CancelledError):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
 
-    async def _watch(self, stop: asyncio.Event) -> None:
-        from watchfiles import awatch
-
-        def relevant(_change: Any, name: str) -> bool:
-            # Kubernetes mounts a ConfigMap as `..data` -> `..<timestamp>/` and updates it by swapping that
-            # symlink: the policy's own name never changes, only these do.
-            base = Path(name).name
-            return base.endswith(_SUFFIXES) or base.startswith("..")
-
-        while not stop.is_set():
-            try:
-                async for _changes in awatch(
-                    self.directory, watch_filter=relevant, stop_event=stop, debounce=self._debounce_ms,
-                    step=50, recursive=False,
-                ):  # fmt: skip
-                    await asyncio.to_thread(self.reload)
-            except Exception:
-                # The directory vanished or the watcher failed: keep serving, try again shortly.
-                _log.exception("policy.watch_failed", directory=str(self.directory))
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=1.0)
+    async def _reload_in_thread(self) -> None:
+        # The reload reads and judges files (and waits for a file still being written): never on the loop.
+        await asyncio.to_thread(self.reload)
 
     # -- reporting ------------------------------------------------------------------------------------
 

@@ -105,20 +105,20 @@ def _named_ids(message: Mapping[str, Any]) -> list[str]:
     found: list[Any] = []  # unvalidated: filtered below
     calls = message.get("tool_calls")
     for call in calls if isinstance(calls, list) else []:
-        if isinstance(call, Mapping):
+        if isinstance(call, dict):
             found.append(call.get("id"))
     found.append(message.get("tool_call_id"))
     content = message.get("content") if message.get("role") == "assistant" else None
     texts = [content] if isinstance(content, str) else [
-        p.get("text") for p in content if isinstance(p, Mapping)] if isinstance(content, list) else []
+        p.get("text") for p in content if isinstance(p, dict)] if isinstance(content, list) else []
     for text in texts:
         if isinstance(text, str):
             found += _ID_TOKEN.findall(text)
     return [i for i in found if _distinctive(i)]
 
 
-def _latest_turns(messages: Sequence[Mapping[str, Any]], lookback: int) -> list[Mapping[str, Any]]:
-    return [m for m in messages if isinstance(m, Mapping) and m.get("role") not in _INSTRUCTION_ROLES][-lookback:]
+def _latest_turns(messages: Sequence[Mapping[str, Any]], lookback: int) -> Sequence[Mapping[str, Any]]:
+    return [m for m in messages if isinstance(m, dict) and m.get("role") not in _INSTRUCTION_ROLES][-lookback:]
 
 
 def named_call_keys(messages: Sequence[Mapping[str, Any]], lookback: int = _SHARED_LOOKBACK) -> list[str]:
@@ -186,6 +186,31 @@ def _canonical_plain(role: str, text: str, calls: list[Any], answers: str | None
     return f"[{_ESCAPE(role)}, {_ESCAPE(text)}, {encoded}, {tail}]".encode()
 
 
+def _message_digest(message: Mapping[str, Any]) -> bytes:
+    """sha256 of `_canonical(message)`. A long text without calls (a tool's output, a user's paste) comes back in
+    every later request of its conversation: its digest is kept, keyed by what decides it (role, the call it
+    answers, the text's length and Python's hash of it, which is keyed per process so that no text can be made to
+    collide with another), so that each request hashes only the turns new to it."""
+    content, role, answers = message.get("content"), message.get("role"), message.get("tool_call_id")
+    if (type(content) is not str or len(content) < _KEPT_MIN or message.get("tool_calls") or type(role) is not str
+            or not (answers is None or type(answers) is str)):
+        return hashlib.sha256(_canonical(message)).digest()
+    key = (role, answers, len(content), hash(content))
+    digest = _KEPT.get(key)
+    if digest is None:
+        digest = hashlib.sha256(_canonical(message)).digest()
+        if len(_KEPT) >= _KEPT_MAX:
+            del _KEPT[next(iter(_KEPT))]  # the oldest: a conversation's turns are asked for again in order
+        _KEPT[key] = digest
+    return digest
+
+
+# Long texts only: a short one hashes as fast as it is looked up. Keys hold no text: ~250 bytes an entry, 1 MB in all.
+_KEPT_MIN = 256
+_KEPT_MAX = 4096
+_KEPT: dict[tuple[str, str | None, int, int], bytes] = {}
+
+
 _ESCAPE = encode_basestring
 _DUMPS = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str).encode
 _CALLS_NONE = "[]"
@@ -208,23 +233,24 @@ def conversation_digests(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     return [digest for digest, _ in _walk(messages, hashlib.sha256())]
 
 
-def _walk(messages: Sequence[Any], running: Any) -> list[tuple[str, Any]]:
-    """(digest, role) of each turn's prefix, extending `running` (the hash of the turns before)."""
+def _walk(messages: Sequence[Any], running: Any, *, every: bool = True) -> list[tuple[str, Any]]:
+    """(digest, role) of each turn's prefix, extending `running` (the hash of the turns before); without `every`,
+    the digest of a prefix that ends in a client's turn (never a lineage key) is left empty."""
     out: list[tuple[str, Any]] = []
     for message in messages:
-        if not isinstance(message, Mapping):
+        if not isinstance(message, dict):
             continue
         role = message.get("role")
         if role in _INSTRUCTION_ROLES:
             continue
-        running.update(hashlib.sha256(_canonical(message)).digest())
-        out.append((running.copy().hexdigest()[:32], role))
+        running.update(_message_digest(message))
+        out.append((running.copy().hexdigest()[:32] if every or role not in _CLIENT_ROLES else "", role))
     return out
 
 
 def hash_conversation(messages: Sequence[Any]) -> Digests:
     running = hashlib.sha256()
-    walked = _walk(messages, running)
+    walked = _walk(messages, running, every=False)
     return Digests([digest for digest, role in walked if role not in _CLIENT_ROLES], running, len(walked))
 
 

@@ -12,8 +12,9 @@ hour: the dashboard's default) reads its per-session units and latency bins from
 
 from __future__ import annotations
 
+import asyncio
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -216,6 +217,15 @@ async def session_error_counts(conn: AsyncConnection, f: Filters) -> dict[str, l
     return await _pair_counts(conn, per_session, "errors", "calls", SessionErrors)
 
 
+async def _yielding(rows: Iterable[Any], every: int = 500) -> AsyncIterator[Any]:
+    """`rows` with a turn of the event loop after each `every`: a long result read on the loop (a row each
+    ~1 us) would otherwise hold every relayed stream for its whole length."""
+    for position, row in enumerate(rows, 1):
+        yield row
+        if position % every == 0:
+            await asyncio.sleep(0)
+
+
 async def _pair_counts(conn: AsyncConnection, per_session: Any, part: str, whole: str,
                        unit: Callable[[int, int], Any]) -> dict[str, list[Any]]:
     """model -> one `unit(part, whole)` per session of `per_session` (a subquery of model, part, whole), in
@@ -224,7 +234,7 @@ async def _pair_counts(conn: AsyncConnection, per_session: Any, part: str, whole
     stmt = (select(s.model, s[part], s[whole], func.count())
             .group_by(s.model, s[part], s[whole]).order_by(s.model, s[part], s[whole]))
     out: dict[str, list[Any]] = {}
-    for model, p, w, n in await conn.execute(stmt):
+    async for model, p, w, n in _yielding(await conn.execute(stmt)):
         out.setdefault(model, []).extend([unit(int(p or 0), int(w or 0))] * int(n))
     return out
 
@@ -277,7 +287,7 @@ async def latency_bins(
     if whole_store(f):
         t = stats_latency_totals.c
         stmt = select(t.model, t.concurrency, t.kind, t.bin, t.n, t.low, t.high).where(*_model_condition(f, t))
-        for model, level, kind, index, n, low, high in await conn.execute(stmt):
+        async for model, level, kind, index, n, low, high in _yielding(await conn.execute(stmt)):
             out.setdefault((model, int(level)), {}).setdefault(kind, {})[int(index)] = Bin(int(n), low, high)
         return out
     parts = split(f)
@@ -286,14 +296,14 @@ async def latency_bins(
         stmt = (select(c.model, c.concurrency, c.kind, c.bin, func.sum(c.n), func.min(c.low), func.max(c.high))
                 .where(*_rollup_conditions(f, parts.hours, stats_latency))
                 .group_by(c.model, c.concurrency, c.kind, c.bin))
-        for model, level, kind, index, n, low, high in await conn.execute(stmt):
+        async for model, level, kind, index, n, low, high in _yielding(await conn.execute(stmt)):
             merge_bin(out.setdefault((model, int(level)), {}).setdefault(kind, {}), int(index), int(n), low, high)
     r = requests.c
     for edge in parts.edges:
         stmt = (select(r.model, r.concurrency, r.stream, r.outcome, r.ttft_ms, r.duration_ms, r.completion_tokens)
                 .where(r.stream.is_(True), r.outcome == "ok", r.ttft_ms.is_not(None),
                        *queries.request_conditions(edge)))
-        for row in await conn.execute(stmt):
+        async for row in _yielding(await conn.execute(stmt)):
             cell = out.setdefault((row.model, int(row.concurrency)), {})
             for kind, value in zip(("ttft", "tpot"), latency_values(row._mapping), strict=True):
                 if value is not None:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import socket
 import threading
 import time
 from typing import Any
 
 import uvicorn
+
+from proxy.http.server import TicklessServer
 
 __all__ = ["ServerThread", "free_port"]
 
@@ -18,36 +18,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-class _PromptServer(uvicorn.Server):
-    """uvicorn's server, woken at once when told to stop instead of at its next 0.1 s tick.
-
-    A test suite starts and stops a few thousand servers; the tick was a tenth of a second each.
-    """
-
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._wake: asyncio.Event | None = None
-
-    async def main_loop(self) -> None:
-        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
-        counter = 0
-        should_exit = await self.on_tick(counter)
-        while not should_exit:
-            counter = (counter + 1) % 864000
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), 0.1)
-            should_exit = await self.on_tick(counter)
-
-    def request_exit(self) -> None:
-        self.should_exit = True
-        loop, wake = self._loop, self._wake
-        if loop is not None and wake is not None and not loop.is_closed():
-            # The loop may close between the check and the call: it is stopping anyway.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(wake.set)
 
 
 class ServerThread:
@@ -61,7 +31,8 @@ class ServerThread:
         self.port = self._socket.getsockname()[1]
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level=log_level, access_log=False,
                                 lifespan="on", timeout_graceful_shutdown=5, **(options or {}))
-        self.server = _PromptServer(config)
+        # The server `allowlist-proxy serve` runs: no tick, so told to stop it stops at once.
+        self.server = TicklessServer(config)
         self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._socket]}, daemon=True,
                                         name=f"uvicorn-{self.port}")
 
@@ -82,7 +53,7 @@ class ServerThread:
 
     def request_stop(self) -> None:
         """Starts stopping without waiting, so that several servers stop side by side."""
-        self.server.request_exit()
+        self.server.should_exit = True
 
     def stop(self, timeout: float = 15.0) -> None:
         self.request_stop()

@@ -148,16 +148,22 @@ class Upstream:
         return response
 
     @contextlib.contextmanager
-    def errors_translated(self) -> Iterator[None]:
+    def errors_translated(self, response: httpx.Response | None = None) -> Iterator[None]:
         """httpx errors raised inside become the proxy's own. For loops over a response's body, so that
-        each chunk is not handed through one more generator."""
+        each chunk is not handed through one more generator; the attempt of `response` is timed as failed."""
         try:
             yield
-        except httpx.HTTPError as exc:
-            raise self._lost(exc) from exc
+        except BaseException as exc:
+            # GeneratorExit: the reader stopped between chunks (the client left), not a read that failed.
+            stream = response.stream if response is not None else None
+            if isinstance(stream, _TimedStream) and not isinstance(exc, GeneratorExit):
+                stream.outcome = "error"
+            if isinstance(exc, httpx.HTTPError):
+                raise self._lost(exc) from exc
+            raise
 
     async def iter_bytes(self, response: httpx.Response) -> AsyncIterator[bytes]:
-        with self.errors_translated():
+        with self.errors_translated(response):
             async for chunk in response.aiter_raw():
                 yield chunk
 
@@ -195,21 +201,17 @@ class _AttemptTimer:
 
 class _TimedStream(httpx.AsyncByteStream):
     """A streamed body that stops its attempt's timer when it is closed: at the last byte read, or at
-    the error that broke it off."""
+    the error that broke it off (`errors_translated` says so). Iterated as the body it wraps: no generator
+    between each chunk and its reader."""
 
     def __init__(self, inner: Any, timer: _AttemptTimer, outcome: str) -> None:
-        self._inner, self._timer, self._outcome = inner, timer, outcome
+        self._inner, self._timer, self.outcome = inner, timer, outcome
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._inner:
-                yield chunk
-        except BaseException:
-            self._outcome = "error"
-            raise
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._inner.__aiter__()
 
     async def aclose(self) -> None:
-        self._timer.stop(self._outcome)
+        self._timer.stop(self.outcome)
         await self._inner.aclose()
 
 
@@ -260,8 +262,8 @@ class Upstreams:
     async def open_stream(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         return await self.current.open_stream(method, path, **kwargs)
 
-    def errors_translated(self) -> contextlib.AbstractContextManager[None]:
-        return self.current.errors_translated()
+    def errors_translated(self, response: httpx.Response | None = None) -> contextlib.AbstractContextManager[None]:
+        return self.current.errors_translated(response)
 
     def iter_bytes(self, response: httpx.Response) -> AsyncIterator[bytes]:
         return self.current.iter_bytes(response)

@@ -50,6 +50,10 @@ class SSEDecoder:
         self._event: bytes | None = None
         self._comment = False
 
+    def between_events(self) -> bool:
+        """Nothing of an event is held: the next byte read starts one."""
+        return not self._buffer and not self._raw and not self._start
+
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         if not self._buffer and not self._raw and _one_plain_event(chunk):
             self._start = False

@@ -26,7 +26,7 @@ _FIELDS = ("content", "reasoning", "reasoning_content")
 class TextFrame:
     """The bytes around `choices[0].delta.<field>` of one stream's plain text chunks of that field."""
 
-    __slots__ = ("_cut", "_prefix", "_suffix", "field", "index")
+    __slots__ = ("_cut", "_prefix", "_suffix", "field", "head", "index", "tail")
 
     def __init__(self, prefix: str, suffix: str, index: Any, field: str = "content") -> None:
         self._prefix = prefix
@@ -34,6 +34,9 @@ class TextFrame:
         self._cut = len(prefix) + len(suffix)
         self.index = index
         self.field = field
+        # The whole event's bytes around the string's characters (quotes included), for `plain_text`.
+        self.head = b"data: " + prefix.encode() + b'"'
+        self.tail = b'"' + suffix.encode() + b"\n\n"
 
     @classmethod
     def learn(cls, data: str, obj: dict[str, Any]) -> TextFrame | None:
@@ -58,6 +61,22 @@ class TextFrame:
                 at = data.index(marker) + len(opener)
                 return cls(data[:at], data[at + len(literal):], choice.get("index", 0), field)
         return None
+
+    def plain_text(self, raw: bytes) -> str | None:
+        """The chunk's text when `raw`, one whole event as read, is this frame around a string with nothing
+        escaped and no control character (the bulk of a stream); else None (`text` reads the rest). Read from the
+        bytes alone: the cheapest reading of an event that the frame allows."""
+        head, tail = self.head, self.tail
+        if len(raw) <= len(head) + len(tail) or not raw.startswith(head) or not raw.endswith(tail):
+            return None
+        inner = raw[len(head):len(raw) - len(tail)]
+        if b'"' in inner or b"\\" in inner:
+            return None
+        try:
+            text = inner.decode()
+        except UnicodeDecodeError:
+            return None
+        return text if text.isprintable() else None
 
     def text(self, data: str) -> str | None:
         """The chunk's text when `data` is this frame around one JSON string; else None."""
