@@ -9,6 +9,7 @@ that was not serial already.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Concatenate, ParamSpec, TypeVar
@@ -29,6 +30,7 @@ class WriterLane:
         self._engine = engine
         self._sync: Engine | None = backend_of(engine).writer_engine(engine)
         self._thread: ThreadPoolExecutor | None = None
+        self._conn: Connection | None = None  # the lane thread's own, held between transactions
 
     async def run(self, fn: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         """`fn(connection, ...)` in one transaction, committed when it returns, rolled back when it raises."""
@@ -40,14 +42,33 @@ class WriterLane:
         sync = self._sync
 
         def transaction() -> T:
-            with sync.begin() as conn:
-                return fn(conn, *args, **kwargs)
+            # A connection held open: checking one out of the pool and back for every transaction cost as
+            # much as the statements of a small one. After a failure the next transaction opens another.
+            if self._conn is None:
+                self._conn = sync.connect()
+            try:
+                with self._conn.begin():
+                    return fn(self._conn, *args, **kwargs)
+            except BaseException:
+                self._drop_connection()
+                raise
 
         return await asyncio.get_running_loop().run_in_executor(self._thread, transaction)
 
     async def close(self) -> None:
         """Close the lane's connection; a later `run` opens another."""
         if self._thread is not None and self._sync is not None:
-            thread, self._thread = self._thread, None
-            await asyncio.get_running_loop().run_in_executor(thread, self._sync.dispose)
+            thread, self._thread, sync = self._thread, None, self._sync
+
+            def close() -> None:
+                self._drop_connection()
+                sync.dispose()
+
+            await asyncio.get_running_loop().run_in_executor(thread, close)
             thread.shutdown(wait=False)
+
+    def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):  # a broken connection is dropped all the same
+                conn.close()

@@ -17,9 +17,10 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, delete, select
+from sqlalchemy import Connection, bindparam, delete, select
 
 from proxy.store import rollups, tables
+from proxy.store.prepared import Prepared
 
 __all__ = ["apply", "apply_many", "catch_up", "marker_row"]
 
@@ -34,8 +35,7 @@ def marker_row(calls: Sequence[Mapping[str, Any]], reqs: Sequence[Mapping[str, A
 def apply(conn: Connection, marker_id: str, calls: Sequence[Mapping[str, Any]],
           reqs: Sequence[Mapping[str, Any]]) -> bool:
     """Add the marker's rows to the rollups, unless someone else already did; True when this call did."""
-    pending = tables.stats_pending
-    if conn.execute(delete(pending).where(pending.c.id == marker_id)).rowcount != 1:
+    if _DELETE_MARKER.run(conn, [{"id": marker_id}]) != 1:
         return False
     rollups.apply_rows(conn, calls, reqs)
     return True
@@ -45,18 +45,20 @@ def apply_many(conn: Connection, markers: Sequence[tuple[str, Sequence[Mapping[s
                                                         Sequence[Mapping[str, Any]]]]) -> int:
     """`apply` for several batches at once, their rows added in one pass (a statement per rollup table, not
     per batch); the number of markers this call applied."""
-    pending = tables.stats_pending
     calls: list[Mapping[str, Any]] = []
     reqs: list[Mapping[str, Any]] = []
     applied = 0
     for marker_id, marker_calls, marker_reqs in markers:
-        if conn.execute(delete(pending).where(pending.c.id == marker_id)).rowcount == 1:
+        if _DELETE_MARKER.run(conn, [{"id": marker_id}]) == 1:
             calls.extend(marker_calls)
             reqs.extend(marker_reqs)
             applied += 1
     if calls or reqs:
         rollups.apply_rows(conn, calls, reqs)
     return applied
+
+
+_DELETE_MARKER = Prepared(lambda conn: delete(tables.stats_pending).where(tables.stats_pending.c.id == bindparam("id")))
 
 
 def catch_up(conn: Connection) -> int:

@@ -84,7 +84,9 @@ def queue_request(writer: StoreWriter, record: RequestRecord) -> None:
     record.settle_outcome()
     if record.duration_ms is None:
         record.duration_ms = record.elapsed_ms()
-    writer.put_many([*_session_rows(record), (tables.requests, request_row(record))])
+    # A request whose calls were released queued its session's row with its journal entry already.
+    sessions = [] if record.journaled else _session_rows(record)
+    writer.put_many([*sessions, (tables.requests, request_row(record))])
 
 
 def queue_lineage(writer: StoreWriter, session_id: str, digests: Iterable[str]) -> None:

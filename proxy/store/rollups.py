@@ -14,6 +14,7 @@ Everything here is synchronous SQLAlchemy Core on one Connection: the async writ
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from proxy.policy.verdict import is_error
 from proxy.store import runs, tables, totals
 from proxy.store.dialect import upsert_add
 from proxy.store.latency_sketch import Bin, bin_of, merge_bin
+from proxy.store.prepared import Prepared
 
 __all__ = ["BUCKET_SECONDS", "ROLLUP_TABLES", "Rollup", "apply_rows", "bucket_of", "latency_values", "rebuild"]
 
@@ -146,9 +148,12 @@ def _sum_and_count(name: str, mean: Mean) -> dict[str, Any]:
 
 
 def _add(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> None:
-    if not rows:
-        return
-    conn.execute(upsert_add(conn, table, totals.keep_range(table) if "low" in table.c else None), rows)
+    _adding_to(table).run(conn, rows)
+
+
+@functools.cache
+def _adding_to(table: Table) -> Prepared:
+    return Prepared(lambda conn: upsert_add(conn, table, totals.keep_range(table) if "low" in table.c else None))
 
 
 def apply_rows(conn: Connection, calls: Sequence[Mapping[str, Any]], reqs: Sequence[Mapping[str, Any]]) -> None:

@@ -15,6 +15,7 @@ it first, so the two never interleave.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import groupby
 from typing import Any
@@ -23,6 +24,7 @@ from sqlalchemy import Connection, and_, bindparam, case, delete, func, or_, sel
 
 from proxy.policy.verdict import is_error
 from proxy.store.dialect import backend_of
+from proxy.store.prepared import Prepared
 from proxy.store.tables import error_runs, tool_calls
 from proxy.store.verdict_sql import is_error_sql, loop_key_sql
 
@@ -30,6 +32,7 @@ __all__ = ["error_runs", "find_runs", "followed_sql", "rebuild", "recovered_sql"
 
 _INSERT_CHUNK = 5_000
 _SESSIONS_PER_QUERY = 200  # three parameters each, under SQLite's old limit of 999
+_IDS_PER_QUERY = 500
 
 
 def recovered_sql() -> Any:
@@ -115,32 +118,57 @@ def _anchor(conn: Connection, session_id: str, first: tuple[float, int]) -> tupl
     return before.start_at, before.start_index
 
 
-def _latest_runs(conn: Connection, session_ids: Sequence[str]) -> dict[str, Any]:
-    """session -> its run that starts last."""
+def _latest_of_sessions(conn: Connection) -> Any:
     e = error_runs.c
     ranked = (
         select(error_runs, func.row_number().over(
             partition_by=e.session_id, order_by=(e.start_at.desc(), e.start_index.desc())).label("rank"))
-        .where(e.session_id.in_(session_ids))
+        .where(e.session_id.in_(bindparam("ids", expanding=True)))
         .subquery()
     )
-    stmt = select(*[ranked.c[c.name] for c in error_runs.columns]).where(ranked.c.rank == 1)
-    return {row.session_id: row for row in conn.execute(stmt)}
+    return select(*[ranked.c[c.name] for c in error_runs.columns]).where(ranked.c.rank == 1)
+
+
+_LATEST_RUNS = Prepared(_latest_of_sessions, expanding="ids")
+_DELETE_RUN = Prepared(lambda conn: delete(error_runs).where(
+    error_runs.c.session_id == bindparam("s"), error_runs.c.start_at == bindparam("a"),
+    error_runs.c.start_index == bindparam("i")))
+_INSERT_RUNS = Prepared(lambda conn: error_runs.insert())
+
+
+def _latest_runs(conn: Connection, session_ids: Sequence[str]) -> dict[str, Mapping[str, Any]]:
+    """session -> its run that starts last."""
+    found: dict[str, Mapping[str, Any]] = {}
+    for begin in range(0, len(session_ids), _IDS_PER_QUERY):
+        found.update((row["session_id"], row)
+                     for row in _LATEST_RUNS.all(conn, {"ids": session_ids[begin:begin + _IDS_PER_QUERY]}))
+    return found
+
+
+@functools.lru_cache(maxsize=32)
+def _calls_of_sessions(sessions: int) -> Prepared:
+    """The calls of `sessions` sessions (s_0, s_1, ...), each from its own (created_at, call_index) on."""
+    def build(conn: Connection) -> Any:
+        t = tool_calls.c
+        return (select(*_call_columns())
+                .where(or_(*[and_(t.session_id == bindparam(f"s_{n}"),
+                                  _key(t.created_at, t.call_index) >= _key(bindparam(f"a_{n}"), bindparam(f"i_{n}")))
+                             for n in range(sessions)]))
+                .order_by(t.session_id, t.created_at, t.call_index))
+    return Prepared(build)
 
 
 def _calls_from(conn: Connection, starts: Mapping[str, tuple[float, int]]) -> dict[str, list[Mapping[Any, Any]]]:
     """session -> its calls from the given (created_at, call_index) on, in order."""
-    t = tool_calls.c
     out: dict[str, list[Mapping[Any, Any]]] = {}
     items = sorted(starts.items())
     for begin in range(0, len(items), _SESSIONS_PER_QUERY):
         chunk = items[begin:begin + _SESSIONS_PER_QUERY]
-        stmt = (select(*_call_columns())
-                .where(or_(*[and_(t.session_id == sid, _key(t.created_at, t.call_index) >= start)
-                             for sid, start in chunk]))
-                .order_by(t.session_id, t.created_at, t.call_index))
-        for row in conn.execute(stmt):
-            out.setdefault(row.session_id, []).append(row._mapping)
+        params: dict[str, Any] = {}
+        for n, (sid, (at, index)) in enumerate(chunk):
+            params.update({f"s_{n}": sid, f"a_{n}": at, f"i_{n}": index})
+        for row in _calls_of_sessions(len(chunk)).all(conn, params):
+            out.setdefault(row["session_id"], []).append(row)
     return out
 
 
@@ -165,27 +193,22 @@ def update_sessions(conn: Connection, calls: Sequence[Mapping[str, Any]]) -> set
     sessions = sorted(first)
     backend_of(conn).lock_sessions(conn, sessions)  # sorted: one order for every replica
     latest = _latest_runs(conn, sessions)
-    continued: dict[str, Any] = {}  # session -> its last run, which the new calls may continue or end
+    continued: dict[str, Mapping[str, Any]] = {}  # session -> its last run, which the new calls may continue or end
     loads: dict[str, tuple[float, int]] = {}
     found: list[dict[str, Any]] = []
     for sid in sessions:
         last = latest.get(sid)
-        if last is not None and first[sid] <= (last.end_at, last.end_index):
+        if last is not None and first[sid] <= (last["end_at"], last["end_index"]):
             found.extend(_redo(conn, sid, first[sid]))
-        elif last is not None and (last.next_at is None or (last.next_at, last.next_index) >= first[sid]):
+        elif last is not None and (last["next_at"] is None or (last["next_at"], last["next_index"]) >= first[sid]):
             continued[sid] = last
-            loads[sid] = (last.end_at, last.end_index)
+            loads[sid] = (last["end_at"], last["end_index"])
         elif sid in with_errors:
             loads[sid] = first[sid]
         # Otherwise only allowed calls after a finished run: nothing changes.
-    e = error_runs.c
-    if continued:
-        conn.execute(delete(error_runs).where(e.session_id == bindparam("s"), e.start_at == bindparam("a"),
-                                              e.start_index == bindparam("i")),
-                     [{"s": sid, "a": r.start_at, "i": r.start_index} for sid, r in continued.items()])
+    _DELETE_RUN.run(conn, [{"s": sid, "a": r["start_at"], "i": r["start_index"]} for sid, r in continued.items()])
     for sid, rows in _calls_from(conn, loads).items():
-        seed = continued.get(sid)
-        found.extend(find_runs(rows, None if seed is None else seed._mapping))
+        found.extend(find_runs(rows, continued.get(sid)))
     _insert(conn, found)
     return {run["session_id"] for run in found} | set(continued)
 
@@ -205,7 +228,7 @@ def _redo(conn: Connection, session_id: str, first: tuple[float, int]) -> list[d
 
 def _insert(conn: Connection, found: list[dict[str, Any]]) -> None:
     for start in range(0, len(found), _INSERT_CHUNK):
-        conn.execute(error_runs.insert(), found[start:start + _INSERT_CHUNK])
+        _INSERT_RUNS.run(conn, found[start:start + _INSERT_CHUNK])
 
 
 def rebuild(conn: Connection) -> None:

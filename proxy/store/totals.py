@@ -15,14 +15,16 @@ changed again from their runs.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Table, case, delete, func, inspect, select
+from sqlalchemy import Connection, Table, bindparam, case, delete, func, inspect, select
 
 from proxy.store import runs, tables
 from proxy.store.dialect import upsert_add
 from proxy.store.latency_sketch import Bin
+from proxy.store.prepared import Prepared
 
 __all__ = ["TOTALS_TABLES", "add", "keep_range", "present", "refresh", "refresh_recovery"]
 
@@ -39,14 +41,11 @@ def add(conn: Connection, session_calls: Mapping[tuple[str, str], Sequence[int]]
         latency: Mapping[tuple[str, int, str], Mapping[int, Bin]]) -> None:
     """Add a batch's (session, model) -> [calls, errors] and (model, concurrency, kind) -> bins, in key order
     (two replicas adding to the same rows take their locks in one order)."""
-    if session_calls:
-        conn.execute(upsert_add(conn, tables.stats_session_totals, _keep_recovery), [
-            {"session_id": s, "model": m, "calls": n, "errors": e, "recovered": None, "followed": None}
-            for (s, m), (n, e) in sorted(session_calls.items())])
-    rows = [{"model": m, "concurrency": c, "kind": k, "bin": index, "n": b.count, "low": b.low, "high": b.high}
-            for (m, c, k), bins in sorted(latency.items()) for index, b in sorted(bins.items())]
-    if rows:
-        conn.execute(upsert_add(conn, tables.stats_latency_totals, keep_range(tables.stats_latency_totals)), rows)
+    _ADD_CALLS.run(conn, [{"session_id": s, "model": m, "calls": n, "errors": e, "recovered": None, "followed": None}
+                          for (s, m), (n, e) in sorted(session_calls.items())])
+    _ADD_LATENCY.run(conn, [{"model": m, "concurrency": c, "kind": k, "bin": index, "n": b.count, "low": b.low,
+                             "high": b.high}
+                            for (m, c, k), bins in sorted(latency.items()) for index, b in sorted(bins.items())])
 
 
 def _keep_recovery(new: Any) -> dict[str, Any]:
@@ -60,6 +59,7 @@ def _set_recovery(new: Any) -> dict[str, Any]:
     return {"calls": old.calls, "errors": old.errors, "recovered": new.recovered, "followed": new.followed}
 
 
+@functools.cache  # one function per table: `upsert_add` keeps one statement per (table, merge)
 def keep_range(table: Table) -> Callable[[Any], dict[str, Any]]:
     """The SET clause of a latency bin's upsert: it keeps the lowest and highest values seen, not their sums."""
     def merge(new: Any) -> dict[str, Any]:
@@ -73,19 +73,32 @@ def refresh_recovery(conn: Connection, session_ids: Iterable[str]) -> None:
     """Find the recovery sums of these sessions again from their error runs (after the runs changed). A model of
     a session never loses all its runs here (its error calls stay, each in some run; only retention removes
     runs, and it refreshes everything), so each (session, model) with runs gets its new sums."""
-    e = tables.error_runs.c
     ids = sorted(set(session_ids))
     for start in range(0, len(ids), _SESSIONS_PER_QUERY):
-        chunk = ids[start:start + _SESSIONS_PER_QUERY]
-        _upsert_recovery(conn, select(e.session_id, e.model, runs.recovered_sql(), runs.followed_sql())
-                         .where(e.session_id.in_(chunk)).group_by(e.session_id, e.model))
+        _SET_RECOVERY.run(conn, _recovery_rows(_RECOVERY_OF.all(conn, {"ids": ids[start:start + _SESSIONS_PER_QUERY]})))
+
+
+def _recovery_of_sessions(conn: Connection) -> Any:
+    e = tables.error_runs.c
+    return (select(e.session_id, e.model, runs.recovered_sql().label("recovered"),
+                   runs.followed_sql().label("followed"))
+            .where(e.session_id.in_(bindparam("ids", expanding=True))).group_by(e.session_id, e.model))
+
+
+def _recovery_rows(found: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [{"session_id": row["session_id"], "model": row["model"], "calls": 0, "errors": 0,
+             "recovered": int(row["recovered"] or 0), "followed": int(row["followed"] or 0)} for row in found]
 
 
 def _upsert_recovery(conn: Connection, stmt: Any) -> None:
-    rows = [{"session_id": s, "model": m, "calls": 0, "errors": 0, "recovered": int(r or 0), "followed": int(f or 0)}
-            for s, m, r, f in conn.execute(stmt)]
-    if rows:
-        conn.execute(upsert_add(conn, tables.stats_session_totals, _set_recovery), rows)
+    _SET_RECOVERY.run(conn, _recovery_rows(dict(row) for row in conn.execute(stmt).mappings()))
+
+
+_ADD_CALLS = Prepared(lambda conn: upsert_add(conn, tables.stats_session_totals, _keep_recovery))
+_ADD_LATENCY = Prepared(lambda conn: upsert_add(conn, tables.stats_latency_totals,
+                                                keep_range(tables.stats_latency_totals)))
+_SET_RECOVERY = Prepared(lambda conn: upsert_add(conn, tables.stats_session_totals, _set_recovery))
+_RECOVERY_OF = Prepared(_recovery_of_sessions, expanding="ids")
 
 
 def refresh(conn: Connection) -> None:
@@ -98,8 +111,8 @@ def refresh(conn: Connection) -> None:
         ["session_id", "model", "calls", "errors"],
         select(c.session_id, c.model, func.sum(c.calls), func.sum(c.errors)).group_by(c.session_id, c.model)))
     e = tables.error_runs.c
-    _upsert_recovery(conn, select(e.session_id, e.model, runs.recovered_sql(), runs.followed_sql())
-                     .group_by(e.session_id, e.model))
+    _upsert_recovery(conn, select(e.session_id, e.model, runs.recovered_sql().label("recovered"),
+                                  runs.followed_sql().label("followed")).group_by(e.session_id, e.model))
     lat = tables.stats_latency.c
     conn.execute(latency_totals.insert().from_select(
         ["model", "concurrency", "kind", "bin", "n", "low", "high"],

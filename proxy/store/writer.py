@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import socket
 import time
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Table, delete
+from sqlalchemy import Connection, Table, bindparam, delete
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from proxy import telemetry
@@ -36,6 +37,7 @@ from proxy.logs import get_logger
 from proxy.store import pending_rollups, rollups, tables
 from proxy.store.dialect import insert_ignore
 from proxy.store.lane import WriterLane
+from proxy.store.prepared import Prepared
 from proxy.store.safe_text import safe_row
 
 __all__ = ["StoreFailure", "StoreWriter", "insert_rows", "write_audit_rows"]
@@ -438,19 +440,27 @@ def write_audit_rows(conn: Connection, rows: Mapping[str, list[dict[str, Any]]],
     be added (so a crash before they are cannot lose them); its id is returned, None when there is nothing to
     roll up."""
     for name in sorted(rows, key=lambda n: _TABLE_ORDER.get(n, 99)):
-        if rows[name]:
-            table = tables.metadata.tables[name]
-            stmt = insert_ignore(conn, table) if name in _INSERT_OR_IGNORE else table.insert()
-            conn.execute(stmt, rows[name])
+        _insert_into(name).run(conn, rows[name])
     calls, reqs = rows.get("tool_calls", []), rows.get("requests", [])
-    if reqs:
-        journal = tables.request_journal
-        conn.execute(delete(journal).where(journal.c.id.in_([r["id"] for r in reqs])))
+    _DELETE_JOURNAL.run(conn, [{"id": r["id"]} for r in reqs])
     if not pending or not (calls or reqs):
         return None
     marker = pending_rollups.marker_row(calls, reqs)
-    conn.execute(tables.stats_pending.insert(), marker)
+    _INSERT_MARKER.run(conn, [marker])
     return str(marker["id"])
+
+
+@functools.cache
+def _insert_into(name: str) -> Prepared:
+    table = tables.metadata.tables[name]
+    if name in _INSERT_OR_IGNORE:
+        return Prepared(lambda conn: insert_ignore(conn, table))
+    return Prepared(lambda conn: table.insert())
+
+
+_DELETE_JOURNAL = Prepared(lambda conn: delete(tables.request_journal)
+                           .where(tables.request_journal.c.id == bindparam("id")))
+_INSERT_MARKER = Prepared(lambda conn: tables.stats_pending.insert())
 
 
 def _apply_markers(conn: Connection, unrolled: list[tuple[str, dict[str, list[dict[str, Any]]]]]) -> None:
