@@ -35,7 +35,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from proxy import telemetry
 from proxy.logs import get_logger
 from proxy.store import pending_rollups, rollups, tables
-from proxy.store.dialect import insert_ignore
+from proxy.store.audit_statement import INSERT_OR_IGNORE, audit_statement
+from proxy.store.dialect import backend_of, insert_ignore
 from proxy.store.lane import WriterLane
 from proxy.store.prepared import Prepared
 from proxy.store.safe_text import safe_row
@@ -54,8 +55,6 @@ _MAX_UNROLLED = 8
 # How long committed batches wait for their rollups: the rows of a few answers share one rollup step (its
 # statements cost more than the rows' own), and a stats read does not wait for it (`rollups_settled`).
 _ROLLUP_DELAY_SECONDS = 2.0
-# Rows of these tables may be written again by another request or replica: first one wins.
-_INSERT_OR_IGNORE = {"sessions", "session_lineage", "request_journal"}
 
 
 class StoreFailure(Exception):
@@ -79,6 +78,8 @@ class StoreWriter:
                  max_queue: int = 100_000) -> None:
         self._engine = engine
         self._lane = WriterLane(engine)  # where the transactions run (SQLite: sqlite3 in a thread of its own)
+        # Postgres: a batch is one statement of its own, one round trip (proxy/store/audit_statement.py)
+        self._one_statement = backend_of(engine).audit_in_one_statement
         self._batch_size = max(1, batch_size)
         self._flush_seconds = max(0.0, flush_seconds)
         self._max_queue = max(1, max_queue)
@@ -283,7 +284,12 @@ class StoreWriter:
         grouped: dict[str, list[dict[str, Any]]] = {}
         for item in batch:
             grouped.setdefault(item.table.name, []).append(item.row)
-        marker = await self._lane.run(write_audit_rows, grouped)
+        if self._one_statement:
+            statement = audit_statement(self._engine.dialect, grouped)
+            await self._lane.run_statement(statement.sql, statement.args)
+            marker = statement.marker
+        else:
+            marker = await self._lane.run(write_audit_rows, grouped)
         self.rows_written += len(batch)
         _wake_waiters(batch)  # released here: the rollups follow in a transaction of their own
         if marker is not None:
@@ -453,7 +459,7 @@ def write_audit_rows(conn: Connection, rows: Mapping[str, list[dict[str, Any]]],
 @functools.cache
 def _insert_into(name: str) -> Prepared:
     table = tables.metadata.tables[name]
-    if name in _INSERT_OR_IGNORE:
+    if name in INSERT_OR_IGNORE:
         return Prepared(lambda conn: insert_ignore(conn, table))
     return Prepared(lambda conn: table.insert())
 
