@@ -1,6 +1,6 @@
 """CPU and wake-ups of the SQLite store writer's thread per answer, for this checkout and others, side by side.
 
-    python bench/writer_cpu.py [--answers 20] [--answer-ms 1000] [--against NAME=DIR ...]
+    python bench/writer_cpu.py [--answers 20] [--answer-ms 1000] [--against NAME=DIR ...] [--pg URL]
 
 Each answer writes what a streamed answer ending in one allowed call writes through the recorder: at the
 release point its session row, its journal entry and the call row, waited for (audit before release); at its
@@ -10,7 +10,10 @@ another (c=1, the bench's realistic traffic) `--answer-ms` apart, so the writer'
 the rows of as many answers as they would behind a real stream. Printed per answer: the user and system CPU of
 the `store-writer` thread, its context switches (mostly wake-ups), and the release wait. `--against` runs the
 same answers with another checkout's `proxy` package (the same script, in a process of its own), so a change
-is measured against what it replaces in one run.
+is measured against what it replaces in one run. With `--pg URL` (a server whose user may create databases) the
+store is a fresh Postgres database, dropped afterwards; there the writer has no thread of its own and what is
+counted is the event loop's thread: the writer's work and the bench's own (building each answer's rows, queueing
+them, waking from its sleeps), the same for every checkout measured.
 """
 
 from __future__ import annotations
@@ -44,7 +47,11 @@ def _thread_counters(native_id: int) -> tuple[float, float, float, int]:
     return cpu, int(fields[11]) / tick, int(fields[12]) / tick, switches
 
 
-def _writer_thread() -> int:
+def _writer_thread(pg: bool) -> int:
+    if pg:
+        native_id = threading.main_thread().native_id
+        assert native_id is not None
+        return native_id
     for thread in threading.enumerate():
         if thread.name.startswith("store-writer") and thread.native_id is not None:
             return thread.native_id
@@ -78,7 +85,21 @@ def _answer_rows(session_id: str, now: float) -> tuple[Rows, Rows]:
     return release, end
 
 
-async def _measure(answers: int, answer_s: float) -> dict[str, float]:
+async def _measure(answers: int, answer_s: float, pg: str) -> dict[str, float]:
+    if not pg:
+        with tempfile.TemporaryDirectory() as tmp:
+            return await _measure_on(f"sqlite:///{Path(tmp) / 'bench.db'}", answers, answer_s, pg=False)
+    from store_bench import _pg_database  # this script's folder: bench/
+
+    name = f"writer_cpu_{uuid.uuid4().hex[:8]}"
+    await _pg_database(pg, True, name)
+    try:
+        return await _measure_on(f"{pg.rsplit('/', 1)[0]}/{name}", answers, answer_s, pg=True)
+    finally:
+        await _pg_database(pg, False, name)
+
+
+async def _measure_on(url: str, answers: int, answer_s: float, *, pg: bool) -> dict[str, float]:
     from proxy.store import tables
     from proxy.store.db import create_engine, migrate
     from proxy.store.writer import StoreWriter
@@ -86,45 +107,45 @@ async def _measure(answers: int, answer_s: float) -> dict[str, float]:
     def put(writer: StoreWriter, rows: Rows) -> None:
         writer.put_many([(tables.metadata.tables[name], row) for name, row in rows])
 
-    with tempfile.TemporaryDirectory() as tmp:
-        engine = create_engine(f"sqlite:///{Path(tmp) / 'bench.db'}")
-        await migrate(engine)
-        writer = StoreWriter(engine)
-        await writer.start()
-        waits: list[float] = []
+    engine = create_engine(url)
+    await migrate(engine)
+    writer = StoreWriter(engine)
+    await writer.start()
+    waits: list[float] = []
 
-        async def answer(i: int) -> None:
-            release, end = _answer_rows(f"ses_{i % 4}", time.time())
-            put(writer, release)
-            started = time.perf_counter()
-            await writer.commit(30)
-            waits.append(time.perf_counter() - started)
-            await asyncio.sleep(answer_s * 0.1)  # the rest of the answer streams after its call is released
-            put(writer, end)
-            await asyncio.sleep(answer_s * 0.9)  # the next answer's prelude and stream, up to its call
+    async def answer(i: int) -> None:
+        release, end = _answer_rows(f"ses_{i % 4}", time.time())
+        put(writer, release)
+        started = time.perf_counter()
+        await writer.commit(30)
+        waits.append(time.perf_counter() - started)
+        await asyncio.sleep(answer_s * 0.1)  # the rest of the answer streams after its call is released
+        put(writer, end)
+        await asyncio.sleep(answer_s * 0.9)  # the next answer's prelude and stream, up to its call
 
-        for i in range(3):  # warm the connection, the statements and the thread
-            await answer(i)
-        await writer.flush(30)
-        thread = _writer_thread()
-        before = _thread_counters(thread)
-        waits.clear()
-        for i in range(answers):
-            await answer(i)
-        await writer.flush(30)
-        after = _thread_counters(thread)
-        await writer.stop()
-        await engine.dispose()
+    for i in range(3):  # warm the connection, the statements and the thread
+        await answer(i)
+    await writer.flush(30)
+    thread = _writer_thread(pg)
+    before = _thread_counters(thread)
+    waits.clear()
+    for i in range(answers):
+        await answer(i)
+    await writer.flush(30)
+    after = _thread_counters(thread)
+    await writer.stop()
+    await engine.dispose()
     cpu, user, system, switches = (b - a for a, b in zip(before, after, strict=True))
     return {"cpu_ms": cpu * 1000 / answers, "user_ms": user * 1000 / answers, "sys_ms": system * 1000 / answers,
             "switches": switches / answers, "wait_ms": statistics.median(waits) * 1000}
 
 
-def _run_elsewhere(directory: str, answers: int, answer_ms: float) -> dict[str, float]:
+def _run_elsewhere(directory: str, answers: int, answer_ms: float, pg: str) -> dict[str, float]:
     """The same measurement with another checkout's `proxy` package, in a process of its own."""
     env = {**os.environ, "PYTHONPATH": directory}
     out = subprocess.run([sys.executable, __file__, "--json", "--answers", str(answers), "--answer-ms",
-                          str(answer_ms)], env=env, cwd=directory, check=True, capture_output=True, text=True)
+                          str(answer_ms), "--pg", pg], env=env, cwd=directory, check=True, capture_output=True,
+                         text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -135,17 +156,19 @@ def main() -> None:
     parser.add_argument("--against", action="append", default=[], metavar="NAME=DIR",
                         help="also measure the checkout in DIR (its `proxy` package), printed as NAME")
     parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds; the median is printed")
+    parser.add_argument("--pg", default="", metavar="URL", help="measure on a fresh database of this Postgres server")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.json:
-        print(json.dumps(asyncio.run(_measure(args.answers, args.answer_ms / 1000))))
+        print(json.dumps(asyncio.run(_measure(args.answers, args.answer_ms / 1000, args.pg))))
         return
     variants = [("this", str(ROOT)), *(tuple(v.split("=", 1)) for v in args.against)]
     found: dict[str, list[dict[str, float]]] = {name: [] for name, _ in variants}
     for _ in range(args.rounds):
         for name, directory in variants:
-            found[name].append(_run_elsewhere(directory, args.answers, args.answer_ms))
-    print(f"store-writer thread per answer ({args.answers} answers {args.answer_ms:g} ms apart, c=1, SQLite)")
+            found[name].append(_run_elsewhere(directory, args.answers, args.answer_ms, args.pg))
+    where = "event-loop thread per answer (Postgres)" if args.pg else "store-writer thread per answer (SQLite)"
+    print(f"{where}, {args.answers} answers {args.answer_ms:g} ms apart, c=1")
     print(f"{'':12} {'cpu ms':>7} {'user':>6} {'sys':>6} {'ctxsw':>6} {'release wait p50':>17}")
     for name, runs in found.items():
         m = {k: statistics.median(r[k] for r in runs) for k in runs[0]}

@@ -45,6 +45,9 @@ def _journal(rid: str) -> dict[str, Any]:
     return {"id": rid, "owner": "host:1:abc", "created_at": NOW, "row": json.dumps({"id": rid})}
 
 
+# The model's text as array elements: quotes, braces, commas, backslashes, the word NULL, SQL
+HOSTILE = 'printf "%s" {a,b} \\"}\' NULL, ",\n\t$1::text); DELETE FROM tool_calls; --'
+
 # What the recorder writes over a few answers, and what other requests or replicas write again.
 BATCHES: list[Batch] = [
     {  # a release: the session, the journal entry, the calls and their reasons
@@ -71,7 +74,8 @@ BATCHES: list[Batch] = [
     {"request_journal": [_journal("r4")]},  # nothing to roll up: no marker
     {"request_journal": [{**_journal("r4"), "owner": "replica:2:def"}],  # written again: the first one wins
      "requests": [_request("r3", ttft_ms=12.5, ungoverned_text=2)],
-     "tool_calls": [_call("c3", "r3", arguments_json='{"command": "ls"}', decision="allow", primary_reason=None)]},
+     "tool_calls": [_call("c3", "r3", arguments_json='{"command": "ls"}', decision="allow", primary_reason=None,
+                          command=HOSTILE)]},
 ]
 WRITTEN = ["sessions", "session_lineage", "request_journal", "requests", "tool_calls", "tool_call_reasons"]
 
@@ -126,6 +130,7 @@ async def test_one_statement_writes_exactly_the_rows_of_the_transaction(
     assert written["sessions"][0]["source"] == "header"  # the first row of a session wins
     assert [(c["reasons"], c["delivered"]) for c in written["tool_calls"]] == [
         ("pipe,redirect", True), ("", False), ("", True)]
+    assert written["tool_calls"][2]["command"] == HOSTILE
     assert written["requests"][1]["attempts"] == 3 and written["requests"][0]["attempts"] == 1
     assert (json.dumps(["c1", "c2"]), "[]") in written["stats_pending"]
 
