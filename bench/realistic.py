@@ -69,7 +69,8 @@ def reply(body):
     reasoning = {"content": 0, "reasoning": tokens}.get(kind, tokens // 2)
     content = tokens - reasoning
     return Reply(reasoning=text(reasoning) or None, content=text(content), content_chunk=4,
-                 completion_tokens=tokens, chunk_delay=delay, tool_calls=[("bash", {"command": command})])
+                 completion_tokens=tokens, chunk_delay=delay, steady=True,
+                 tool_calls=[("bash", {"command": command})])
 
 up = ScriptedUpstream(models=["qwen3.5-27b"], responder=reply)
 Forget = type("Forget", (list,), {"append": lambda self, item: None})

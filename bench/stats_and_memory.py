@@ -13,8 +13,13 @@ side by side with a bare FastAPI+httpx passthrough (issue 27).
 3. Each proxy serves its store in front of a paced scripted upstream (`realistic.py`'s: reasoning then
    content then one allowed bash call). Per proxy: `GET /stats/models` alone (median of `--runs`); six
    streams alone, then six streams while `/stats/models` is asked back to back (`--rounds` of each,
-   interleaved): the stats' time with the streams running, and how much later each stream ended than the
-   median of the streams alone (its end delay), with the longest pause between two chunks.
+   interleaved): the stats' time with the streams running, and how much later the streams ended than the
+   same streams alone (their end delay, medians), how late their latest text chunk came against the
+   upstream's schedule, and their longest tail (from the last text chunk to the end: the held call streams
+   in, is judged, recorded and released). The upstream paces its chunks as a GPU does (`Reply.steady`): a
+   chunk the busy machine sends late does not delay the ones after it, so a delay is the relay's, not the
+   scripted upstream's sleeps adding up. The targets compare the streams with the figures asked to the same
+   streams without: what the figures add, beyond what six streams on a shared machine already wait.
 4. Fresh processes of the bare passthrough and each proxy (on a store already at head, as at every start but
    the first after an upgrade): RSS at idle and its peak while `--rss-streams` streams of 250 KB bodies run
    at once, and the ratio to the bare passthrough's peak.
@@ -144,41 +149,60 @@ async def stats_once(client: httpx.AsyncClient, base: str) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-async def stream(client: httpx.AsyncClient, base: str, payload: bytes) -> tuple[float, float]:
-    """(ms from the request to the stream's end, the longest pause between two chunks in ms)."""
+async def stream(client: httpx.AsyncClient, base: str, payload: bytes, delay: float) -> tuple[float, float, float]:
+    """(ms from the request to the stream's end; how late its latest text chunk came, in ms, against the
+    upstream's schedule as the stream's least late chunk places it; the tail: from the last text chunk to the
+    end, where the held call waits for its release, in ms).
+
+    The upstream sends its n-th text chunk `delay * n` after its first (`Reply.steady`), so a chunk that
+    comes later than that, beyond the least late one, was held up on the way: by the proxy, or by the
+    machine the three processes share."""
     started = time.perf_counter()
-    last, gap = started, 0.0
+    offsets: list[float] = []  # arrival of text chunk n, less its place in the schedule
+    last_text = started
     async with client.stream("POST", base + "/v1/chat/completions", content=payload,
                              headers={"content-type": "application/json"}) as response:
         response.raise_for_status()
-        async for _ in response.aiter_raw():
+        async for chunk in response.aiter_raw():
             now = time.perf_counter()
-            gap, last = max(gap, now - last), now
-    return (time.perf_counter() - started) * 1000, gap * 1000
+            for event in chunk.split(b"\n\n"):
+                if b'"tool_calls"' not in event and (b'"reasoning"' in event or b'"content"' in event):
+                    offsets.append(now - len(offsets) * delay)
+                    last_text = now
+    end = time.perf_counter()
+    late = max(offsets) - min(offsets) if offsets else 0.0
+    return (end - started) * 1000, late * 1000, (end - last_text) * 1000
 
 
-async def streams_and_stats(base: str, runs: int, rounds: int) -> dict[str, float]:
+async def streams_and_stats(base: str, runs: int, rounds: int, delay: float) -> dict[str, float]:
     payload = json.dumps(body(20_000, "mixed", True)).encode()
     async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=32)) as client:
         await stats_once(client, base)  # warms the store's pages, as a running proxy's are
         alone_stats = [await stats_once(client, base) for _ in range(runs)]
-        await asyncio.gather(*(stream(client, base, payload) for _ in range(STREAMS)))
-        quiet: list[tuple[float, float]] = []
-        busy: list[tuple[float, float]] = []
+        await asyncio.gather(*(stream(client, base, payload, delay) for _ in range(STREAMS)))
+        quiet: list[tuple[float, float, float]] = []
+        busy: list[tuple[float, float, float]] = []
         busy_stats: list[float] = []
         for _ in range(rounds):
-            quiet += await asyncio.gather(*(stream(client, base, payload) for _ in range(STREAMS)))
-            relayed = asyncio.gather(*(stream(client, base, payload) for _ in range(STREAMS)))
+            quiet += await asyncio.gather(*(stream(client, base, payload, delay) for _ in range(STREAMS)))
+            relayed = asyncio.gather(*(stream(client, base, payload, delay) for _ in range(STREAMS)))
             await asyncio.sleep(0.05)  # the streams are under way
             while not relayed.done():
                 busy_stats.append(await stats_once(client, base))
             busy += await relayed
-    usual = statistics.median(total for total, _ in quiet)
-    delays = [total - usual for total, _ in busy]
+    quiet_totals = [total for total, _, _ in quiet]
+    busy_totals = [total for total, _, _ in busy]
+    usual = statistics.median(quiet_totals)
     return {"alone": statistics.median(alone_stats), "busy": statistics.median(busy_stats),
-            "asked": len(busy_stats) / rounds, "delay50": statistics.median(delays), "delay_max": max(delays),
-            "quiet_spread": max(total for total, _ in quiet) - usual,
-            "gap_quiet": max(gap for _, gap in quiet), "gap_busy": max(gap for _, gap in busy)}
+            "asked": len(busy_stats) / rounds, "delay50": statistics.median(busy_totals) - usual,
+            "quiet_spread": max(quiet_totals) - usual,
+            "late_quiet": max(late for _, late, _ in quiet), "late_busy": max(late for _, late, _ in busy),
+            "tail_quiet": max(tail for _, _, tail in quiet), "tail_busy": max(tail for _, _, tail in busy)}
+
+
+def check(what: str, value: float, limit: float, unit: str = "ms") -> None:
+    verdict = "met    " if value <= limit else "NOT MET"
+    print(f"{verdict}  {what}: {value:.1f}{unit} (target <= {limit:g}{unit})")
 
 
 def loop_stall(checkout: Path, db: str) -> dict[str, float]:
@@ -214,7 +238,7 @@ def stats_and_stalls(checkouts: dict[str, Path], stores: Path, upstream: str, ar
     timing = {}
     for name, checkout in checkouts.items():
         with serving(checkout, f"sqlite:///{stores / f'{name}-{args.calls}.db'}", upstream) as (base, _pid):
-            timing[name] = asyncio.run(streams_and_stats(base, args.runs, args.rounds))
+            timing[name] = asyncio.run(streams_and_stats(base, args.runs, args.rounds, 1 / args.rate))
     stalls = {name: loop_stall(checkout, f"sqlite:///{stores / f'{name}-{args.calls}.db'}")
               for name, checkout in checkouts.items()}
     print(f"\n/stats/models asked back to back for 4 s, the proxy's own event loop (a 2 ms ticker) ({load()})")
@@ -225,11 +249,19 @@ def stats_and_stalls(checkouts: dict[str, Path], stores: Path, upstream: str, ar
               f"{t['busy_p99']:>15.1f}ms {t['busy_max']:>6.1f}ms")
     print(f"\n/stats/models over {args.calls:,} calls, and {STREAMS} streams relayed meanwhile ({load()})")
     print(f"{'target':<8} {'alone p50':>10} {'streaming p50':>14} {'asked/round':>12} {'end delay p50':>14} "
-          f"{'end delay max':>14} {'(quiet spread)':>15} {'gap quiet':>10} {'gap busy':>9}")
+          f"{'(quiet spread)':>15} {'latest chunk: quiet':>20} {'busy':>7} {'tail: quiet':>12} {'busy':>7}")
     for name, t in timing.items():
         print(f"{name:<8} {t['alone']:>8.0f}ms {t['busy']:>12.0f}ms {t['asked']:>12.1f} {t['delay50']:>12.1f}ms "
-              f"{t['delay_max']:>12.1f}ms {t['quiet_spread']:>13.1f}ms {t['gap_quiet']:>8.1f}ms "
-              f"{t['gap_busy']:>7.1f}ms")
+              f"{t['quiet_spread']:>13.1f}ms {t['late_quiet']:>18.1f}ms {t['late_busy']:>5.1f}ms "
+              f"{t['tail_quiet']:>10.1f}ms {t['tail_busy']:>5.1f}ms")
+    print()
+    t = timing["proxy"]
+    check(f"/stats/models over {args.calls:,} calls", t["alone"], 200)
+    check("six streams' end while /stats/models is asked, p50 (over the same streams alone)", t["delay50"], 5)
+    check("the latest text chunk (against its schedule) of six streams while /stats/models is asked, over the "
+          "same streams' alone", t["late_busy"] - t["late_quiet"], 5)
+    check("the longest tail (the held call's release) of six streams while /stats/models is asked, over the "
+          "same streams' alone", t["tail_busy"] - t["tail_quiet"], 5)
 
 
 def main() -> None:
@@ -239,7 +271,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of six streams alone and with stats")
     parser.add_argument("--tokens", type=int, default=300)
     parser.add_argument("--rate", type=float, default=300.0, help="tokens per second")
-    parser.add_argument("--rss-streams", type=int, default=64)
+    parser.add_argument("--rss-streams", type=int, default=64, help="0: no RSS part")
     parser.add_argument("--baseline", default="", help="another checkout to run beside this one (base)")
     parser.add_argument("--keep", default="", help="a directory to keep the stores in and reuse them from")
     parser.add_argument("--only-rss", action="store_true", help="only the RSS of concurrent streams (part 4)")
@@ -262,11 +294,16 @@ def main() -> None:
         wait_ready(upstream.removesuffix("/v1") + "/health")
         if not args.only_rss:
             stats_and_stalls(checkouts, stores, upstream, args)
+        if not args.rss_streams:
+            return
         peaks = memory(checkouts, upstream, tmp, args.rss_streams)
         print(f"\nRSS, fresh processes, {args.rss_streams} concurrent streams of 250 KB bodies ({load()})")
         print(f"{'target':<8} {'idle':>8} {'peak':>8} {'peak/bare':>10}")
         for name, (idle, peak) in peaks.items():
             print(f"{name:<8} {idle:>6.0f}MB {peak:>6.0f}MB {peak / peaks['bare'][1]:>10.2f}")
+        print()
+        check(f"RSS of {args.rss_streams} concurrent streams of 250 KB bodies, over the bare passthrough's",
+              peaks["proxy"][1] / peaks["bare"][1], 1.5, "x")
     finally:
         if upstream_proc is not None:
             upstream_proc.terminate()

@@ -179,6 +179,10 @@ class Settings(BaseSettings):
     store_max_queue: int = Field(
         100_000, description="Most rows waiting for the store; beyond, rows are dropped (counted) and health degrades."
     )
+    figures_process: bool | None = Field(
+        None, description="Compute the stats routes' figures in a worker process of their own, so that relayed "
+        "streams never wait for them: unset, wherever the proxy runs as `allowlist-proxy serve`."
+    )
     on_store_failure: Literal["refuse", "continue"] = Field(
         "refuse", description="Enforce mode, store cannot record: refuse (503, nothing delivered unrecorded) "
         "or continue (deliver; counted and logged)."

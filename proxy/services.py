@@ -18,6 +18,7 @@ from proxy.policy import LoadedPolicy, PolicyManager, default_policy_path
 from proxy.record import RequestRecord
 from proxy.sessions.resolve import SessionResolver
 from proxy.sessions.response_chains import ResponseChains
+from proxy.stats.figures_process import FiguresProcess
 from proxy.stats.prometheus import observe_request
 from proxy.stats.webhook import Webhook
 from proxy.store.db import create_engine, migrate
@@ -50,6 +51,8 @@ class Services:
     # Called with every finished request (throughput windows, metrics); must not block.
     listeners: list[Callable[[RequestRecord], None]] = field(default_factory=list)
     live: LiveWindows | None = None
+    # Where the stats routes' figures are computed, when not in this process (`Settings.figures_process`).
+    figures: FiguresProcess | None = None
     # The Responses ids handed out that the upstream must read as another (a retried stream's, a blocked turn's).
     response_chains: ResponseChains = field(default_factory=ResponseChains)
     # What `close` undoes, newest first.
@@ -58,17 +61,19 @@ class Services:
     # -- start and close --------------------------------------------------------------------------------
 
     @classmethod
-    async def start(cls, settings: Settings) -> Services:
-        """Builds and starts every service; a failure part way closes what had started, then raises."""
+    async def start(cls, settings: Settings, *, own_process: bool = False) -> Services:
+        """Builds and starts every service; a failure part way closes what had started, then raises.
+        `own_process`: the process is this proxy's alone (`serve`), where the figures get a worker process unless
+        the settings say otherwise."""
         closers = AsyncExitStack()
         try:
-            return await cls._start(settings, closers)
+            return await cls._start(settings, closers, own_process)
         except BaseException:
             await closers.aclose()
             raise
 
     @classmethod
-    async def _start(cls, settings: Settings, closers: AsyncExitStack) -> Services:
+    async def _start(cls, settings: Settings, closers: AsyncExitStack, own_process: bool) -> Services:
         policies = PolicyManager(settings.policy or default_policy_path())
         engine = create_engine(settings.db)
         closers.push_async_callback(engine.dispose)
@@ -107,6 +112,9 @@ class Services:
             retention = Retention(engine, settings.retention_days)
             await retention.start()
             closers.push_async_callback(retention.stop)
+        if settings.figures_process or (settings.figures_process is None and own_process):
+            figures = services.figures = FiguresProcess(settings.db)
+            closers.push_async_callback(figures.close)
         if settings.alert_webhook_url:
             webhook = Webhook(settings.alert_webhook_url, interval_seconds=settings.alert_webhook_interval_seconds)
             await webhook.start()

@@ -69,7 +69,8 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 def lone_surrogate(text: str, value: Any) -> bool:
     """True when `value`, decoded from the JSON `text`, holds a string with an unpaired surrogate."""
-    if not _SURROGATE_ESCAPE.search(text):
+    # Two substring searches: several times faster than the pattern over a body of a few hundred KB.
+    if ("\\ud" not in text and "\\uD" not in text) or not _SURROGATE_ESCAPE.search(text):
         return False
     stack = [value]
     while stack:

@@ -124,15 +124,19 @@ def test_a_messages_canonical_bytes_are_the_stored_ones(message):
 
 _LONG = st.text(alphabet=st.characters(codec="utf-8"), min_size=256, max_size=400)
 _KEPT_MESSAGE = st.fixed_dictionaries({
-    "role": st.sampled_from(["user", "assistant", "tool"]), "content": _LONG | st.sampled_from(["x" * 300, " x" * 150]),
-}, optional={"tool_call_id": st.sampled_from(["None", "call_1", ""]) | st.none()})
+    "role": st.sampled_from(["user", "assistant", "tool"]),
+    "content": _LONG | _TEXT | st.sampled_from(["x" * 300, " x" * 150]) | st.none(),
+}, optional={"tool_call_id": st.sampled_from(["None", "call_1", ""]) | st.none(),
+             "tool_calls": st.lists(_CALL, max_size=2) | st.just([{"id": "c", "function": {"name": "n", "arguments": {
+                 "a": 1}}}, "not a call"])})
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(_KEPT_MESSAGE, min_size=1, max_size=6))
 def test_kept_message_digests_are_the_digests_hashed_afresh(messages):
-    """A long text's digest is kept between requests: what is kept is what hashing it again gives, whatever
-    else was hashed before (the same text under another role, or answering another call, is another turn)."""
+    """A turn's digest is kept between requests (one with calls, or a long text): what is kept is what hashing it
+    again gives, whatever else was hashed before (the same text under another role, answering another call, or
+    with other calls, is another turn)."""
     import hashlib
 
     from proxy.sessions import resolve
@@ -148,5 +152,8 @@ def test_kept_message_digests_are_the_digests_hashed_afresh(messages):
     assert conversation_digests(messages) == fresh()  # now read from what was kept
     twin = [{**m, "tool_call_id": None if m.get("tool_call_id") == "None" else "None"} for m in messages]
     assert conversation_digests(twin) != conversation_digests(messages)
+    recalled = [{**m, "tool_calls": [{"id": "other", "function": {"name": "n", "arguments": "{}"}}]}
+                for m in messages]
+    assert conversation_digests(recalled) != conversation_digests(messages)
     resolve._KEPT.clear()
     assert conversation_digests(messages) == fresh()

@@ -6,8 +6,13 @@ from __future__ import annotations
 import socket
 
 import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from proxy.config import Settings
+from proxy.testing.server import ServerThread
 from proxy.upstream.client import Upstream
 from proxy.upstream.transport import PollingBackend, _readable, upstream_transport
 
@@ -50,9 +55,30 @@ async def test_upstream_cookies_are_not_kept_for_other_clients():
         request = httpx.Request("GET", "http://upstream.test/v1/models")
         upstream.client.cookies.extract_cookies(httpx.Response(200, headers={"set-cookie": "a=b; Path=/"},
                                                                request=request))
+        upstream.client.cookies.set("c", "d", domain="upstream.test")
+        upstream.client.cookies = {"e": "f"}
         assert not upstream.client.cookies
     finally:
         await upstream.aclose()
+
+
+async def test_a_cookie_the_upstream_sets_goes_out_with_no_later_request():
+    seen: list[str | None] = []
+
+    async def models(request: Request) -> JSONResponse:
+        seen.append(request.headers.get("cookie"))
+        return JSONResponse({"data": []}, headers={"set-cookie": "session=one-client; Path=/"})
+
+    server = ServerThread(Starlette(routes=[Route("/v1/models", models)])).start()
+    upstream = Upstream(Settings(upstream=server.url + "/v1"))
+    try:
+        for _ in range(2):
+            response = await upstream.client.get(server.url + "/v1/models")
+            assert response.headers["set-cookie"] == "session=one-client; Path=/"  # the client still gets it
+        assert seen == [None, None]
+    finally:
+        await upstream.aclose()
+        server.stop()
 
 
 async def test_targets_are_the_base_url_and_path():

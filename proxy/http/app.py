@@ -43,7 +43,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             # Figures and large bodies are computed in worker threads; a thread holding the GIL keeps the event
             # loop (every relayed stream) waiting up to the switch interval, 5 ms by default, at each turn.
             sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_SECONDS))
-        services = await Services.start(settings)
+        services = await Services.start(settings, own_process=own_process)
         try:
             app.state.proxy = services
             app.state.live = services.live

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
@@ -26,6 +26,8 @@ from proxy.stats.session_feedback import add_feedback
 from proxy.stats.variants import variant_stats
 
 __all__ = ["router"]
+
+T = TypeVar("T")
 
 # Admin routes that answer errors in the one shape on any app (tests mount this router alone).
 async def _rollups_settled(request: Request) -> None:
@@ -77,6 +79,15 @@ async def _answer(request: Request, compute: Callable[[], Awaitable[Any]]) -> JS
     return JSONResponse(await compute())  # errors: ShapedErrorRoute
 
 
+async def _figures(request: Request, fn: Callable[..., Awaitable[T]], /, **kwargs: Any) -> T:
+    """`await fn(engine, **kwargs)`: in the figures' own process where there is one (`FiguresProcess`)."""
+    services = request.app.state.proxy
+    figures = getattr(services, "figures", None)  # an app that mounts the router alone has none
+    if figures is None:
+        return await fn(services.engine, **kwargs)
+    return await figures.compute(fn, services.engine, **kwargs)
+
+
 @dataclass(slots=True)
 class StatsParams:
     """The query parameters the stats routes share, as given. Each route parses the ones it uses inside
@@ -102,8 +113,8 @@ Params = Annotated[StatsParams, Depends()]
 
 @router.get("/stats/models")
 async def stats_models(request: Request, q: Params) -> JSONResponse:
-    return await _answer(request, lambda: model_stats(
-        request.app.state.proxy.engine, **q.window(), policy=q.policy, model=q.model, route=q.route,
+    return await _answer(request, lambda: _figures(
+        request, model_stats, **q.window(), policy=q.policy, model=q.model, route=q.route,
         loop_min_attempts=q.loop_min(request)))
 
 
@@ -117,22 +128,22 @@ def _pair(models: str | None) -> tuple[str, str]:
 
 @router.get("/stats/compare")
 async def stats_compare(request: Request, q: Params, models: str | None = None) -> JSONResponse:
-    return await _answer(request, lambda: compare_models(
-        request.app.state.proxy.engine, _pair(models), **q.window(), policy=q.policy, route=q.route))
+    return await _answer(request, lambda: _figures(
+        request, compare_models, models=_pair(models), **q.window(), policy=q.policy, route=q.route))
 
 
 @router.get("/stats/variants")
 async def stats_variants(request: Request, q: Params) -> JSONResponse:
-    return await _answer(request, lambda: variant_stats(
-        request.app.state.proxy.engine, **q.window(), model=q.model, policy=q.policy,
+    return await _answer(request, lambda: _figures(
+        request, variant_stats, **q.window(), model=q.model, policy=q.policy,
         loop_min_attempts=q.loop_min(request)))
 
 
 @router.get("/stats/sessions/{session_id}")
 async def stats_session(request: Request, session_id: str, loop_min_attempts: str | None = None) -> JSONResponse:
     async def compute() -> dict[str, Any]:
-        detail = await session_detail(request.app.state.proxy.engine, session_id,
-                                      loop_min_attempts=_loop_min(request, loop_min_attempts))
+        detail = await _figures(request, session_detail, session_id=session_id,
+                                loop_min_attempts=_loop_min(request, loop_min_attempts))
         if detail is None:
             raise _NotFound(f"no session {session_id!r} in the store", param="session_id")
         return add_feedback(detail, request.app.state.proxy.policies)
@@ -143,8 +154,8 @@ async def stats_session(request: Request, session_id: str, loop_min_attempts: st
 @router.get("/stats/loops")
 async def stats_loops(request: Request, q: Params, limit: str | None = None) -> JSONResponse:
     async def compute() -> dict[str, Any]:
-        loops = await top_loops(request.app.state.proxy.engine, limit=_integer(limit, "limit", 1, 1000) or 20,
-                                **q.window(), model=q.model, loop_min_attempts=q.loop_min(request))
+        loops = await _figures(request, top_loops, limit=_integer(limit, "limit", 1, 1000) or 20,
+                               **q.window(), model=q.model, loop_min_attempts=q.loop_min(request))
         return {"loops": loops}
 
     return await _answer(request, compute)
@@ -172,12 +183,11 @@ async def proxy_status(request: Request) -> dict[str, Any]:
 async def stats_overview(request: Request, range_name: str = Query("24h", alias="range"),
                          loop_min_attempts: str | None = None) -> JSONResponse:
     async def compute() -> dict[str, Any]:
-        engine = request.app.state.proxy.engine
         return {
-            "timeline": await error_timeline(engine, range_name),
-            "loop_groups": await loop_groups(engine, min_attempts=_loop_min(request, loop_min_attempts)),
-            "blocked": await blocked_turns(engine),
-            "upstream_errors": await upstream_errors(engine),
+            "timeline": await _figures(request, error_timeline, range_name=range_name),
+            "loop_groups": await _figures(request, loop_groups, min_attempts=_loop_min(request, loop_min_attempts)),
+            "blocked": await _figures(request, blocked_turns),
+            "upstream_errors": await _figures(request, upstream_errors),
             "status": await proxy_status(request),
         }
 

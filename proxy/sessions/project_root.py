@@ -21,6 +21,7 @@ disagree within one request are ignored too, a too broad one included: a second 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -105,16 +106,27 @@ def _appended_details(content: Any) -> Iterator[str]:
                 yield found.group(1)
 
 
+_KEPT_CHARS = 1 << 17  # 64 kept texts hold at most 8 MB
+
+
+@functools.lru_cache(maxsize=64)
+def _stated_in(text: str) -> frozenset[str]:
+    # Kept: a client sends the same system text (tens of KB) with every request of every session.
+    found = set()
+    patterns = (*_LINE_PATTERNS, _CODEX_CWD) if "<cwd>" in text else _LINE_PATTERNS
+    for pattern in patterns:
+        for match in pattern.finditer(text):
+            # A statement that names no usable root (`/` itself) still counts: it makes any other one ambiguous.
+            found.add(normal_root(match.group(1).strip()) or "/")
+    return frozenset(found)
+
+
 def stated_root(texts: Iterable[str]) -> str | None:
     """The project root the client states in its own parts of a request (`client_parts`), or None (none stated,
     too broad, or ambiguous)."""
     found: set[str] = set()
     for text in texts:
-        patterns = (*_LINE_PATTERNS, _CODEX_CWD) if "<cwd>" in text else _LINE_PATTERNS
-        for pattern in patterns:
-            for match in pattern.finditer(text):
-                # A statement that names no usable root (`/` itself) still counts: it makes any other one ambiguous.
-                found.add(normal_root(match.group(1).strip()) or "/")
+        found |= _stated_in(text) if len(text) <= _KEPT_CHARS else _stated_in.__wrapped__(text)
     if len(found) != 1:
         return None
     (root,) = found

@@ -118,7 +118,14 @@ def _named_ids(message: Mapping[str, Any]) -> list[str]:
 
 
 def _latest_turns(messages: Sequence[Mapping[str, Any]], lookback: int) -> Sequence[Mapping[str, Any]]:
-    return [m for m in messages if isinstance(m, dict) and m.get("role") not in _INSTRUCTION_ROLES][-lookback:]
+    latest: list[Mapping[str, Any]] = []
+    for message in reversed(messages):
+        if len(latest) >= lookback:
+            break
+        if isinstance(message, dict) and message.get("role") not in _INSTRUCTION_ROLES:
+            latest.append(message)
+    latest.reverse()
+    return latest
 
 
 def named_call_keys(messages: Sequence[Mapping[str, Any]], lookback: int = _SHARED_LOOKBACK) -> list[str]:
@@ -187,15 +194,11 @@ def _canonical_plain(role: str, text: str, calls: list[Any], answers: str | None
 
 
 def _message_digest(message: Mapping[str, Any]) -> bytes:
-    """sha256 of `_canonical(message)`. A long text without calls (a tool's output, a user's paste) comes back in
-    every later request of its conversation: its digest is kept, keyed by what decides it (role, the call it
-    answers, the text's length and Python's hash of it, which is keyed per process so that no text can be made to
-    collide with another), so that each request hashes only the turns new to it."""
-    content, role, answers = message.get("content"), message.get("role"), message.get("tool_call_id")
-    if (type(content) is not str or len(content) < _KEPT_MIN or message.get("tool_calls") or type(role) is not str
-            or not (answers is None or type(answers) is str)):
+    """sha256 of `_canonical(message)`. A turn comes back in every later request of its conversation: its digest is
+    kept, keyed by what decides it (`_kept_key`), so that each request hashes only the turns new to it."""
+    key = _kept_key(message)
+    if key is None:
         return hashlib.sha256(_canonical(message)).digest()
-    key = (role, answers, len(content), hash(content))
     digest = _KEPT.get(key)
     if digest is None:
         digest = hashlib.sha256(_canonical(message)).digest()
@@ -205,10 +208,40 @@ def _message_digest(message: Mapping[str, Any]) -> bytes:
     return digest
 
 
-# Long texts only: a short one hashes as fast as it is looked up. Keys hold no text: ~250 bytes an entry, 1 MB in all.
-_KEPT_MIN = 256
-_KEPT_MAX = 4096
-_KEPT: dict[tuple[str, str | None, int, int], bytes] = {}
+def _kept_key(message: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """What decides a message's digest, as Python's hashes (keyed per process, so that no text can be made to
+    collide with another) of its role, the call it answers, its text (with its length) and each call's id, name
+    and arguments: no text is held. None for any shape but plain strings (hashed afresh)."""
+    role, content, answers = message.get("role"), message.get("content"), message.get("tool_call_id")
+    if type(role) is not str or not (answers is None or type(answers) is str):
+        return None
+    if content is None:
+        text: tuple[int, int] | None = None
+    elif type(content) is str:
+        text = (len(content), hash(content))
+    else:
+        return None
+    raw_calls = message.get("tool_calls")
+    if not raw_calls:
+        return (hash(role), hash(answers), text)
+    if type(raw_calls) is not list:
+        return None
+    calls: list[Any] = [hash(role), hash(answers), text]
+    for call in raw_calls:
+        function = call.get("function") if type(call) is dict else None
+        if type(function) is not dict:
+            return None
+        call_id, name, arguments = call.get("id"), function.get("name"), function.get("arguments")
+        if (not (call_id is None or type(call_id) is str) or not (name is None or type(name) is str)
+                or type(arguments) is not str):
+            return None
+        calls += (hash(call_id), hash(name), len(arguments), hash(arguments))
+    return tuple(calls)
+
+
+# ~250 bytes an entry, 4 MB in all.
+_KEPT_MAX = 16384
+_KEPT: dict[tuple[Any, ...], bytes] = {}
 
 
 _ESCAPE = encode_basestring

@@ -31,7 +31,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from proxy.dialects.shapes import parts_text
-from proxy.testing.reply import Reply, arguments_text
+from proxy.testing.reply import Reply, arguments_text, pace
 
 __all__ = ["dialect_routes", "messages_to_chat", "responses_to_chat"]
 
@@ -189,14 +189,14 @@ class _Dialect:
         sent = bytearray()
         finished = False
         try:
+            started = time.monotonic()
             for count, piece in enumerate(pieces):
                 if reply.drop_after is not None and count >= reply.drop_after:
                     raise ConnectionResetError("scripted drop")
                 sent += piece
                 self.up.responses[slot] = bytes(sent)
                 yield piece
-                if reply.chunk_delay:
-                    await asyncio.sleep(reply.chunk_delay)
+                await pace(reply, count + 1, started)
             finished = True
             self.up.completed_streams += 1
         finally:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Reply", "arguments_text"]
+__all__ = ["Reply", "arguments_text", "pace"]
 
 
 @dataclass(kw_only=True)
@@ -25,6 +27,9 @@ class Reply:
     drop_after: int | None = None  # the connection breaks after this many chunks
     stall: float = 0.0  # seconds before the response starts
     chunk_delay: float = 0.0  # seconds between chunks
+    # Chunk n is due chunk_delay * n after the first, as a GPU paces its tokens: a chunk sent late (a busy
+    # machine) does not delay the ones after it.
+    steady: bool = False
     content_chunk: int = 4  # characters per content delta
     arguments_chunk: int = 7  # characters per tool-argument delta
     extra_message: dict[str, Any] = field(default_factory=dict)  # unknown fields that must survive
@@ -41,3 +46,13 @@ class Reply:
 
 def arguments_text(arguments: Any) -> str:
     return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+
+
+async def pace(reply: Reply, sent: int, started: float) -> None:
+    """Wait before the chunk after `sent` chunks; `started` is `time.monotonic()` at the first."""
+    if not reply.chunk_delay:
+        return
+    if not reply.steady:
+        await asyncio.sleep(reply.chunk_delay)
+        return
+    await asyncio.sleep(max(0.0, started + sent * reply.chunk_delay - time.monotonic()))

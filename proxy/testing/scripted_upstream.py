@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from proxy.testing.dialects import dialect_routes
-from proxy.testing.reply import Reply, arguments_text
+from proxy.testing.reply import Reply, arguments_text, pace
 from proxy.testing.vllm_bytes import FamilyBytes, family_bytes
 
 __all__ = ["Reply", "ScriptedUpstream"]
@@ -246,6 +246,7 @@ class ScriptedUpstream:
             pieces = [chunk(d, first=i == 0) for i, d in enumerate(deltas)] + [chunk({}, reply.finish())]
             if family is not None and family.keep_alive:
                 pieces.insert(1, b": keep-alive\n\n")  # vLLM 0.34 may send these while a request waits
+            started = time.monotonic()
             for piece in pieces:
                 if reply.drop_after is not None and sent >= reply.drop_after:
                     raise ConnectionResetError("scripted drop")
@@ -259,8 +260,7 @@ class ScriptedUpstream:
                 self.responses[slot] = bytes(record)
                 yield piece
                 sent += 1
-                if reply.chunk_delay:
-                    await asyncio.sleep(reply.chunk_delay)
+                await pace(reply, sent, started)
             if include_usage:
                 usage = {"id": chunk_id, "object": "chat.completion.chunk", "created": created,
                          "model": body["model"], "choices": [], "usage": self._usage(reply)}

@@ -65,13 +65,39 @@ def response_headers(headers: httpx.Headers) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in _DROP_RESPONSE_HEADERS}
 
 
-class _NoCookies(http.cookiejar.CookieJar):
-    """The upstream's cookies are not the proxy's to keep: kept, one client's cookie would go out with
-    every other client's requests. (Set-Cookie still reaches the client that got it.) Not parsing them
-    also spares the cookie machinery httpx runs on every response."""
+class _KeepsNothing(http.cookiejar.CookieJar):
+    def set_cookie(self, cookie: http.cookiejar.Cookie) -> None:
+        return None
 
     def extract_cookies(self, response: Any, request: Any) -> None:
         return None
+
+
+class _NoCookies(httpx.Cookies):
+    """The upstream's cookies are not the proxy's to keep: kept, one client's cookie would go out with
+    every other client's requests. (Set-Cookie still reaches the client that got it.)"""
+
+    def __init__(self) -> None:
+        super().__init__(_KeepsNothing())
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        # Returns before httpx wraps the response and its request for http.cookiejar: ~0.1 ms an answer.
+        return None
+
+
+class _UpstreamClient(httpx.AsyncClient):
+    """An httpx client that keeps no cookies (`_NoCookies`), whatever it is given."""
+
+    @property
+    def cookies(self) -> httpx.Cookies:
+        return _NO_COOKIES
+
+    @cookies.setter
+    def cookies(self, cookies: Any) -> None:
+        return None
+
+
+_NO_COOKIES = _NoCookies()
 
 
 class Upstream:
@@ -79,7 +105,7 @@ class Upstream:
         self.base_url = url.rstrip("/") if url else settings.upstream
         self._api_key = api_key if url else settings.upstream_api_key
         self.failures = 0  # requests that failed on the way (connect, read, protocol errors)
-        self.client = httpx.AsyncClient(
+        self.client = _UpstreamClient(
             timeout=httpx.Timeout(connect=settings.connect_timeout, read=settings.read_timeout,
                                   write=settings.read_timeout, pool=settings.read_timeout),
             # vLLM's uvicorn closes an idle keep-alive connection after 5 s: reusing one that old races with
@@ -88,7 +114,6 @@ class Upstream:
             transport=upstream_transport(httpx.Limits(
                 max_connections=1000, max_keepalive_connections=200, keepalive_expiry=4.0), retries=1),
             headers={"accept-encoding": "identity"},
-            cookies=_NoCookies(),
         )
         # Parsed once per path rather than per request: the routes that carry traffic are a handful, and
         # the bound keeps arbitrary passthrough paths from growing it.

@@ -1,0 +1,64 @@
+"""The stats routes' figures computed in a worker process of their own (`FiguresProcess`): the same answers as
+in the proxy's process, errors included, and a worker that dies replaced without an ask failing."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import httpx
+import pytest
+
+from proxy.stats.figures_process import FiguresProcess
+
+from .builder import PIPE, Store
+from .seed_data import build_seed
+from .test_loops import HEAD_10, TAIL_3
+from .test_stats_api import make_app
+
+pytestmark = pytest.mark.each_database
+
+PATHS = ["/stats/models", "/stats/models?model=qwen3.5-27b", "/stats/variants", "/stats/loops?limit=5",
+         "/stats/sessions/ses_fig", "/stats/sessions/ses_missing", "/stats/compare?models=qwen3.5-9b,qwen3.5-27b",
+         "/stats/overview?range=bogus"]
+
+
+async def _answers(client: httpx.AsyncClient) -> list[tuple[int, object]]:
+    return [((r := await client.get(path)).status_code, r.json()) for path in PATHS]
+
+
+async def _started(figures: FiguresProcess, timeout: float = 60.0) -> int:
+    deadline = time.monotonic() + timeout
+    while figures.pid is None:
+        assert time.monotonic() < deadline, "the figures' worker did not start"
+        await asyncio.sleep(0.05)
+    assert figures.pid is not None
+    return figures.pid
+
+
+async def test_the_worker_answers_as_the_proxys_process_does_and_a_dead_one_is_replaced(engine, db_url, store: Store):
+    build_seed(store)
+    store.session("qwen3.5-27b", "ses_fig").request().calls(PIPE, HEAD_10, TAIL_3)
+    await store.save(engine)
+    here = make_app(engine)
+    away = make_app(engine)
+    figures = away.state.proxy.figures = FiguresProcess(db_url)
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=here), base_url="http://t") as local, \
+                httpx.AsyncClient(transport=httpx.ASGITransport(app=away), base_url="http://t") as remote:
+            expected = await _answers(local)
+            assert [status for status, _ in expected] == [200, 200, 200, 200, 200, 404, 200, 400]
+            assert await _answers(remote) == expected  # the first ask: computed here while the worker starts
+            pid = await _started(figures)
+            assert pid != os.getpid()
+            assert await _answers(remote) == expected  # computed there
+
+            os.kill(pid, signal.SIGKILL)
+            assert await _answers(remote) == expected  # the lost worker's ask computed here
+            assert await _started(figures) != pid
+            assert await _answers(remote) == expected
+    finally:
+        await figures.close()
+    assert figures.pid is None
