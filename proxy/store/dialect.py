@@ -14,9 +14,11 @@ The store runs on SQLite and Postgres. What differs between them lives here and 
 - `writer_engine`: a plain (blocking) engine for the store writer's transactions, where the backend has a
   faster one than the async driver (SQLite: sqlite3 itself, one thread hop per transaction instead of one per
   statement); None where it has not;
-- `audit_in_one_statement`: whether the writer sends a batch of audit rows as one statement of its own
-  (proxy/store/audit_statement.py; Postgres: one round trip instead of one per table and two for the
-  transaction) rather than as a transaction of `write_audit_rows` (SQLite, which has no data-modifying CTEs).
+- `statement_is_round_trip`: each statement is a round trip to a server (Postgres), so the writer sends few,
+  larger ones: a batch of audit rows as one statement of its own (proxy/store/audit_statement.py, with
+  data-modifying CTEs) instead of a transaction of `write_audit_rows` (one statement a table, plus BEGIN and
+  COMMIT), and a rollup step's markers in one DELETE. SQLite runs statements in-process, where the writer's
+  small prepared ones are cheapest (and it has no data-modifying CTEs).
 
 A backend is a subclass of `Backend`; one that leaves an operation out cannot be built (abstract methods),
 and `tests/test_store_dialect.py` checks every declared backend and every URL scheme the settings accept.
@@ -63,7 +65,7 @@ class Backend(ABC):
     name: ClassVar[str]  # SQLAlchemy's dialect name
     # URL prefix people write -> the prefix with the async driver; an async prefix maps to itself.
     url_schemes: ClassVar[Mapping[str, str]]
-    audit_in_one_statement: ClassVar[bool] = False
+    statement_is_round_trip: ClassVar[bool] = False
 
     @abstractmethod
     def engine(self, url: str) -> AsyncEngine:
@@ -150,7 +152,7 @@ class PostgresBackend(Backend):
         "postgres://": "postgresql+asyncpg://", "postgresql://": "postgresql+asyncpg://",
         "postgresql+asyncpg://": "postgresql+asyncpg://",
     }
-    audit_in_one_statement = True
+    statement_is_round_trip = True
     _SESSION_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(:s, 0))"
     _OWNER_LOCK = "SELECT pg_try_advisory_lock(hashtextextended(:owner, 0))"
     _OWNER_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended(:owner, 0))"

@@ -11,15 +11,18 @@ batches of those seconds (a few answers' rows) into one rollup step, and a stats
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, select
+from sqlalchemy import Connection, String, bindparam, delete, func, select
+from sqlalchemy.sql.expression import Executable
 
 from proxy.store import rollups, tables
+from proxy.store.dialect import backend_of
 from proxy.store.prepared import Prepared
 
 __all__ = ["apply", "apply_many", "catch_up", "marker_row"]
@@ -48,8 +51,9 @@ def apply_many(conn: Connection, markers: Sequence[tuple[str, Sequence[Mapping[s
     calls: list[Mapping[str, Any]] = []
     reqs: list[Mapping[str, Any]] = []
     applied = 0
+    mine = _delete_markers(conn, [marker_id for marker_id, _, _ in markers])
     for marker_id, marker_calls, marker_reqs in markers:
-        if _DELETE_MARKER.run(conn, [{"id": marker_id}]) == 1:
+        if marker_id in mine:
             calls.extend(marker_calls)
             reqs.extend(marker_reqs)
             applied += 1
@@ -58,7 +62,24 @@ def apply_many(conn: Connection, markers: Sequence[tuple[str, Sequence[Mapping[s
     return applied
 
 
+def _delete_markers(conn: Connection, ids: Sequence[str]) -> set[str]:
+    """The markers among `ids` that this transaction deleted (the others were applied by someone else)."""
+    if not backend_of(conn).statement_is_round_trip:
+        return {marker_id for marker_id in ids if _DELETE_MARKER.run(conn, [{"id": marker_id}]) == 1}
+    # One statement for them all: a rollup step gathers up to 8 batches, each a round trip on a server.
+    return {str(row[0]) for row in conn.execute(_delete_returning(), {"ids": list(ids)})}
+
+
 _DELETE_MARKER = Prepared(lambda conn: delete(tables.stats_pending).where(tables.stats_pending.c.id == bindparam("id")))
+
+
+@functools.cache
+def _delete_returning() -> Executable:
+    from sqlalchemy.dialects import postgresql  # only a backend of round trips (Postgres) gets here
+
+    pending = tables.stats_pending
+    ids = bindparam("ids", type_=postgresql.ARRAY(String()))
+    return delete(pending).where(pending.c.id == func.any(ids)).returning(pending.c.id)
 
 
 def catch_up(conn: Connection) -> int:

@@ -79,7 +79,7 @@ class StoreWriter:
         self._engine = engine
         self._lane = WriterLane(engine)  # where the transactions run (SQLite: sqlite3 in a thread of its own)
         # Postgres: a batch is one statement of its own, one round trip (proxy/store/audit_statement.py)
-        self._one_statement = backend_of(engine).audit_in_one_statement
+        self._one_statement = backend_of(engine).statement_is_round_trip
         self._batch_size = max(1, batch_size)
         self._flush_seconds = max(0.0, flush_seconds)
         self._max_queue = max(1, max_queue)

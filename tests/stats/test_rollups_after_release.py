@@ -5,9 +5,10 @@ figures equal the rows again, each batch counted once."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.store import figures, pending_rollups, queries, rollups, tables
@@ -81,3 +82,34 @@ async def test_the_writer_rolls_up_right_after_release_and_a_marker_counts_once(
         assert await conn.run_sync(pending_rollups.catch_up) == 0
     await writer.stop()
     await _assert_figures_equal_rows(engine)
+
+
+class _KeepingMarkers(StoreWriter):
+    """A writer whose rollup steps never run; it keeps what they were given, to be applied by the test."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        super().__init__(engine)
+        self.kept: list[tuple[str, dict[str, list[dict[str, Any]]]]] = []
+
+    async def _roll_up(self) -> None:
+        self.kept.extend(self._unrolled)
+        self._unrolled = []
+        self._settled.set()
+
+
+async def test_a_rollup_step_adds_the_batches_whose_markers_it_deleted_and_no_other(engine: AsyncEngine):
+    writer = _KeepingMarkers(engine)
+    await _write(writer, 13, batches=3)
+    await writer.stop()
+    assert len(writer.kept) >= 3
+    gone, _ = writer.kept[1]
+    async with engine.begin() as conn:  # another replica's rollup step applied this one already
+        await conn.execute(delete(tables.stats_pending).where(tables.stats_pending.c.id == gone))
+    async with engine.begin() as conn:
+        applied = await conn.run_sync(pending_rollups.apply_many, [
+            (marker, grouped.get("tool_calls", []), grouped.get("requests", [])) for marker, grouped in writer.kept])
+    assert applied == len(writer.kept) - 1
+    assert await _pending(engine) == 0
+    async with engine.connect() as conn:
+        counted = (await conn.execute(select(func.sum(tables.stats_calls.c.n)))).scalar_one()
+    assert counted == sum(len(grouped.get("tool_calls", [])) for marker, grouped in writer.kept if marker != gone)
