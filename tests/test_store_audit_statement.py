@@ -73,7 +73,7 @@ BATCHES: list[Batch] = [
     },
     {"request_journal": [_journal("r4")]},  # nothing to roll up: no marker
     {"request_journal": [{**_journal("r4"), "owner": "replica:2:def"}],  # written again: the first one wins
-     "requests": [_request("r3", ttft_ms=12.5, ungoverned_text=2)],
+     "requests": [_request("r3", ttft_ms=12.5, ungoverned_text=2, stream=0)],  # a boolean as SQLAlchemy takes it
      "tool_calls": [_call("c3", "r3", arguments_json='{"command": "ls"}', decision="allow", primary_reason=None,
                           command=HOSTILE)]},
 ]
@@ -131,6 +131,7 @@ async def test_one_statement_writes_exactly_the_rows_of_the_transaction(
     assert [(c["reasons"], c["delivered"]) for c in written["tool_calls"]] == [
         ("pipe,redirect", True), ("", False), ("", True)]
     assert written["tool_calls"][2]["command"] == HOSTILE
+    assert written["requests"][2]["stream"] is False
     assert written["requests"][1]["attempts"] == 3 and written["requests"][0]["attempts"] == 1
     assert (json.dumps(["c1", "c2"]), "[]") in written["stats_pending"]
 

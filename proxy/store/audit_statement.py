@@ -19,7 +19,7 @@ final row is in the same batch is not inserted at all (the old path inserted it 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,16 +64,17 @@ def audit_statement(dialect: Dialect, rows: Mapping[str, Sequence[Row]], *, pend
         marker = str(marker_row["id"])
     written = [(name, _columns(tables.metadata.tables[name], table_rows))
                for name, table_rows in sorted(inserts.items())]
-    sql, defaults = _compiled(dialect, (tuple(written), bool(finished)))
+    compiled = _compiled(dialect, (tuple(written), bool(finished)))
     args: list[Any] = []
     for name, columns in written:
         table_rows = inserts[name]
         for column in columns:
-            default = defaults.get((name, column))
-            args.append([row.get(column, default) for row in table_rows])
+            values = [row.get(column, compiled.defaults.get((name, column))) for row in table_rows]
+            process = compiled.processors.get((name, column))
+            args.append(values if process is None else process(values))
     if finished:
         args.append(finished)
-    return AuditStatement(sql, args, marker)
+    return AuditStatement(compiled.sql, args, marker)
 
 
 def _columns(table: Table, rows: Sequence[Row]) -> tuple[str, ...]:
@@ -85,17 +86,30 @@ def _columns(table: Table, rows: Sequence[Row]) -> tuple[str, ...]:
     return tuple(c.name for c in table.columns if c.name in named or c.default is not None)
 
 
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    sql: str
+    defaults: dict[tuple[str, str], Any]  # of the columns a row may leave out, by (table, column)
+    # the columns whose values SQLAlchemy processes before the driver binds them (booleans, strictly), by the
+    # processor of their array; the other columns' lists go to asyncpg as they are
+    processors: dict[tuple[str, str], Callable[[Any], Any]]
+
+
 @functools.lru_cache(maxsize=256)
-def _compiled(dialect: Dialect, shape: _Shape) -> tuple[str, dict[tuple[str, str], Any]]:
-    """The SQL of a shape, and the defaults of the columns a row may leave out, by (table, column)."""
+def _compiled(dialect: Dialect, shape: _Shape) -> _Compiled:
     from sqlalchemy.dialects import postgresql  # only a proxy on Postgres loads its dialect
 
     written, finished = shape
     ctes = []
     defaults: dict[tuple[str, str], Any] = {}
+    processors: dict[tuple[str, str], Callable[[Any], Any]] = {}
     for index, (name, columns) in enumerate(written):
         table = tables.metadata.tables[name]
         arrays = [bindparam(f"t{index}_{c}", type_=postgresql.ARRAY(_unbounded(table.c[c]))) for c in columns]
+        for c, array in zip(columns, arrays, strict=True):
+            process = array.type.dialect_impl(dialect).bind_processor(dialect)
+            if process is not None and _unbounded(table.c[c]).dialect_impl(dialect).bind_processor(dialect):
+                processors[(name, c)] = process
         source = func.unnest(*arrays).table_valued(*columns).render_derived()
         insert = postgresql.insert(table).from_select(list(columns), select(*source.c))
         if name in INSERT_OR_IGNORE:
@@ -117,7 +131,7 @@ def _compiled(dialect: Dialect, shape: _Shape) -> tuple[str, dict[tuple[str, str
     expected += ["finished"] if finished else []
     if list(compiled.positiontup or ()) != expected:  # the arguments are built in this order
         raise TypeError(f"{dialect.name} compiled the audit statement's parameters out of order")
-    return compiled.string, defaults
+    return _Compiled(compiled.string, defaults, processors)
 
 
 def _unbounded(column: Column[Any]) -> Any:
