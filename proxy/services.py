@@ -112,7 +112,8 @@ class Services:
             retention = Retention(engine, settings.retention_days)
             await retention.start()
             closers.push_async_callback(retention.stop)
-        if settings.figures_process or (settings.figures_process is None and own_process):
+        if (settings.figures_process or (settings.figures_process is None and own_process)) and \
+                FiguresProcess.can_share(engine):
             figures = services.figures = FiguresProcess(settings.db)
             closers.push_async_callback(figures.close)
         if settings.alert_webhook_url:

@@ -39,6 +39,13 @@ T = TypeVar("T")
 
 
 class FiguresProcess:
+    @staticmethod
+    def can_share(engine: AsyncEngine) -> bool:
+        """Whether another process opening the engine's URL reads the same store: not a SQLite memory database."""
+        url = engine.url
+        return url.get_backend_name() != "sqlite" or not (
+            not url.database or url.database == ":memory:" or "mode=memory" in str(url))
+
     def __init__(self, db_url: str) -> None:
         self._db_url = db_url
         self._pool: ProcessPoolExecutor | None = None

@@ -62,3 +62,13 @@ async def test_the_worker_answers_as_the_proxys_process_does_and_a_dead_one_is_r
     finally:
         await figures.close()
     assert figures.pid is None
+
+
+async def test_a_memory_store_keeps_its_figures_in_the_proxy():
+    from proxy.store.db import create_engine
+
+    for url, shared in (("sqlite://", False), ("sqlite:///:memory:", False), ("sqlite:///stats.db", True),
+                        ("postgresql://u@h/db", True)):
+        engine = create_engine(url)
+        assert FiguresProcess.can_share(engine) is shared, url
+        await engine.dispose()
