@@ -19,6 +19,9 @@ The store runs on SQLite and Postgres. What differs between them lives here and 
   data-modifying CTEs) instead of a transaction of `write_audit_rows` (one statement a table, plus BEGIN and
   COMMIT), and a rollup step's markers in one DELETE. SQLite runs statements in-process, where the writer's
   small prepared ones are cheapest (and it has no data-modifying CTEs).
+- `concurrent_writers`: transactions on other connections write while one is open (Postgres), so the writer's
+  rollup step runs on a connection of its own beside the batches; SQLite lets one writer in at a time, and
+  there the step gives way to a release instead (proxy/store/writer.py).
 
 A backend is a subclass of `Backend`; one that leaves an operation out cannot be built (abstract methods),
 and `tests/test_store_dialect.py` checks every declared backend and every URL scheme the settings accept.
@@ -66,6 +69,7 @@ class Backend(ABC):
     # URL prefix people write -> the prefix with the async driver; an async prefix maps to itself.
     url_schemes: ClassVar[Mapping[str, str]]
     statement_is_round_trip: ClassVar[bool] = False
+    concurrent_writers: ClassVar[bool] = False
 
     @abstractmethod
     def engine(self, url: str) -> AsyncEngine:
@@ -153,6 +157,7 @@ class PostgresBackend(Backend):
         "postgresql+asyncpg://": "postgresql+asyncpg://",
     }
     statement_is_round_trip = True
+    concurrent_writers = True
     _SESSION_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(:s, 0))"
     _OWNER_LOCK = "SELECT pg_try_advisory_lock(hashtextextended(:owner, 0))"
     _OWNER_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended(:owner, 0))"

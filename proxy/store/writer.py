@@ -12,6 +12,11 @@ row refused even then is dropped, logged and counted. When the probe fails too, 
 batch goes back to the head of the queue, the writer backs off, and `health()` says why until a write
 succeeds. A SQLite file deleted or replaced under the running proxy counts as down (writes to an
 unlinked file would otherwise succeed into nothing).
+
+No release waits behind the rollups (`_roll_up`): on Postgres the rollup step runs on a connection of its own
+beside the batches (one step at a time, in commit order); on SQLite, one writer at a time, a step starts only
+while no release waits and gives way at its next statement when one comes (rolled back, tried again once the
+release is committed), unless `_MAX_DEFERRED` batches wait for their rollups (then it runs whole).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from proxy.logs import get_logger
 from proxy.store import pending_rollups, rollups, tables
 from proxy.store.audit_statement import INSERT_OR_IGNORE, audit_statement
 from proxy.store.dialect import backend_of, insert_ignore
-from proxy.store.lane import WriterLane
+from proxy.store.lane import Checkpoint, Interrupted, WriterLane
 from proxy.store.prepared import Prepared
 from proxy.store.safe_text import safe_row
 
@@ -50,8 +55,11 @@ _TABLE_ORDER = {t.name: i for i, t in enumerate(
     (tables.sessions, tables.session_lineage, tables.request_journal, tables.requests, tables.tool_calls,
      tables.tool_call_reasons)
 )}
-# Batches committed before their rollups are added, at most (rollups wait while rows someone waits for are queued).
+# Batches committed before a rollup step starts without waiting for `_ROLLUP_DELAY_SECONDS`.
 _MAX_UNROLLED = 8
+# SQLite: batches committed before a rollup step runs whole, not giving way to releases (under releases that never
+# pause, the rollups then trail by this many batches at most).
+_MAX_DEFERRED = 64
 # How long committed batches wait for their rollups: the rows of a few answers share one rollup step (its
 # statements cost more than the rows' own), and a stats read does not wait for it (`rollups_settled`).
 _ROLLUP_DELAY_SECONDS = 2.0
@@ -106,9 +114,13 @@ class StoreWriter:
         self._unrolled: list[tuple[str, dict[str, list[dict[str, Any]]]]] = []  # committed, not rolled up yet
         self._unrolled_since = 0.0  # when the oldest of them was committed
         self._rollups_wanted = False  # a reader waits for the rollups
-        self._settled = asyncio.Event()  # set while _unrolled is empty
+        self._settled = asyncio.Event()  # set while _unrolled is empty and no step runs
         self._settled.set()
         self._rollups_behind = False
+        # Postgres: the rollup step runs beside the batches, on a connection of its own (`_roll_up`).
+        self._beside = backend_of(engine).concurrent_writers
+        self._rolling: asyncio.Task[None] | None = None  # the step running beside, if any
+        self.rollups_given_way = 0  # SQLite: rollup steps rolled back for a release (tried again after it)
 
     @property
     def depth(self) -> int:
@@ -159,6 +171,7 @@ class StoreWriter:
         if tail.waiter is None:
             tail.waiter = asyncio.get_running_loop().create_future()
         waiter = tail.waiter
+        self._lane.interrupt()  # a rollup step running on the lane gives way
         self._urgent.set()
         self._wakeup.set()
         try:
@@ -197,6 +210,11 @@ class StoreWriter:
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._task
             self._task = None
+        if self._rolling is not None:  # the writer's task was cancelled while a step ran beside it
+            self._rolling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._rolling
+            self._rolling = None
         await self._lane.close()
 
     async def probe(self) -> bool:
@@ -223,15 +241,20 @@ class StoreWriter:
         backoff = 0.1
         while True:
             if self._should_roll_up():
-                await self._roll_up()
+                await self._start_rollup_step()
             if not self._queue:
                 self._idle.set()
                 if self._closing:
-                    return
+                    if self._rolling is None:
+                        return
+                    await self._rolling  # then the batches committed meanwhile
+                    continue
                 self._wakeup.clear()
                 self._urgent.clear()
-                # While the store is failing, probe now and then so health recovers without traffic.
-                wait = backoff if self.failing is not None else self._rollup_due_in()
+                # While the store is failing, probe now and then so health recovers without traffic. A step
+                # running beside wakes the writer when it ends.
+                wait = (backoff if self.failing is not None
+                        else None if self._rolling is not None else self._rollup_due_in())
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wakeup.wait(), timeout=wait)
                 if not self._queue and self.failing is not None and not self._closing:
@@ -275,7 +298,7 @@ class StoreWriter:
                     self._in_flight = []
             backoff = 0.1
             self._mark_ok()
-            if self._rollups_behind:
+            if self._rollups_behind and self._rolling is None:
                 await self._catch_up_quietly()
             telemetry.emit(telemetry.StoreQueue(len(self._queue)))
 
@@ -302,12 +325,35 @@ class StoreWriter:
             await asyncio.sleep(0)
 
     def _should_roll_up(self) -> bool:
-        # Rows someone waits for go first; the rollups then trail by a few batches, or two seconds, at most.
-        if not self._unrolled:
+        # The rollups trail by a few batches, or two seconds, at most; on SQLite a step waits while a release
+        # waits, and gives way to one that comes (`_start_rollup_step`), unless it must run whole.
+        if not self._unrolled or self._rolling is not None:
             return False
-        if self._closing or self._rollups_wanted or len(self._unrolled) >= _MAX_UNROLLED:
+        if self._must_run_whole():
             return True
-        return self._rollup_due_in() == 0.0 and not any(item.waiter is not None for item in self._queue)
+        if len(self._unrolled) < _MAX_UNROLLED and self._rollup_due_in() != 0.0:
+            return False
+        return self._beside or not self._release_waits()
+
+    def _must_run_whole(self) -> bool:
+        return self._closing or self._rollups_wanted or len(self._unrolled) >= _MAX_DEFERRED
+
+    def _release_waits(self) -> bool:
+        return any(item.waiter is not None for item in self._queue)
+
+    async def _start_rollup_step(self) -> None:
+        if not self._beside:
+            await self._roll_up()
+            return
+
+        async def step() -> None:
+            try:
+                await self._roll_up()
+            finally:
+                self._rolling = None
+                self._wakeup.set()
+
+        self._rolling = asyncio.create_task(step(), name="store-rollups")
 
     def _rollup_due_in(self) -> float | None:
         """Seconds until the committed batches' rollups are due; None when there are none."""
@@ -317,16 +363,28 @@ class StoreWriter:
 
     async def _roll_up(self) -> None:
         """Add the committed batches to the rollups in one transaction. Never raises: their rows are in, so a
-        failure here leaves the markers for `catch_up` rather than failing (and re-inserting) the batches."""
+        failure here leaves the markers for `catch_up` rather than failing (and re-inserting) the batches.
+        On SQLite, unless it must run whole, a release that comes meanwhile (`commit`) rolls the step back at
+        its next statement, and the batches wait for the next step."""
+        interruptible = not self._beside and not self._must_run_whole()
         unrolled, self._unrolled = self._unrolled, []
-        self._rollups_wanted = False
+        since = self._unrolled_since
         try:
-            await self._lane.run(_apply_markers, unrolled)
+            if interruptible:
+                await self._lane.run_interruptible(functools.partial(_apply_markers_until, unrolled))
+            else:
+                await self._lane.run(_apply_markers, unrolled)
+        except Interrupted:
+            self._unrolled[:0] = unrolled  # nothing of the step was committed
+            self._unrolled_since = since
+            self.rollups_given_way += 1
         except Exception as exc:  # the rows are committed; their rollups wait for the next catch-up
             self._rollups_behind = True
             log.error("store.rollups_behind", error=_error(exc))
         finally:
-            self._settled.set()
+            if not self._unrolled:  # (on Postgres batches committed while the step ran wait for the next)
+                self._rollups_wanted = False
+                self._settled.set()
 
     async def catch_up_rollups(self) -> int:
         """Apply the rollups that a crash (or a failed rollup step) left behind; the number of batches."""
@@ -469,9 +527,15 @@ _DELETE_JOURNAL = Prepared(lambda conn: delete(tables.request_journal)
 _INSERT_MARKER = Prepared(lambda conn: tables.stats_pending.insert())
 
 
-def _apply_markers(conn: Connection, unrolled: list[tuple[str, dict[str, list[dict[str, Any]]]]]) -> None:
+def _apply_markers(conn: Connection, unrolled: list[tuple[str, dict[str, list[dict[str, Any]]]]],
+                   checkpoint: Checkpoint | None = None) -> None:
     pending_rollups.apply_many(conn, [(marker, grouped.get("tool_calls", []), grouped.get("requests", []))
-                                      for marker, grouped in unrolled])
+                                      for marker, grouped in unrolled], checkpoint)
+
+
+def _apply_markers_until(unrolled: list[tuple[str, dict[str, list[dict[str, Any]]]]], conn: Connection,
+                         checkpoint: Checkpoint) -> None:
+    _apply_markers(conn, unrolled, checkpoint)
 
 
 def _probe_write(conn: Connection, probe_id: str, owner: str) -> None:
