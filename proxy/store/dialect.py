@@ -20,8 +20,8 @@ The store runs on SQLite and Postgres. What differs between them lives here and 
   COMMIT), and a rollup step's markers in one DELETE. SQLite runs statements in-process, where the writer's
   small prepared ones are cheapest (and it has no data-modifying CTEs).
 - `concurrent_writers`: transactions on other connections write while one is open (Postgres), so the writer's
-  rollup step runs on a connection of its own beside the batches; SQLite lets one writer in at a time, and
-  there the step gives way to a release instead (proxy/store/writer.py).
+  rollup step runs on a connection of its own beside the batches (proxy/store/writer.py); SQLite lets one
+  writer in at a time.
 
 A backend is a subclass of `Backend`; one that leaves an operation out cannot be built (abstract methods),
 and `tests/test_store_dialect.py` checks every declared backend and every URL scheme the settings accept.

@@ -8,18 +8,12 @@ that was not serial already.
 `run_statement` sends one statement, its own transaction, on a connection of the async engine's that the lane
 holds between statements: asyncpg's own, so that the statement costs one round trip (no BEGIN or COMMIT, no pool
 checkout with its ping) and no hop through SQLAlchemy's greenlet (proxy/store/audit_statement.py).
-
-`run_interruptible` runs a transaction that gives way: its function calls the checkpoint it is given between
-statements, and once `interrupt()` was called (from the event loop) the checkpoint raises `Interrupted`, the
-transaction is rolled back and the lane is free for whatever interrupted it (the writer's rollup step gives way
-to a release, proxy/store/writer.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -29,16 +23,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from proxy.store.dialect import backend_of
 
-__all__ = ["Checkpoint", "Interrupted", "WriterLane"]
+__all__ = ["WriterLane"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
-
-Checkpoint = Callable[[], None]
-
-
-class Interrupted(Exception):
-    """A transaction of `run_interruptible` gave way at a checkpoint: rolled back, nothing of it committed."""
 
 
 class WriterLane:
@@ -48,23 +36,6 @@ class WriterLane:
         self._thread: ThreadPoolExecutor | None = None
         self._conn: Connection | None = None  # the lane thread's own, held between transactions
         self._held: tuple[AsyncConnection, Any] | None = None  # run_statement's, with its driver connection
-        self._interrupt = threading.Event()  # read by the lane thread at each checkpoint
-
-    def interrupt(self) -> None:
-        """Make the interruptible transaction running now (if any) give way at its next checkpoint."""
-        self._interrupt.set()
-
-    async def run_interruptible(self, fn: Callable[[Connection, Checkpoint], T]) -> T:
-        """`fn(connection, checkpoint)` as `run` does, except that from the next `interrupt()` on the checkpoint
-        raises `Interrupted` (an interrupt before this call does not count)."""
-        self._interrupt.clear()
-        interrupt = self._interrupt
-
-        def checkpoint() -> None:
-            if interrupt.is_set():
-                raise Interrupted
-
-        return await self.run(fn, checkpoint)
 
     async def run(self, fn: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         """`fn(connection, ...)` in one transaction, committed when it returns, rolled back when it raises."""
@@ -83,8 +54,6 @@ class WriterLane:
             try:
                 with self._conn.begin():
                     return fn(self._conn, *args, **kwargs)
-            except Interrupted:
-                raise  # rolled back by begin(); the connection stays good
             except BaseException:
                 self._drop_connection()
                 raise

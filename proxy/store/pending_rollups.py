@@ -15,7 +15,7 @@ import functools
 import json
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, String, bindparam, delete, func, select
@@ -45,16 +45,12 @@ def apply(conn: Connection, marker_id: str, calls: Sequence[Mapping[str, Any]],
 
 
 def apply_many(conn: Connection, markers: Sequence[tuple[str, Sequence[Mapping[str, Any]],
-                                                        Sequence[Mapping[str, Any]]]],
-               checkpoint: Callable[[], None] | None = None) -> int:
+                                                        Sequence[Mapping[str, Any]]]]) -> int:
     """`apply` for several batches at once, their rows added in one pass (a statement per rollup table, not
-    per batch); the number of markers this call applied. `checkpoint` is called between statements: it may
-    raise to give the transaction up (the writer's rollup step giving way to a release)."""
+    per batch); the number of markers this call applied."""
     calls: list[Mapping[str, Any]] = []
     reqs: list[Mapping[str, Any]] = []
     applied = 0
-    if checkpoint is not None:
-        checkpoint()
     mine = _delete_markers(conn, [marker_id for marker_id, _, _ in markers])
     for marker_id, marker_calls, marker_reqs in markers:
         if marker_id in mine:
@@ -62,7 +58,7 @@ def apply_many(conn: Connection, markers: Sequence[tuple[str, Sequence[Mapping[s
             reqs.extend(marker_reqs)
             applied += 1
     if calls or reqs:
-        rollups.apply_rows(conn, calls, reqs, checkpoint)
+        rollups.apply_rows(conn, calls, reqs)
     return applied
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,36 +104,27 @@ class Rollup:
                 bins = self.latency.setdefault((bucket, row["model"], row["concurrency"], kind), {})
                 merge_bin(bins, bin_of(value), 1, value, value)
 
-    def apply(self, conn: Connection, checkpoint: Callable[[], None] | None = None) -> None:
+    def apply(self, conn: Connection) -> None:
         """Add the counts to the tables: an upsert per table, in key order so that two replicas adding to the
-        same rows take their locks in the same order. `checkpoint` is called before each."""
-        checkpoint = checkpoint or _no_checkpoint
-
+        same rows take their locks in the same order."""
         def rows(names: Sequence[str], items: Iterable[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[dict]:
             return [{**dict(zip(names, key, strict=True)), **values} for key, values in sorted(items)]
 
         head = ("bucket", "model", "policy_name", "route")
-        checkpoint()
         _add(conn, tables.stats_calls, rows((*head, "decision", "primary_reason"),
                                      ((k, {"n": n}) for k, n in self.calls.items())))
-        checkpoint()
         _add(conn, tables.stats_reasons, rows((*head, "reason"), ((k, {"n": n}) for k, n in self.reasons.items())))
-        checkpoint()
         _add(conn, tables.stats_requests, rows((*head, "attempts", "concurrency"), (
             (k, {"n": s.n, **_sum_and_count("rate", s.rate), **_sum_and_count("ttft", s.ttft)})
             for k, s in self.requests.items())))
-        checkpoint()
         _add(conn, tables.stats_sessions, rows((*head, "session_id"), ((k, {}) for k in self.sessions)))
         if self.with_session_calls:
-            checkpoint()
             _add(conn, tables.stats_session_calls, rows((*head, "session_id"), (
                 (k, {"calls": n, "errors": e}) for k, (n, e) in self.session_calls.items())))
-        checkpoint()
         _add(conn, tables.stats_latency, rows(("bucket", "model", "concurrency", "kind", "bin"), (
             ((*k, index), {"n": b.count, "low": b.low, "high": b.high})
             for k, bins in self.latency.items() for index, b in bins.items())))
         if self.with_totals:
-            checkpoint()
             self._add_totals(conn)
 
     def _add_totals(self, conn: Connection) -> None:
@@ -165,26 +156,16 @@ def _adding_to(table: Table) -> Prepared:
     return Prepared(lambda conn: upsert_add(conn, table, totals.keep_range(table) if "low" in table.c else None))
 
 
-def apply_rows(conn: Connection, calls: Sequence[Mapping[str, Any]], reqs: Sequence[Mapping[str, Any]],
-               checkpoint: Callable[[], None] | None = None) -> None:
-    """Fold rows just inserted in this transaction into the rollups and the error runs; `checkpoint` is called
-    between statements (it may raise to give the transaction up)."""
-    checkpoint = checkpoint or _no_checkpoint
+def apply_rows(conn: Connection, calls: Sequence[Mapping[str, Any]], reqs: Sequence[Mapping[str, Any]]) -> None:
+    """Fold rows just inserted in this transaction into the rollups and the error runs."""
     rollup = Rollup()
     for row in calls:
         rollup.add_call(row)
     for row in reqs:
         rollup.add_request(row)
-    rollup.apply(conn, checkpoint)
+    rollup.apply(conn)
     if calls:
-        checkpoint()
-        changed = runs.update_sessions(conn, calls)
-        checkpoint()
-        totals.refresh_recovery(conn, changed)
-
-
-def _no_checkpoint() -> None:
-    return None
+        totals.refresh_recovery(conn, runs.update_sessions(conn, calls))
 
 
 def rebuild(conn: Connection) -> None:

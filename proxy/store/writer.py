@@ -13,10 +13,9 @@ batch goes back to the head of the queue, the writer backs off, and `health()` s
 succeeds. A SQLite file deleted or replaced under the running proxy counts as down (writes to an
 unlinked file would otherwise succeed into nothing).
 
-No release waits behind the rollups (`_roll_up`): on Postgres the rollup step runs on a connection of its own
-beside the batches (one step at a time, in commit order); on SQLite, one writer at a time, a step starts only
-while no release waits and gives way at its next statement when one comes (rolled back, tried again once the
-release is committed), unless `_MAX_DEFERRED` batches wait for their rollups (then it runs whole).
+On Postgres no release waits behind the rollups: the rollup step (`_roll_up`) runs on a connection of its own
+beside the batches, one step at a time, in commit order. SQLite lets one writer in at a time: there the step runs
+between batches, once no release waits or `_MAX_UNROLLED` batches wait for it.
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ from proxy.logs import get_logger
 from proxy.store import pending_rollups, rollups, tables
 from proxy.store.audit_statement import INSERT_OR_IGNORE, audit_statement
 from proxy.store.dialect import backend_of, insert_ignore
-from proxy.store.lane import Checkpoint, Interrupted, WriterLane
+from proxy.store.lane import WriterLane
 from proxy.store.prepared import Prepared
 from proxy.store.safe_text import safe_row
 
@@ -55,11 +54,9 @@ _TABLE_ORDER = {t.name: i for i, t in enumerate(
     (tables.sessions, tables.session_lineage, tables.request_journal, tables.requests, tables.tool_calls,
      tables.tool_call_reasons)
 )}
-# Batches committed before a rollup step starts without waiting for `_ROLLUP_DELAY_SECONDS`.
+# Batches committed before a rollup step starts without waiting for `_ROLLUP_DELAY_SECONDS` (on SQLite, without
+# waiting for the releases queued).
 _MAX_UNROLLED = 8
-# SQLite: batches committed before a rollup step runs whole, not giving way to releases (under releases that never
-# pause, the rollups then trail by this many batches at most).
-_MAX_DEFERRED = 64
 # How long committed batches wait for their rollups: the rows of a few answers share one rollup step (its
 # statements cost more than the rows' own), and a stats read does not wait for it (`rollups_settled`).
 _ROLLUP_DELAY_SECONDS = 2.0
@@ -120,7 +117,6 @@ class StoreWriter:
         # Postgres: the rollup step runs beside the batches, on a connection of its own (`_roll_up`).
         self._beside = backend_of(engine).concurrent_writers
         self._rolling: asyncio.Task[None] | None = None  # the step running beside, if any
-        self.rollups_given_way = 0  # SQLite: rollup steps rolled back for a release (tried again after it)
 
     @property
     def depth(self) -> int:
@@ -171,7 +167,6 @@ class StoreWriter:
         if tail.waiter is None:
             tail.waiter = asyncio.get_running_loop().create_future()
         waiter = tail.waiter
-        self._lane.interrupt()  # a rollup step running on the lane gives way
         self._urgent.set()
         self._wakeup.set()
         try:
@@ -325,21 +320,15 @@ class StoreWriter:
             await asyncio.sleep(0)
 
     def _should_roll_up(self) -> bool:
-        # The rollups trail by a few batches, or two seconds, at most; on SQLite a step waits while a release
-        # waits, and gives way to one that comes (`_start_rollup_step`), unless it must run whole.
+        # The rollups trail by a few batches, or two seconds, at most. On SQLite rows someone waits for go
+        # first, up to `_MAX_UNROLLED` batches; on Postgres the step runs beside them (`_start_rollup_step`).
         if not self._unrolled or self._rolling is not None:
             return False
-        if self._must_run_whole():
+        if self._closing or self._rollups_wanted or len(self._unrolled) >= _MAX_UNROLLED:
             return True
-        if len(self._unrolled) < _MAX_UNROLLED and self._rollup_due_in() != 0.0:
+        if self._rollup_due_in() != 0.0:
             return False
-        return self._beside or not self._release_waits()
-
-    def _must_run_whole(self) -> bool:
-        return self._closing or self._rollups_wanted or len(self._unrolled) >= _MAX_DEFERRED
-
-    def _release_waits(self) -> bool:
-        return any(item.waiter is not None for item in self._queue)
+        return self._beside or not any(item.waiter is not None for item in self._queue)
 
     async def _start_rollup_step(self) -> None:
         if not self._beside:
@@ -363,21 +352,10 @@ class StoreWriter:
 
     async def _roll_up(self) -> None:
         """Add the committed batches to the rollups in one transaction. Never raises: their rows are in, so a
-        failure here leaves the markers for `catch_up` rather than failing (and re-inserting) the batches.
-        On SQLite, unless it must run whole, a release that comes meanwhile (`commit`) rolls the step back at
-        its next statement, and the batches wait for the next step."""
-        interruptible = not self._beside and not self._must_run_whole()
+        failure here leaves the markers for `catch_up` rather than failing (and re-inserting) the batches."""
         unrolled, self._unrolled = self._unrolled, []
-        since = self._unrolled_since
         try:
-            if interruptible:
-                await self._lane.run_interruptible(functools.partial(_apply_markers_until, unrolled))
-            else:
-                await self._lane.run(_apply_markers, unrolled)
-        except Interrupted:
-            self._unrolled[:0] = unrolled  # nothing of the step was committed
-            self._unrolled_since = since
-            self.rollups_given_way += 1
+            await self._lane.run(_apply_markers, unrolled)
         except Exception as exc:  # the rows are committed; their rollups wait for the next catch-up
             self._rollups_behind = True
             log.error("store.rollups_behind", error=_error(exc))
@@ -527,15 +505,9 @@ _DELETE_JOURNAL = Prepared(lambda conn: delete(tables.request_journal)
 _INSERT_MARKER = Prepared(lambda conn: tables.stats_pending.insert())
 
 
-def _apply_markers(conn: Connection, unrolled: list[tuple[str, dict[str, list[dict[str, Any]]]]],
-                   checkpoint: Checkpoint | None = None) -> None:
+def _apply_markers(conn: Connection, unrolled: list[tuple[str, dict[str, list[dict[str, Any]]]]]) -> None:
     pending_rollups.apply_many(conn, [(marker, grouped.get("tool_calls", []), grouped.get("requests", []))
-                                      for marker, grouped in unrolled], checkpoint)
-
-
-def _apply_markers_until(unrolled: list[tuple[str, dict[str, list[dict[str, Any]]]]], conn: Connection,
-                         checkpoint: Checkpoint) -> None:
-    _apply_markers(conn, unrolled, checkpoint)
+                                      for marker, grouped in unrolled])
 
 
 def _probe_write(conn: Connection, probe_id: str, owner: str) -> None:
