@@ -10,7 +10,8 @@ busy machine it is the figures that wait.
 One worker process (spawned, not forked: the proxy runs threads) opens its own engine on the same store. It is
 started at the first ask; that ask, and any made while the worker starts, are computed in the proxy's process,
 as they are wherever the worker cannot run. A worker that dies is replaced at the next ask, and the ask it was
-computing is computed in the proxy's process. The figures are the same functions either way: module-level
+computing is computed in the proxy's process; a worker that fails where the proxy's process does not (it
+cannot open the store) is given up. The figures are the same functions either way: module-level
 coroutines `fn(engine, **kwargs)` whose arguments and results pickle (plain values).
 """
 
@@ -29,6 +30,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from proxy.errors import ProxyError
 from proxy.logs import get_logger
 
 __all__ = ["FiguresProcess"]
@@ -72,6 +74,16 @@ class FiguresProcess:
             log.warning("stats.figures_process_lost", replaced_at="the next ask")
             self._drop()
             return await fn(engine, **kwargs)
+        except ProxyError:  # the figures' own answer (a bad parameter): the same here
+            raise
+        except Exception as exc:
+            # The worker failed where the proxy may not (it cannot open the store, say): asked here again, and
+            # where that answers, the figures stay here from now on.
+            result = await fn(engine, **kwargs)
+            log.warning("stats.figures_process_unavailable", error=f"{type(exc).__name__}: {exc}"[:500])
+            self._given_up = True
+            self._drop()
+            return result
 
     async def close(self) -> None:
         self._given_up = True
@@ -85,7 +97,8 @@ class FiguresProcess:
             self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
                                              initializer=_start_worker, initargs=(self._db_url,))
             ready = asyncio.get_running_loop().run_in_executor(self._pool, os.getpid)
-        except (OSError, RuntimeError) as exc:  # no process to be had (limits, a closing interpreter)
+        # No process to be had: limits, a closing interpreter, no working sem_open (a container without /dev/shm).
+        except (OSError, RuntimeError, ImportError, NotImplementedError) as exc:
             log.warning("stats.figures_process_unavailable", error=str(exc))
             self._given_up = True
             return

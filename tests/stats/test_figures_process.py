@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from proxy.stats.figures_process import FiguresProcess
+from proxy.stats.models import model_stats
 
 from .builder import PIPE, Store
 from .seed_data import build_seed
@@ -72,3 +73,27 @@ async def test_a_memory_store_keeps_its_figures_in_the_proxy():
         engine = create_engine(url)
         assert FiguresProcess.can_share(engine) is shared, url
         await engine.dispose()
+
+
+async def test_where_no_worker_can_start_the_figures_stay_in_the_proxy(engine, store: Store, monkeypatch):
+    build_seed(store)
+    await store.save(engine)
+    expected = await model_stats(engine)
+
+    broken = FiguresProcess("sqlite:///" + "/nonexistent-dir/x" * 3)  # the worker cannot open that store
+    try:
+        assert await broken.compute(model_stats, engine) == expected  # here, while the worker starts
+        await _started(broken)
+        assert await broken.compute(model_stats, engine) == expected  # failed there, answered here
+        assert broken.pid is None
+        assert await broken.compute(model_stats, engine) == expected and broken.pid is None  # given up
+    finally:
+        await broken.close()
+
+    def refused(*args, **kwargs):
+        raise OSError("no more processes")
+
+    monkeypatch.setattr("proxy.stats.figures_process.ProcessPoolExecutor", refused)
+    none = FiguresProcess("sqlite:///unused.db")
+    assert await none.compute(model_stats, engine) == expected
+    assert await none.compute(model_stats, engine) == expected and none.pid is None
