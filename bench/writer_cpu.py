@@ -1,4 +1,4 @@
-"""CPU and wake-ups of the SQLite store writer's thread per answer, for this checkout and others, side by side.
+"""CPU and wake-ups of the store writer per answer, for this checkout and others, side by side.
 
     python bench/writer_cpu.py [--answers 20] [--answer-ms 1000] [--against NAME=DIR ...] [--pg URL]
 
@@ -8,12 +8,12 @@ end, nobody waiting, the request's final row and two lineage digests (the record
 session row again at the end: one statement an answer more, not counted here for either side). Answers follow one
 another (c=1, the bench's realistic traffic) `--answer-ms` apart, so the writer's delayed rollup steps share
 the rows of as many answers as they would behind a real stream. Printed per answer: the user and system CPU of
-the `store-writer` thread, its context switches (mostly wake-ups), and the release wait. `--against` runs the
+the event loop's thread and the `store-writer` thread together (a SQLite release commits on the loop where the
+writer's thread is idle; the loop's count holds the bench's own work too, the same for every checkout), their
+context switches (mostly wake-ups), and the release wait. `--against` runs the
 same answers with another checkout's `proxy` package (the same script, in a process of its own), so a change
 is measured against what it replaces in one run. With `--pg URL` (a server whose user may create databases) the
-store is a fresh Postgres database, dropped afterwards; there the writer has no thread of its own and what is
-counted is the event loop's thread: the writer's work and the bench's own (building each answer's rows, queueing
-them, waking from its sleeps), the same for every checkout measured.
+store is a fresh Postgres database, dropped afterwards; there the writer has no thread of its own.
 """
 
 from __future__ import annotations
@@ -47,15 +47,17 @@ def _thread_counters(native_id: int) -> tuple[float, float, float, int]:
     return cpu, int(fields[11]) / tick, int(fields[12]) / tick, switches
 
 
-def _writer_thread(pg: bool) -> int:
-    if pg:
-        native_id = threading.main_thread().native_id
-        assert native_id is not None
-        return native_id
-    for thread in threading.enumerate():
-        if thread.name.startswith("store-writer") and thread.native_id is not None:
-            return thread.native_id
-    raise RuntimeError("no store-writer thread: is the store on SQLite?")
+def _measured_threads() -> list[int]:
+    """The event loop's thread and the store writer's, where it has one (SQLite): the writer's work runs in both
+    (since session 8 a SQLite release commits on the loop where the lane is idle)."""
+    found = [t.native_id for t in threading.enumerate()
+             if (t is threading.main_thread() or t.name.startswith("store-writer")) and t.native_id is not None]
+    assert found
+    return found
+
+
+def _counters(threads: list[int]) -> tuple[float, ...]:
+    return tuple(sum(values) for values in zip(*(_thread_counters(t) for t in threads), strict=True))
 
 
 Rows = list[tuple[str, dict[str, Any]]]
@@ -88,18 +90,18 @@ def _answer_rows(session_id: str, now: float) -> tuple[Rows, Rows]:
 async def _measure(answers: int, answer_s: float, pg: str) -> dict[str, float]:
     if not pg:
         with tempfile.TemporaryDirectory() as tmp:
-            return await _measure_on(f"sqlite:///{Path(tmp) / 'bench.db'}", answers, answer_s, pg=False)
+            return await _measure_on(f"sqlite:///{Path(tmp) / 'bench.db'}", answers, answer_s)
     from store_bench import _pg_database  # this script's folder: bench/
 
     name = f"writer_cpu_{uuid.uuid4().hex[:8]}"
     await _pg_database(pg, True, name)
     try:
-        return await _measure_on(f"{pg.rsplit('/', 1)[0]}/{name}", answers, answer_s, pg=True)
+        return await _measure_on(f"{pg.rsplit('/', 1)[0]}/{name}", answers, answer_s)
     finally:
         await _pg_database(pg, False, name)
 
 
-async def _measure_on(url: str, answers: int, answer_s: float, *, pg: bool) -> dict[str, float]:
+async def _measure_on(url: str, answers: int, answer_s: float) -> dict[str, float]:
     from proxy.store import tables
     from proxy.store.db import create_engine, migrate
     from proxy.store.writer import StoreWriter
@@ -126,13 +128,13 @@ async def _measure_on(url: str, answers: int, answer_s: float, *, pg: bool) -> d
     for i in range(3):  # warm the connection, the statements and the thread
         await answer(i)
     await writer.flush(30)
-    thread = _writer_thread(pg)
-    before = _thread_counters(thread)
+    threads = _measured_threads()
+    before = _counters(threads)
     waits.clear()
     for i in range(answers):
         await answer(i)
     await writer.flush(30)
-    after = _thread_counters(thread)
+    after = _counters(threads)
     await writer.stop()
     await engine.dispose()
     cpu, user, system, switches = (b - a for a, b in zip(before, after, strict=True))
@@ -167,7 +169,8 @@ def main() -> None:
     for _ in range(args.rounds):
         for name, directory in variants:
             found[name].append(_run_elsewhere(directory, args.answers, args.answer_ms, args.pg))
-    where = "event-loop thread per answer (Postgres)" if args.pg else "store-writer thread per answer (SQLite)"
+    where = ("event-loop thread per answer (Postgres)" if args.pg
+             else "event-loop and store-writer threads per answer (SQLite)")
     print(f"{where}, {args.answers} answers {args.answer_ms:g} ms apart, c=1")
     print(f"{'':12} {'cpu ms':>7} {'user':>6} {'sys':>6} {'ctxsw':>6} {'release wait p50':>17}")
     for name, runs in found.items():

@@ -44,6 +44,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 __all__ = [
     "BACKENDS",
+    "BUSY_TIMEOUT_MS",
     "Backend",
     "UnsupportedDatabase",
     "backend_for_url",
@@ -56,6 +57,8 @@ __all__ = [
 ]
 
 _WRITE_INSTEAD = "sqlite:///FILE.db or postgresql://USER:PASSWORD@HOST/DBNAME"
+# How long a SQLite connection waits for a lock another holds before it fails.
+BUSY_TIMEOUT_MS = 5000
 
 
 class UnsupportedDatabase(ValueError):
@@ -145,7 +148,7 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA foreign_keys=OFF")
     cursor.close()
 

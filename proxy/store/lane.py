@@ -5,6 +5,13 @@ whole in one thread of the writer's own, one hop there and back; elsewhere it ru
 same function, through `run_sync`). The writer is the only one to write, so one thread serialises nothing
 that was not serial already.
 
+`run_here_if_idle` (SQLite's releases) runs the transaction at once on the calling thread, the event loop's,
+where the lane's thread is idle and no other connection is writing: the hop to the thread and back, and the wait
+for a busy loop to take the result back, were most of a release's wait. It never waits there for the database
+(busy_timeout 0 for it): another writer sends it to the thread, as `run`. The lane's connection does not
+checkpoint the WAL as it commits (a checkpoint copies megabytes and syncs the file, on the loop): the thread
+checkpoints every `_CHECKPOINT_EVERY` commits made on the loop.
+
 `run_statement` sends one statement, its own transaction, on a connection of the async engine's that the lane
 holds between statements: asyncpg's own, so that the statement costs one round trip (no BEGIN or COMMIT, no pool
 checkout with its ping) and no hop through SQLAlchemy's greenlet (proxy/store/audit_statement.py).
@@ -14,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -21,9 +30,16 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from sqlalchemy import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from proxy.store.dialect import backend_of
+from proxy.logs import get_logger
+from proxy.store.dialect import BUSY_TIMEOUT_MS, backend_of
 
 __all__ = ["WriterLane"]
+
+log = get_logger("proxy.store.lane")
+
+# Commits made on the loop between two checkpoints of the WAL by the lane's thread: SQLite's own default is a
+# checkpoint per 1,000 pages, a few hundred small transactions.
+_CHECKPOINT_EVERY = 200
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -36,29 +52,95 @@ class WriterLane:
         self._thread: ThreadPoolExecutor | None = None
         self._conn: Connection | None = None  # the lane thread's own, held between transactions
         self._held: tuple[AsyncConnection, Any] | None = None  # run_statement's, with its driver connection
+        self._using = threading.Lock()  # held while a transaction runs on `_conn`, in whichever thread
+        self._since_checkpoint = 0  # commits made on the loop since the thread last checkpointed
 
     async def run(self, fn: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         """`fn(connection, ...)` in one transaction, committed when it returns, rolled back when it raises."""
         if self._sync is None:
             async with self._engine.begin() as conn:
                 return await conn.run_sync(fn, *args, **kwargs)
-        if self._thread is None:
-            self._thread = ThreadPoolExecutor(1, thread_name_prefix="store-writer")
+        thread = self._executor()
         sync = self._sync
 
         def transaction() -> T:
-            # A connection held open: checking one out of the pool and back for every transaction cost as
-            # much as the statements of a small one. After a failure the next transaction opens another.
-            if self._conn is None:
-                self._conn = sync.connect()
-            try:
-                with self._conn.begin():
-                    return fn(self._conn, *args, **kwargs)
-            except BaseException:
-                self._drop_connection()
-                raise
+            with self._using:
+                conn = self._connection(sync)
+                try:
+                    with conn.begin():
+                        return fn(conn, *args, **kwargs)
+                except BaseException:
+                    self._drop_connection()
+                    raise
 
-        return await asyncio.get_running_loop().run_in_executor(self._thread, transaction)
+        return await asyncio.get_running_loop().run_in_executor(thread, transaction)
+
+    async def run_here_if_idle(self, fn: Callable[Concatenate[Connection, P], T], *args: P.args,
+                               **kwargs: P.kwargs) -> T:
+        """`run`, on the calling thread where the lane is idle and the database free (SQLite), else as `run`."""
+        sync = self._sync
+        if sync is None or not self._using.acquire(blocking=False):
+            return await self.run(fn, *args, **kwargs)
+        try:
+            done, result = self._here(sync, fn, *args, **kwargs)
+        finally:
+            self._using.release()
+        if not done:
+            return await self.run(fn, *args, **kwargs)
+        self._since_checkpoint += 1
+        if self._since_checkpoint >= _CHECKPOINT_EVERY:
+            self._since_checkpoint = 0
+            self._executor().submit(self._checkpoint)
+        return result  # type: ignore[return-value]
+
+    def _here(self, sync: Engine, fn: Callable[Concatenate[Connection, P], T], *args: P.args,
+              **kwargs: P.kwargs) -> tuple[bool, T | None]:
+        conn = self._connection(sync)
+        driver = conn.connection.driver_connection
+        assert driver is not None
+        driver.execute("PRAGMA busy_timeout=0")
+        try:
+            with conn.begin():
+                return True, fn(conn, *args, **kwargs)
+        except Exception as exc:
+            if _busy(exc):  # rolled back: another connection is writing, so the thread waits for it
+                return False, None
+            self._drop_connection()
+            raise
+        except BaseException:
+            self._drop_connection()
+            raise
+        finally:
+            if self._conn is not None:
+                with contextlib.suppress(Exception):
+                    driver.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="store-writer")
+        return self._thread
+
+    def _connection(self, sync: Engine) -> Connection:
+        # Held open: checking one out of the pool and back for every transaction cost as much as the statements
+        # of a small one. After a failure the next transaction opens another.
+        if self._conn is None:
+            self._conn = sync.connect()
+            driver = self._conn.connection.driver_connection
+            assert driver is not None
+            driver.execute("PRAGMA wal_autocheckpoint=0")  # `_checkpoint`, in the thread
+        return self._conn
+
+    def _checkpoint(self) -> None:
+        with self._using:
+            conn = self._conn
+            if conn is None:
+                return
+            try:
+                driver = conn.connection.driver_connection
+                assert driver is not None
+                driver.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except Exception as exc:  # the next one copies what this one left
+                log.warning("store.checkpoint_failed", error=f"{type(exc).__name__}: {exc}"[:300])
 
     async def run_statement(self, sql: str, args: Sequence[Any]) -> None:
         """One statement (the dialect's SQL, `$n` parameters) outside any transaction: committed when it returns.
@@ -81,12 +163,13 @@ class WriterLane:
     async def close(self) -> None:
         """Close the lane's connections; a later `run` or `run_statement` opens another."""
         await self._drop_held(invalidate=False)
-        if self._thread is not None and self._sync is not None:
-            thread, self._thread, sync = self._thread, None, self._sync
+        if self._sync is not None and (self._thread is not None or self._conn is not None):
+            thread, self._thread, sync = self._executor(), None, self._sync
 
             def close() -> None:
-                self._drop_connection()
-                sync.dispose()
+                with self._using:
+                    self._drop_connection()
+                    sync.dispose()
 
             await asyncio.get_running_loop().run_in_executor(thread, close)
             thread.shutdown(wait=False)
@@ -104,6 +187,14 @@ class WriterLane:
         if conn is not None:
             with contextlib.suppress(Exception):  # a broken connection is dropped all the same
                 conn.close()
+
+
+def _busy(exc: BaseException) -> bool:
+    """Whether SQLite refused for a lock another connection holds (SQLITE_BUSY or SQLITE_LOCKED, any extended code)."""
+    orig = getattr(exc, "orig", None) or exc
+    code = getattr(orig, "sqlite_errorcode", None)
+    return isinstance(orig, sqlite3.OperationalError) and code is not None and code & 0xFF in (
+        sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def _refused(exc: BaseException) -> bool:

@@ -307,7 +307,7 @@ class StoreWriter:
             await self._lane.run_statement(statement.sql, statement.args)
             marker = statement.marker
         else:
-            marker = await self._lane.run(write_audit_rows, grouped)
+            marker = await self._lane.run_here_if_idle(write_audit_rows, grouped)
         self.rows_written += len(batch)
         _wake_waiters(batch)  # released here: the rollups follow in a transaction of their own
         if marker is not None:
