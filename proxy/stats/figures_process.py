@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.errors import ProxyError
 from proxy.logs import get_logger
+from proxy.store.dialect import in_memory
 
 __all__ = ["FiguresProcess"]
 
@@ -44,9 +45,7 @@ class FiguresProcess:
     @staticmethod
     def can_share(engine: AsyncEngine) -> bool:
         """Whether another process opening the engine's URL reads the same store: not a SQLite memory database."""
-        url = engine.url
-        return url.get_backend_name() != "sqlite" or not (
-            not url.database or url.database == ":memory:" or "mode=memory" in str(url))
+        return not in_memory(engine)
 
     def __init__(self, db_url: str) -> None:
         self._db_url = db_url

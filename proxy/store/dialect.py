@@ -51,6 +51,7 @@ __all__ = [
     "backend_named",
     "backend_of",
     "check_db_url",
+    "in_memory",
     "insert_ignore",
     "normalize_db_url",
     "upsert_add",
@@ -133,13 +134,20 @@ class SQLiteBackend(Backend):
     def writer_engine(self, engine: AsyncEngine) -> Engine | None:
         # aiosqlite hops to its thread and back for every statement (and SQLAlchemy through a greenlet): a
         # transaction of the release point took ~4 ms; sqlite3 in one thread of the writer's takes ~0.6.
-        url = engine.url
-        if not url.database or url.database == ":memory:" or "mode=memory" in str(url):
+        if in_memory(engine):
             return None  # a memory database is one per connection: the writer must share the engine's
+        url = engine.url
         sync = create_sync_engine(url.set(drivername="sqlite"), connect_args={"check_same_thread": False},
                                   pool_size=1, max_overflow=0)
         event.listen(sync, "connect", _sqlite_pragmas)
         return sync
+
+
+def in_memory(engine: AsyncEngine) -> bool:
+    """Whether the store is a SQLite database in memory: one per connection, never seen by another process."""
+    url = engine.url
+    return url.get_backend_name() == "sqlite" and (
+        not url.database or url.database == ":memory:" or "mode=memory" in str(url))
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
