@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import jiter
 from starlette.requests import Request
 
 from proxy.errors import BadRequest, PayloadTooLarge
@@ -130,13 +131,26 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 def read_json_object(body: bytes) -> dict[str, Any]:
+    # jiter reads a conversation of a few hundred KB in well under half the time of the stdlib with a pairs hook
+    # and refuses by itself what the proxy must: a key written twice (`"stream"`, `"tools"`, `"model"`, read
+    # first-wins by some servers and last-wins by others), an unpaired surrogate escape, invalid UTF-8. Whatever
+    # it refuses is read again by the stdlib: a body only it refuses (nested past its 200 levels, a float of
+    # thousands of digits) is accepted as before, and every refusal is worded as before.
+    try:
+        payload = jiter.from_json(body, catch_duplicate_keys=True, cache_mode="keys")
+    except ValueError:
+        payload = _read_json_slowly(body)
+    if not isinstance(payload, dict):
+        raise BadRequest(f"request body must be a JSON object (got {type(payload).__name__})")
+    return payload
+
+
+def _read_json_slowly(body: bytes) -> Any:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BadRequest(f"request body is not valid UTF-8 (byte {exc.start})") from exc
     try:
-        # A key written twice (`"stream"`, `"tools"`, `"model"`) is read first-wins by some servers and
-        # last-wins by the proxy: the request is refused rather than judged as one thing and run as another.
         payload = json.loads(text, object_pairs_hook=unique_object)
     except Unparseable as exc:
         raise BadRequest(f"request body is ambiguous: {exc}") from exc
@@ -147,8 +161,6 @@ def read_json_object(body: bytes) -> dict[str, Any]:
         raise BadRequest("request body is nested too deeply to be read") from exc
     except ValueError as exc:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
         raise BadRequest(f"request body holds a number the proxy cannot read: {str(exc)[:200]}") from exc
-    if not isinstance(payload, dict):
-        raise BadRequest(f"request body must be a JSON object (got {type(payload).__name__})")
     if lone_surrogate(text, payload):
         raise BadRequest("request body holds an unpaired UTF-16 surrogate escape, which readers decode differently")
     return payload
