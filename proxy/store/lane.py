@@ -5,10 +5,11 @@ whole in one thread of the writer's own, one hop there and back; elsewhere it ru
 same function, through `run_sync`). The writer is the only one to write, so one thread serialises nothing
 that was not serial already.
 
-`run_here_if_idle` (SQLite's releases) runs the transaction at once on the calling thread, the event loop's,
-where the lane's thread is idle and no other connection is writing: the hop to the thread and back, and the wait
-for a busy loop to take the result back, were most of a release's wait. It never waits there for the database
-(busy_timeout 0 for it): another writer sends it to the thread, as `run`. The lane's connection does not
+`run_here_if_idle` and `try_here` (SQLite's releases) run the transaction at once on the calling thread, the event
+loop's, where the lane's thread is idle and no other connection is writing: the hop to the thread and back, and the
+wait for a busy loop to take the result back, were most of a release's wait. It never waits there for the database:
+the connection's busy_timeout is 0 at rest, and only the thread's transactions set one for their own length. Another
+writer sends the transaction to the thread, as `run`. The lane's connection does not
 checkpoint the WAL as it commits (a checkpoint copies megabytes and syncs the file, on the loop): the thread
 checkpoints every `_CHECKPOINT_EVERY` commits made on the loop.
 
@@ -66,39 +67,52 @@ class WriterLane:
         def transaction() -> T:
             with self._using:
                 conn = self._connection(sync)
+                driver = conn.connection.driver_connection
+                assert driver is not None
                 try:
+                    driver.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")  # here the thread may wait
                     with conn.begin():
                         return fn(conn, *args, **kwargs)
                 except BaseException:
                     self._drop_connection()
                     raise
+                finally:
+                    if self._conn is not None:
+                        with contextlib.suppress(Exception):
+                            driver.execute("PRAGMA busy_timeout=0")
 
         return await asyncio.get_running_loop().run_in_executor(thread, transaction)
 
     async def run_here_if_idle(self, fn: Callable[Concatenate[Connection, P], T], *args: P.args,
                                **kwargs: P.kwargs) -> T:
         """`run`, on the calling thread where the lane is idle and the database free (SQLite), else as `run`."""
+        done, result = self.try_here(fn, *args, **kwargs)
+        if not done:
+            return await self.run(fn, *args, **kwargs)
+        return result  # type: ignore[return-value]
+
+    def try_here(self, fn: Callable[Concatenate[Connection, P], T], *args: P.args,
+                 **kwargs: P.kwargs) -> tuple[bool, T | None]:
+        """(True, what `fn` returned) where it ran in a transaction of its own on the calling thread: the lane idle
+        and the database free (SQLite). (False, None) where it did not run (rolled back when the database was
+        busy); raises what the transaction raised otherwise."""
         sync = self._sync
         if sync is None or not self._using.acquire(blocking=False):
-            return await self.run(fn, *args, **kwargs)
+            return False, None
         try:
             done, result = self._here(sync, fn, *args, **kwargs)
         finally:
             self._using.release()
-        if not done:
-            return await self.run(fn, *args, **kwargs)
-        self._since_checkpoint += 1
-        if self._since_checkpoint >= _CHECKPOINT_EVERY:
-            self._since_checkpoint = 0
-            self._executor().submit(self._checkpoint)
-        return result  # type: ignore[return-value]
+        if done:
+            self._since_checkpoint += 1
+            if self._since_checkpoint >= _CHECKPOINT_EVERY:
+                self._since_checkpoint = 0
+                self._executor().submit(self._checkpoint)
+        return done, result
 
     def _here(self, sync: Engine, fn: Callable[Concatenate[Connection, P], T], *args: P.args,
               **kwargs: P.kwargs) -> tuple[bool, T | None]:
-        conn = self._connection(sync)
-        driver = conn.connection.driver_connection
-        assert driver is not None
-        driver.execute("PRAGMA busy_timeout=0")
+        conn = self._connection(sync)  # busy_timeout 0 (`_connection`): a lock held elsewhere never holds the loop
         try:
             with conn.begin():
                 return True, fn(conn, *args, **kwargs)
@@ -110,10 +124,6 @@ class WriterLane:
         except BaseException:
             self._drop_connection()
             raise
-        finally:
-            if self._conn is not None:
-                with contextlib.suppress(Exception):
-                    driver.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._thread is None:
@@ -128,6 +138,9 @@ class WriterLane:
             driver = self._conn.connection.driver_connection
             assert driver is not None
             driver.execute("PRAGMA wal_autocheckpoint=0")  # `_checkpoint`, in the thread
+            # At rest it never waits for a lock: a transaction on the loop (`_here`) must not hold it. The
+            # thread's transactions wait (`run`), setting the timeout for their own length.
+            driver.execute("PRAGMA busy_timeout=0")
         return self._conn
 
     def _checkpoint(self) -> None:

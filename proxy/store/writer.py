@@ -164,6 +164,8 @@ class StoreWriter:
             if self.failing is not None:
                 raise StoreFailure(self.failing)
             return
+        if self._commit_here():
+            return
         if tail.waiter is None:
             tail.waiter = asyncio.get_running_loop().create_future()
         waiter = tail.waiter
@@ -173,6 +175,31 @@ class StoreWriter:
             await asyncio.wait_for(asyncio.shield(waiter), timeout)
         except TimeoutError as exc:
             raise StoreFailure(f"the store did not commit within {timeout:g} s") from exc
+
+    def _commit_here(self) -> bool:
+        """Write everything queued in the caller's own turn of the event loop, where the writer is between batches
+        and the lane can (SQLite, lane idle, database free): no hand-over to the writer's task and back. False
+        where the writer must (a batch in flight, the store failing or closing, rollups behind, a write that
+        failed or found the database busy); nothing has changed then, and the writer writes the batch."""
+        if (self._in_flight or self.failing is not None or self._closing or self._rollups_behind
+                or self._one_statement or len(self._queue) > self._batch_size):
+            return False
+        batch = list(self._queue)
+        grouped = _grouped(batch)
+        try:
+            self._check_file()
+            done, marker = self._lane.try_here(write_audit_rows, grouped)
+        except Exception:  # told apart (a row at fault, the store down) by the writer, which writes it again
+            return False
+        if not done:
+            return False
+        self._queue.clear()  # the batch: nothing is queued while a transaction runs on the loop
+        self._written(batch, grouped, marker)
+        self._idle.set()
+        telemetry.emit(telemetry.StoreQueue(0))
+        if self._unrolled and (len(self._unrolled) == 1 or self._should_roll_up()):
+            self._wakeup.set()  # the writer times the rollup step from the oldest batch not rolled up
+        return True
 
     async def start(self) -> None:
         if self._task is None:
@@ -263,6 +290,8 @@ class StoreWriter:
                         await asyncio.wait_for(self._urgent.wait(), timeout=remaining)
             self._urgent.clear()
             batch = [self._queue.popleft() for _ in range(min(self._batch_size, len(self._queue)))]
+            if not batch:  # written meanwhile by a release (`_commit_here`)
+                continue
             self._in_flight = batch
             try:
                 await self._write(batch)
@@ -299,15 +328,20 @@ class StoreWriter:
 
     async def _write(self, batch: list[_Item]) -> None:
         self._check_file()
-        grouped: dict[str, list[dict[str, Any]]] = {}
-        for item in batch:
-            grouped.setdefault(item.table.name, []).append(item.row)
+        grouped = _grouped(batch)
         if self._one_statement:
             statement = audit_statement(self._engine.dialect, grouped)
             await self._lane.run_statement(statement.sql, statement.args)
             marker = statement.marker
         else:
             marker = await self._lane.run_here_if_idle(write_audit_rows, grouped)
+        self._written(batch, grouped, marker)
+        if marker is not None:
+            # Let the released requests run first: one that queues its next rows at once is written before
+            # the rollups (`_should_roll_up`).
+            await asyncio.sleep(0)
+
+    def _written(self, batch: list[_Item], grouped: dict[str, list[dict[str, Any]]], marker: str | None) -> None:
         self.rows_written += len(batch)
         _wake_waiters(batch)  # released here: the rollups follow in a transaction of their own
         if marker is not None:
@@ -315,9 +349,6 @@ class StoreWriter:
                 self._unrolled_since = time.monotonic()
             self._unrolled.append((marker, grouped))
             self._settled.clear()
-            # Let the released requests run first: one that queues its next rows at once is written before
-            # the rollups (`_should_roll_up`).
-            await asyncio.sleep(0)
 
     def _should_roll_up(self) -> bool:
         # The rollups trail by a few batches, or two seconds, at most. On SQLite rows someone waits for go
@@ -439,6 +470,13 @@ class StoreWriter:
     def _drop(self, batch: list[_Item], why: str) -> None:
         for item in batch:
             self._lose(item.table, why)
+
+
+def _grouped(batch: list[_Item]) -> dict[str, list[dict[str, Any]]]:
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for item in batch:
+        grouped.setdefault(item.table.name, []).append(item.row)
+    return grouped
 
 
 def _wake_waiters(batch: list[_Item]) -> None:
