@@ -11,7 +11,8 @@ wait for a busy loop to take the result back, were most of a release's wait. It 
 the connection's busy_timeout is 0 at rest, and only the thread's transactions set one for their own length. Another
 writer sends the transaction to the thread, as `run`. The lane's connection does not
 checkpoint the WAL as it commits (a checkpoint copies megabytes and syncs the file, on the loop): the thread
-checkpoints every `_CHECKPOINT_EVERY` commits made on the loop.
+checkpoints every `_CHECKPOINT_EVERY` commits made on the loop, on a connection of its own, so that commits go
+on meanwhile.
 
 `run_statement` sends one statement, its own transaction, on a connection of the async engine's that the lane
 holds between statements: asyncpg's own, so that the statement costs one round trip (no BEGIN or COMMIT, no pool
@@ -55,6 +56,7 @@ class WriterLane:
         self._held: tuple[AsyncConnection, Any] | None = None  # run_statement's, with its driver connection
         self._using = threading.Lock()  # held while a transaction runs on `_conn`, in whichever thread
         self._since_checkpoint = 0  # commits made on the loop since the thread last checkpointed
+        self._checkpointer: Connection | None = None  # the thread's connection for checkpoints (`_checkpoint`)
 
     async def run(self, fn: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         """`fn(connection, ...)` in one transaction, committed when it returns, rolled back when it raises."""
@@ -144,16 +146,26 @@ class WriterLane:
         return self._conn
 
     def _checkpoint(self) -> None:
-        with self._using:
-            conn = self._conn
-            if conn is None:
-                return
-            try:
-                driver = conn.connection.driver_connection
-                assert driver is not None
-                driver.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            except Exception as exc:  # the next one copies what this one left
-                log.warning("store.checkpoint_failed", error=f"{type(exc).__name__}: {exc}"[:300])
+        # On a connection of its own, not the lane's: a checkpoint copies megabytes of the WAL into the database
+        # file, and SQLite lets a writer commit meanwhile, so a release on the loop does not wait for it.
+        sync = self._sync
+        if sync is None:
+            return
+        try:
+            if self._checkpointer is None:
+                self._checkpointer = sync.connect()
+            driver = self._checkpointer.connection.driver_connection
+            assert driver is not None
+            driver.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except Exception as exc:  # the next one copies what this one left
+            log.warning("store.checkpoint_failed", error=f"{type(exc).__name__}: {exc}"[:300])
+            self._drop_checkpointer()
+
+    def _drop_checkpointer(self) -> None:
+        conn, self._checkpointer = self._checkpointer, None
+        if conn is not None:
+            with contextlib.suppress(Exception):  # a broken connection is dropped all the same
+                conn.close()
 
     async def run_statement(self, sql: str, args: Sequence[Any]) -> None:
         """One statement (the dialect's SQL, `$n` parameters) outside any transaction: committed when it returns.
@@ -182,6 +194,7 @@ class WriterLane:
             def close() -> None:
                 with self._using:
                     self._drop_connection()
+                    self._drop_checkpointer()
                     sync.dispose()
 
             await asyncio.get_running_loop().run_in_executor(thread, close)

@@ -57,6 +57,9 @@ _TABLE_ORDER = {t.name: i for i, t in enumerate(
 # Batches committed before a rollup step starts without waiting for `_ROLLUP_DELAY_SECONDS` (on SQLite, without
 # waiting for the releases queued).
 _MAX_UNROLLED = 8
+# A rollup step of at most this many rows runs on the event loop where the SQLite lane is idle (~1 ms): in the
+# lane's thread it held the database while releases came, each then waiting for it, and for the hop back.
+_ROLLUP_ON_LOOP_ROWS = 32
 # How long committed batches wait for their rollups: the rows of a few answers share one rollup step (its
 # statements cost more than the rows' own), and a stats read does not wait for it (`rollups_settled`).
 _ROLLUP_DELAY_SECONDS = 2.0
@@ -386,7 +389,11 @@ class StoreWriter:
         failure here leaves the markers for `catch_up` rather than failing (and re-inserting) the batches."""
         unrolled, self._unrolled = self._unrolled, []
         try:
-            await self._lane.run(_apply_markers, unrolled)
+            if sum(len(grouped.get("tool_calls", ())) + len(grouped.get("requests", ()))
+                   for _marker, grouped in unrolled) <= _ROLLUP_ON_LOOP_ROWS:
+                await self._lane.run_here_if_idle(_apply_markers, unrolled)
+            else:
+                await self._lane.run(_apply_markers, unrolled)
         except Exception as exc:  # the rows are committed; their rollups wait for the next catch-up
             self._rollups_behind = True
             log.error("store.rollups_behind", error=_error(exc))
