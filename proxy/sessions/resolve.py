@@ -27,9 +27,10 @@ import re
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from json.encoder import encode_basestring
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any, NamedTuple
 
+from pydantic_core import to_json
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -63,7 +64,9 @@ class Pending(NamedTuple):
 
     digests: Digests
     keys: list[str]
-    named: list[list[str]]  # the call ids each of its latest turns names, the latest last (empty: not needed)
+    # the lineage keys (`call_digest`) of the call ids each of its latest turns names, the latest last (empty: not
+    # needed)
+    named: list[tuple[str, ...]]
 
 
 def body_session(payload: Mapping[str, Any] | None) -> str | None:
@@ -117,6 +120,23 @@ def _named_ids(message: Mapping[str, Any]) -> list[str]:
     return [i for i in found if _distinctive(i)]
 
 
+def _named_keys(message: Mapping[str, Any]) -> tuple[str, ...]:
+    return _named_keys_kept(message, _kept_key(message))
+
+
+def _named_keys_kept(message: Mapping[str, Any], key: int | None) -> tuple[str, ...]:
+    """The lineage keys (`call_digest`) of the call ids one message names (`_named_ids`), kept by its `_kept_key`: the
+    latest turns are read again by every request that extends no delivered turn."""
+    found = _NAMED.get(key) if key is not None else None
+    if found is None:
+        found = tuple(call_digest(i) for i in _named_ids(message))
+        if key is not None:
+            if len(_NAMED) >= _KEPT_MAX:
+                del _NAMED[next(iter(_NAMED))]
+            _NAMED[key] = found
+    return found
+
+
 def _latest_turns(messages: Sequence[Mapping[str, Any]], lookback: int) -> Sequence[Mapping[str, Any]]:
     latest: list[Mapping[str, Any]] = []
     for message in reversed(messages):
@@ -130,15 +150,21 @@ def _latest_turns(messages: Sequence[Mapping[str, Any]], lookback: int) -> Seque
 
 def named_call_keys(messages: Sequence[Mapping[str, Any]], lookback: int = _SHARED_LOOKBACK) -> list[str]:
     """The lineage keys of the call ids the latest `lookback` turns name, the latest last (the strongest)."""
-    return _keys_of_ids([_named_ids(message) for message in _latest_turns(messages, lookback)])
+    return _unique_keys([_named_keys(message) for message in _latest_turns(messages, lookback)])
 
 
-def _named_ids_by_turn(messages: Sequence[Mapping[str, Any]]) -> list[list[str]]:
-    return [_named_ids(message) for message in _latest_turns(messages, _SHARED_LOOKBACK)]
+def _named_keys_by_turn(messages: Sequence[Mapping[str, Any]],
+                        kept_keys: Sequence[int | None] | None = None) -> list[tuple[str, ...]]:
+    """`_named_keys` of the latest turns; `kept_keys`: each turn's `_kept_key`, as `_walk` found them."""
+    latest = _latest_turns(messages, _SHARED_LOOKBACK)
+    tail = kept_keys[-len(latest):] if kept_keys is not None and latest else []
+    if len(tail) != len(latest):  # no keys given (or not `_walk`'s turns)
+        return [_named_keys(message) for message in latest]
+    return [_named_keys_kept(message, key) for message, key in zip(latest, tail, strict=True)]
 
 
-def _keys_of_ids(ids_by_turn: Sequence[Sequence[str]]) -> list[str]:
-    keys = [call_digest(i) for ids in ids_by_turn for i in ids]
+def _unique_keys(keys_by_turn: Sequence[Sequence[str]]) -> list[str]:
+    keys = [key for keys in keys_by_turn for key in keys]
     return list(dict.fromkeys(reversed(keys)))[::-1]  # each once, at its latest place
 
 
@@ -187,46 +213,38 @@ def _canonical(message: Mapping[str, Any]) -> bytes:
 def _canonical_plain(role: str, text: str, calls: list[Any], answers: str | None) -> bytes:
     """`json.dumps([role, text, calls, answers], sort_keys=True, ensure_ascii=False, default=str)`, byte for byte
     (stored digests depend on it), without building an encoder per message: most of a long conversation's
-    digest time was that per-message setup."""
-    encoded = _CALLS_NONE if not calls else _DUMPS(calls)
+    digest time was that per-message setup. The text, most of the bytes, is written by pydantic-core's JSON
+    encoder, which escapes a str as json's does (ensure_ascii off) and writes UTF-8 at once, in half the time;
+    both refuse a lone surrogate (a ValueError: the message is unreadable either way)."""
+    encoded = _CALLS_NONE if not calls else _dumps_calls(calls)
     tail = "null" if answers is None else _ESCAPE(answers)
-    return f"[{_ESCAPE(role)}, {_ESCAPE(text)}, {encoded}, {tail}]".encode()
+    return b"".join((f"[{_ESCAPE(role)}, ".encode(), _TEXT_JSON(text), f", {encoded}, {tail}]".encode()))
 
 
-def _message_digest(message: Mapping[str, Any]) -> bytes:
-    """sha256 of `_canonical(message)`. A turn comes back in every later request of its conversation: its digest is
-    kept, keyed by what decides it (`_kept_key`), so that each request hashes only the turns new to it."""
-    key = _kept_key(message)
-    if key is None:
-        return hashlib.sha256(_canonical(message)).digest()
-    digest = _KEPT.get(key)
-    if digest is None:
-        digest = hashlib.sha256(_canonical(message)).digest()
-        if len(_KEPT) >= _KEPT_MAX:
-            del _KEPT[next(iter(_KEPT))]  # the oldest: a conversation's turns are asked for again in order
-        _KEPT[key] = digest
-    return digest
-
-
-def _kept_key(message: Mapping[str, Any]) -> tuple[Any, ...] | None:
-    """What decides a message's digest, as Python's hashes (keyed per process, so that no text can be made to
-    collide with another) of its role, the call it answers, its text (with its length) and each call's id, name
-    and arguments: no text is held. None for any shape but plain strings (hashed afresh)."""
+def _kept_key(message: Mapping[str, Any]) -> int | None:
+    """What decides a message's digest, as one keyed hash (`_walk`'s loop, for one message)."""
     role, content, answers = message.get("role"), message.get("content"), message.get("tool_call_id")
-    if type(role) is not str or not (answers is None or type(answers) is str):
-        return None
-    if content is None:
-        text: tuple[int, int] | None = None
-    elif type(content) is str:
-        text = (len(content), hash(content))
-    else:
+    if (type(role) is not str or not (answers is None or type(answers) is str)
+            or not (content is None or type(content) is str)):
         return None
     raw_calls = message.get("tool_calls")
     if not raw_calls:
-        return (hash(role), hash(answers), text)
-    if type(raw_calls) is not list:
-        return None
-    calls: list[Any] = [hash(role), hash(answers), text]
+        return hash((role, answers, content))
+    return _calls_key(role, answers, content, raw_calls) if type(raw_calls) is list else None
+
+
+def _calls_key(role: str, answers: str | None, content: str | None, raw_calls: list[Any]) -> int | None:
+    if len(raw_calls) == 1:  # most turns make one call
+        call = raw_calls[0]
+        function = call.get("function") if type(call) is dict else None
+        if type(function) is not dict:
+            return None
+        call_id, name, arguments = call.get("id"), function.get("name"), function.get("arguments")
+        if (not (call_id is None or type(call_id) is str) or not (name is None or type(name) is str)
+                or type(arguments) is not str):
+            return None
+        return hash((role, answers, content, call_id, name, arguments))
+    key: list[Any] = [role, answers, content]
     for call in raw_calls:
         function = call.get("function") if type(call) is dict else None
         if type(function) is not dict:
@@ -235,18 +253,36 @@ def _kept_key(message: Mapping[str, Any]) -> tuple[Any, ...] | None:
         if (not (call_id is None or type(call_id) is str) or not (name is None or type(name) is str)
                 or type(arguments) is not str):
             return None
-        calls += (hash(call_id), hash(name), len(arguments), hash(arguments))
-    return tuple(calls)
+        key += (call_id, name, arguments)
+    return hash(tuple(key))
 
 
-# ~250 bytes an entry, 4 MB in all.
+# A turn comes back in every later request of its conversation: its digest (and the call keys it names) are kept
+# between requests, keyed by what decides them, so that each request hashes only the turns new to it. The key is
+# Python's hash of the tuple (role, the call it answers, text, and each call's id, name and arguments), all plain
+# strings or None (any other shape is hashed afresh, never kept): no text is held. Python's str hash is SipHash
+# keyed per process, and a tuple's hash mixes its items' hashes and its length, so a model that writes text it
+# cannot see hashed can make two turns share a key no more often than two random 64-bit values collide: for a
+# turn that differs in one string (a text), never unless that string's SipHash does.
+# ~120 bytes an entry, 2 MB in all.
 _KEPT_MAX = 16384
-_KEPT: dict[tuple[Any, ...], bytes] = {}
+_KEPT: dict[int, bytes] = {}
+_NAMED: dict[int, tuple[str, ...]] = {}
 
 
 _ESCAPE = encode_basestring
+_TEXT_JSON = to_json
 _DUMPS = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str).encode
 _CALLS_NONE = "[]"
+# `_DUMPS`'s C encoder, made once rather than per message (JSONEncoder.encode makes one per call: half its time on a
+# call's few bytes). No circular-reference markers: parsed JSON has no cycles, and a cycle a caller builds still
+# fails (RecursionError rather than ValueError), as unreadable either way.
+_C_CALLS = c_make_encoder(None, str, encode_basestring, None, ": ", ", ", True, False, True) if c_make_encoder else None
+
+
+def _dumps_calls(calls: list[Any]) -> str:
+    return "".join(_C_CALLS(calls, 0)) if _C_CALLS is not None else _DUMPS(calls)
+_sha256 = hashlib.sha256
 
 
 # Instructions are not part of the conversation a session is: clients rewrite them between turns (a date, a
@@ -263,28 +299,64 @@ _CLIENT_ROLES = frozenset({"user", "tool"})
 
 def conversation_digests(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     """digests[k] identifies the first k+1 turns, instructions (system, developer) skipped."""
-    return [digest for digest, _ in _walk(messages, hashlib.sha256())]
+    out: list[str] = []
+    _walk(messages, hashlib.sha256(), out, every=True)
+    return out
 
 
-def _walk(messages: Sequence[Any], running: Any, *, every: bool = True) -> list[tuple[str, Any]]:
-    """(digest, role) of each turn's prefix, extending `running` (the hash of the turns before); without `every`,
-    the digest of a prefix that ends in a client's turn (never a lineage key) is left empty."""
-    out: list[tuple[str, Any]] = []
+def _walk(messages: Iterable[Any], running: Any, keys: list[str] | None, *, every: bool = False,
+          kept_keys: list[int | None] | None = None) -> int:
+    """Extends `running` (the hash of the turns before) by each turn's digest and returns how many turns there were;
+    appends to `keys` the digest of each prefix, or with `every` off of each that ends in a turn the proxy may have
+    delivered, and to `kept_keys` each turn's `_kept_key`. One loop with its names bound: it runs over every
+    message of every request."""
+    kept, kept_max, instruction, client = _KEPT, _KEPT_MAX, _INSTRUCTION_ROLES, _CLIENT_ROLES
+    kept_get, update, sha256, str_, none = _KEPT.get, running.update, _sha256, str, None
+    turns = 0
     for message in messages:
         if not isinstance(message, dict):
             continue
-        role = message.get("role")
-        if role in _INSTRUCTION_ROLES:
+        get = message.get
+        role = get("role")
+        if role in instruction:
             continue
-        running.update(_message_digest(message))
-        out.append((running.copy().hexdigest()[:32] if every or role not in _CLIENT_ROLES else "", role))
-    return out
+        turns += 1
+        # `_kept_key`, inline
+        content, answers, key = get("content"), get("tool_call_id"), None
+        if (type(role) is str_ and (answers is none or type(answers) is str_)
+                and (content is none or type(content) is str_)):
+            raw_calls = get("tool_calls")
+            if not raw_calls:
+                key = hash((role, answers, content))
+            elif type(raw_calls) is list:
+                key = _calls_key(role, answers, content, raw_calls)
+        if kept_keys is not None:
+            kept_keys.append(key)
+        digest = kept_get(key) if key is not None else None
+        if digest is None:
+            digest = sha256(_canonical(message)).digest()
+            if key is not None:
+                if len(kept) >= kept_max:
+                    del kept[next(iter(kept))]  # the oldest: a conversation's turns are asked for again in order
+                kept[key] = digest
+        update(digest)
+        if keys is not None and (every or role not in client):
+            keys.append(running.copy().hexdigest()[:32])
+    return turns
 
 
 def hash_conversation(messages: Sequence[Any]) -> Digests:
     running = hashlib.sha256()
-    walked = _walk(messages, running, every=False)
-    return Digests([digest for digest, role in walked if role not in _CLIENT_ROLES], running, len(walked))
+    keys: list[str] = []
+    turns = _walk(messages, running, keys)
+    return Digests(keys, running, turns)
+
+
+def _hash_turns(messages: Sequence[Any]) -> tuple[Digests, list[int | None]]:
+    """`hash_conversation`, and each turn's `_kept_key` (for `_named_keys_by_turn`)."""
+    running, keys, kept_keys = hashlib.sha256(), [], []  # type: ignore[var-annotated]
+    turns = _walk(messages, running, keys, kept_keys=kept_keys)
+    return Digests(keys, running, turns), kept_keys
 
 
 def reply_digest(messages: Sequence[Mapping[str, Any]] | None, reply: Mapping[str, Any], known: Digests | None,
@@ -297,7 +369,7 @@ def reply_digest(messages: Sequence[Mapping[str, Any]] | None, reply: Mapping[st
         running, rest, turns = known.running.copy(), [*after, reply], known.turns
     else:
         running, rest, turns = hashlib.sha256(), [*messages, *after, reply], 0
-    turns += len(_walk(rest, running))
+    turns += _walk(rest, running, None)
     return running.hexdigest()[:32] if turns else None
 
 
@@ -379,7 +451,7 @@ class SessionResolver:
         digests = hash_conversation(messages or [])
         found = self._local(self._keys(digests, payload))[0]
         if found is None:
-            found = self._local_named(_named_ids_by_turn(messages or []))
+            found = self._local_named(_named_keys_by_turn(messages or []))
         return self._lineage_ref(found, digests)
 
     async def aresolve(self, headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]] | None,
@@ -393,12 +465,12 @@ class SessionResolver:
         lineage keys, which `finish` looks up without the conversation (nothing waits holding it)."""
         if (ref := self._named(headers, payload)) is not None:
             return ref
-        digests = hash_conversation(messages or [])
+        digests, kept_keys = _hash_turns(messages or [])
         keys = self._keys(digests, payload)
         # The call ids it names are read only where no turn it extends is known here (a rewriting client's step,
         # or another replica's session): `finish` may need them, and it gets no messages.
-        known = any(self._lineage.get(key) for key in keys)
-        return Pending(digests, keys, [] if known else _named_ids_by_turn(messages or []))
+        known = not self._lineage.keys().isdisjoint(keys)  # a key is held only with its sessions
+        return Pending(digests, keys, [] if known else _named_keys_by_turn(messages or [], kept_keys))
 
     async def finish(self, prepared: SessionRef | Pending) -> SessionRef:
         """`aresolve`'s second half: the lineage keys looked up in this process, then in the shared store."""
@@ -408,22 +480,22 @@ class SessionResolver:
         found, position = self._local(keys)
         # Another replica may have delivered a later turn of this conversation than the one this process
         # knows: the shared store is asked for the keys past it.
-        later = [key for key in keys[position + 1:] if key not in self._missing][-_SHARED_LOOKBACK:]
-        if self._engine is not None and later:
-            found = await self._shared(later) or found
+        if self._engine is not None:
+            later = [key for key in keys[position + 1:] if key not in self._missing][-_SHARED_LOOKBACK:]
+            if later:
+                found = await self._shared(later) or found
         if found is None:  # no delivered turn extended: a rewritten conversation may name a delivered call
             found = self._local_named(prepared.named)
             if found is None and self._engine is not None:
-                named = _keys_of_ids(prepared.named)
+                named = _unique_keys(prepared.named)
                 found = await self._shared(named[-_SHARED_LOOKBACK:]) if named else None
         return self._lineage_ref(found, digests)
 
-    def _local_named(self, ids_by_turn: Sequence[Sequence[str]]) -> str | None:
-        """The session of the latest delivered call the conversation names (its latest turns' call ids), from
+    def _local_named(self, keys_by_turn: Sequence[Sequence[str]]) -> str | None:
+        """The session of the latest delivered call the conversation names (its latest turns' call keys), from
         this process's memory: read from the latest turn back."""
-        for ids in reversed(ids_by_turn):
-            for call_id in reversed(ids):
-                key = call_digest(call_id)
+        for keys in reversed(keys_by_turn):
+            for key in reversed(keys):
                 if found := self._lineage.get(key):
                     self._lineage.move_to_end(key)
                     return self._pick(key, found, self._heads)
