@@ -264,7 +264,7 @@ def _calls_key(role: str, answers: str | None, content: str | None, raw_calls: l
 # keyed per process, and a tuple's hash mixes its items' hashes and its length, so a model that writes text it
 # cannot see hashed can make two turns share a key no more often than two random 64-bit values collide: for a
 # turn that differs in one string (a text), never unless that string's SipHash does.
-# ~120 bytes an entry, 2 MB in all.
+# At most 16,384 turns each: ~130 bytes an entry kept, ~100 named (most name no call), ~4 MB in all.
 _KEPT_MAX = 16384
 _KEPT: dict[int, bytes] = {}
 _NAMED: dict[int, tuple[str, ...]] = {}
