@@ -93,6 +93,7 @@ class StoreWriter:
         self._max_queue = max(1, max_queue)
         self._queue: deque[_Item] = deque()
         self._in_flight: list[_Item] = []  # the batch being written now
+        self._reported_depth = 0  # the depth the metrics were last told (`_report_depth`)
         self._wakeup = asyncio.Event()  # set by every put
         self._urgent = asyncio.Event()  # someone waits, a batch is full, or the writer is closing
         self._idle = asyncio.Event()
@@ -146,13 +147,15 @@ class StoreWriter:
     def put_many(self, rows: Iterable[tuple[Table, dict[str, Any]]]) -> None:
         """Queue rows in order; the writer is woken at once. A full queue drops them, counted and logged."""
         now = time.monotonic()
+        waiting = bool(self._queue)
         for table, row in rows:
             if len(self._queue) >= self._max_queue:
                 self._lose(table, "queue full")
                 continue
             self._queue.append(_Item(table, row, now))
         self._idle.clear()
-        telemetry.emit(telemetry.StoreQueue(len(self._queue)))
+        if waiting:  # rows were already waiting: a backlog to show (rows into an empty queue go at once)
+            self._report_depth()
         self._wakeup.set()
         if len(self._queue) >= self._batch_size:
             self._urgent.set()
@@ -179,6 +182,13 @@ class StoreWriter:
         except TimeoutError as exc:
             raise StoreFailure(f"the store did not commit within {timeout:g} s") from exc
 
+    def _report_depth(self) -> None:
+        """The queue's depth for the metrics, where it changed since last said."""
+        depth = len(self._queue)
+        if depth != self._reported_depth:
+            self._reported_depth = depth
+            telemetry.emit(telemetry.StoreQueue(depth))
+
     def _commit_here(self) -> bool:
         """Write everything queued in the caller's own turn of the event loop, where the writer is between batches
         and the lane can (SQLite, lane idle, database free): no hand-over to the writer's task and back. False
@@ -199,7 +209,7 @@ class StoreWriter:
         self._queue.clear()  # the batch: nothing is queued while a transaction runs on the loop
         self._written(batch, grouped, marker)
         self._idle.set()
-        telemetry.emit(telemetry.StoreQueue(0))
+        self._report_depth()
         if self._unrolled and (len(self._unrolled) == 1 or self._should_roll_up()):
             self._wakeup.set()  # the writer times the rollup step from the oldest batch not rolled up
         return True
@@ -318,7 +328,7 @@ class StoreWriter:
                     self._in_flight = []
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
-                    telemetry.emit(telemetry.StoreQueue(len(self._queue)))
+                    self._report_depth()
                     continue
             finally:
                 if self._in_flight is batch:
@@ -327,7 +337,7 @@ class StoreWriter:
             self._mark_ok()
             if self._rollups_behind and self._rolling is None:
                 await self._catch_up_quietly()
-            telemetry.emit(telemetry.StoreQueue(len(self._queue)))
+            self._report_depth()
 
     async def _write(self, batch: list[_Item]) -> None:
         self._check_file()
