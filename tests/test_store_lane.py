@@ -86,5 +86,26 @@ async def test_the_wal_is_checkpointed_by_the_thread_not_at_the_loops_commits(la
     for n in range(12):
         await lane.run_here_if_idle(_mark, n)
     assert await lane.run(lambda conn: conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar()) == 0
+    for _ in range(500):  # on a thread of their own: done soon, not before any call returns
+        if len(checkpoints) == 2:
+            break
+        await asyncio.sleep(0.01)
     assert len(checkpoints) == 2 and threading.get_ident() not in checkpoints
     assert _count(path) == 12
+
+
+async def test_a_checkpoint_copies_the_wal_beside_the_lanes_connection_and_lets_commits_go_on(lane):
+    lane, path = lane
+    for n in range(20):
+        await lane.run_here_if_idle(_mark, n)  # the lane's connection is held from now on
+    before = (path.parent / (path.name + "-wal")).stat().st_size
+    assert before > 0
+    started = asyncio.get_running_loop().time()
+    checkpointing = asyncio.get_running_loop().run_in_executor(None, lane._checkpoint)
+    await lane.run_here_if_idle(_mark, 20)  # a release meanwhile, on the loop
+    await asyncio.wait_for(checkpointing, 5)
+    assert asyncio.get_running_loop().time() - started < 5  # it never waited for a connection of the pool
+    with sqlite3.connect(path) as db:
+        busy, frames, copied = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    assert busy == 0 and copied == frames  # the WAL was copied into the database
+    assert _count(path) == 21

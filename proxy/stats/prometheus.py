@@ -75,11 +75,25 @@ class _Bounded:
     _labelnames: tuple[str, ...]
 
     def __init__(self, name: str, documentation: str, labelnames: Any = (), **kwargs: Any) -> None:
+        # The child for label values given as strings, each its own label: a request updates a dozen series, and
+        # bounding and looking up each one's values again was most of what the metrics cost it.
+        self._by_values: dict[tuple[str, ...], Any] = {}
         super().__init__(name, documentation, labelnames, registry=REGISTRY, **kwargs)  # type: ignore[call-arg]
 
     def labels(self, *values: Any, **named: Any) -> Any:
+        child = self._by_values.get(values) if not named else None
+        if child is not None:
+            return child
         bounded = [bound_label(n, v) for n, v in zip(self._labelnames, values, strict=False)]
-        return super().labels(*bounded, **{k: bound_label(k, v) for k, v in named.items()})  # type: ignore[misc]
+        child = super().labels(*bounded, **{k: bound_label(k, v) for k, v in named.items()})  # type: ignore[misc]
+        # Only a value that is its own label stays so (a model served later may leave "other"); bounded in number.
+        if (not named and len(self._by_values) < _MAX_CACHED_CHILDREN and OTHER_LABEL not in bounded
+                and all(type(v) is str for v in values)):
+            self._by_values[values] = child
+        return child
+
+
+_MAX_CACHED_CHILDREN = 4096
 
 
 class Counter(_Bounded, _Counter):

@@ -137,8 +137,9 @@ class SQLiteBackend(Backend):
         if in_memory(engine):
             return None  # a memory database is one per connection: the writer must share the engine's
         url = engine.url
+        # Two connections, each held: the lane's transactions' and its checkpoints' (`WriterLane._checkpoint`).
         sync = create_sync_engine(url.set(drivername="sqlite"), connect_args={"check_same_thread": False},
-                                  pool_size=1, max_overflow=0)
+                                  pool_size=2, max_overflow=0)
         event.listen(sync, "connect", _sqlite_pragmas)
         return sync
 

@@ -11,8 +11,8 @@ wait for a busy loop to take the result back, were most of a release's wait. It 
 the connection's busy_timeout is 0 at rest, and only the thread's transactions set one for their own length. Another
 writer sends the transaction to the thread, as `run`. The lane's connection does not
 checkpoint the WAL as it commits (a checkpoint copies megabytes and syncs the file, on the loop): the thread
-checkpoints every `_CHECKPOINT_EVERY` commits made on the loop, on a connection of its own, so that commits go
-on meanwhile.
+checkpoints every `_CHECKPOINT_EVERY` commits made on the loop, on a connection and a thread of its own, so
+that commits go on meanwhile, on the loop and in the lane's thread.
 
 `run_statement` sends one statement, its own transaction, on a connection of the async engine's that the lane
 holds between statements: asyncpg's own, so that the statement costs one round trip (no BEGIN or COMMIT, no pool
@@ -52,6 +52,9 @@ class WriterLane:
         self._engine = engine
         self._sync: Engine | None = backend_of(engine).writer_engine(engine)
         self._thread: ThreadPoolExecutor | None = None
+        # Checkpoints run on a thread of their own: queued on the lane's, a transaction sent there (a release the
+        # loop could not run, a large rollup step) waited for a checkpoint's copying.
+        self._checkpoints: ThreadPoolExecutor | None = None
         self._conn: Connection | None = None  # the lane thread's own, held between transactions
         self._held: tuple[AsyncConnection, Any] | None = None  # run_statement's, with its driver connection
         self._using = threading.Lock()  # held while a transaction runs on `_conn`, in whichever thread
@@ -109,7 +112,9 @@ class WriterLane:
             self._since_checkpoint += 1
             if self._since_checkpoint >= _CHECKPOINT_EVERY:
                 self._since_checkpoint = 0
-                self._executor().submit(self._checkpoint)
+                if self._checkpoints is None:
+                    self._checkpoints = ThreadPoolExecutor(1, thread_name_prefix="store-writer-checkpoint")
+                self._checkpoints.submit(self._checkpoint)
         return done, result
 
     def _here(self, sync: Engine, fn: Callable[Concatenate[Connection, P], T], *args: P.args,
@@ -188,6 +193,9 @@ class WriterLane:
     async def close(self) -> None:
         """Close the lane's connections; a later `run` or `run_statement` opens another."""
         await self._drop_held(invalidate=False)
+        checkpoints, self._checkpoints = self._checkpoints, None
+        if checkpoints is not None:  # the one running finishes first: its connection is closed below
+            await asyncio.get_running_loop().run_in_executor(None, checkpoints.shutdown, True)
         if self._sync is not None and (self._thread is not None or self._conn is not None):
             thread, self._thread, sync = self._executor(), None, self._sync
 

@@ -15,7 +15,8 @@ unlinked file would otherwise succeed into nothing).
 
 On Postgres no release waits behind the rollups: the rollup step (`_roll_up`) runs on a connection of its own
 beside the batches, one step at a time, in commit order. SQLite lets one writer in at a time: there the step runs
-between batches, once no release waits or `_MAX_UNROLLED` batches wait for it.
+between batches, once no release waits or `_MAX_UNROLLED` batches wait for it; on Postgres every
+`_MAX_UNROLLED_BESIDE` batches or `_ROLLUP_DELAY_SECONDS`.
 """
 
 from __future__ import annotations
@@ -55,8 +56,10 @@ _TABLE_ORDER = {t.name: i for i, t in enumerate(
      tables.tool_call_reasons)
 )}
 # Batches committed before a rollup step starts without waiting for `_ROLLUP_DELAY_SECONDS` (on SQLite, without
-# waiting for the releases queued).
+# waiting for the releases queued). On Postgres a step runs beside the batches and its cost is its statements (each
+# a round trip through SQLAlchemy's adapter), not its rows: at 8 batches a step it was a tenth of an answer's CPU.
 _MAX_UNROLLED = 8
+_MAX_UNROLLED_BESIDE = 64
 # A rollup step of at most this many rows runs on the event loop where the SQLite lane is idle (~1 ms): in the
 # lane's thread it held the database while releases came, each then waiting for it, and for the hop back.
 _ROLLUP_ON_LOOP_ROWS = 32
@@ -93,6 +96,7 @@ class StoreWriter:
         self._max_queue = max(1, max_queue)
         self._queue: deque[_Item] = deque()
         self._in_flight: list[_Item] = []  # the batch being written now
+        self._reported_depth = 0  # the depth the metrics were last told (`_report_depth`)
         self._wakeup = asyncio.Event()  # set by every put
         self._urgent = asyncio.Event()  # someone waits, a batch is full, or the writer is closing
         self._idle = asyncio.Event()
@@ -120,6 +124,7 @@ class StoreWriter:
         # Postgres: the rollup step runs beside the batches, on a connection of its own (`_roll_up`).
         self._beside = backend_of(engine).concurrent_writers
         self._rolling: asyncio.Task[None] | None = None  # the step running beside, if any
+        self.max_unrolled = _MAX_UNROLLED_BESIDE if self._beside else _MAX_UNROLLED
 
     @property
     def depth(self) -> int:
@@ -146,13 +151,15 @@ class StoreWriter:
     def put_many(self, rows: Iterable[tuple[Table, dict[str, Any]]]) -> None:
         """Queue rows in order; the writer is woken at once. A full queue drops them, counted and logged."""
         now = time.monotonic()
+        waiting = bool(self._queue)
         for table, row in rows:
             if len(self._queue) >= self._max_queue:
                 self._lose(table, "queue full")
                 continue
             self._queue.append(_Item(table, row, now))
         self._idle.clear()
-        telemetry.emit(telemetry.StoreQueue(len(self._queue)))
+        if waiting:  # rows were already waiting: a backlog to show (rows into an empty queue go at once)
+            self._report_depth()
         self._wakeup.set()
         if len(self._queue) >= self._batch_size:
             self._urgent.set()
@@ -179,6 +186,13 @@ class StoreWriter:
         except TimeoutError as exc:
             raise StoreFailure(f"the store did not commit within {timeout:g} s") from exc
 
+    def _report_depth(self) -> None:
+        """The queue's depth for the metrics, where it changed since last said."""
+        depth = len(self._queue)
+        if depth != self._reported_depth:
+            self._reported_depth = depth
+            telemetry.emit(telemetry.StoreQueue(depth))
+
     def _commit_here(self) -> bool:
         """Write everything queued in the caller's own turn of the event loop, where the writer is between batches
         and the lane can (SQLite, lane idle, database free): no hand-over to the writer's task and back. False
@@ -199,7 +213,7 @@ class StoreWriter:
         self._queue.clear()  # the batch: nothing is queued while a transaction runs on the loop
         self._written(batch, grouped, marker)
         self._idle.set()
-        telemetry.emit(telemetry.StoreQueue(0))
+        self._report_depth()
         if self._unrolled and (len(self._unrolled) == 1 or self._should_roll_up()):
             self._wakeup.set()  # the writer times the rollup step from the oldest batch not rolled up
         return True
@@ -318,7 +332,7 @@ class StoreWriter:
                     self._in_flight = []
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
-                    telemetry.emit(telemetry.StoreQueue(len(self._queue)))
+                    self._report_depth()
                     continue
             finally:
                 if self._in_flight is batch:
@@ -327,7 +341,7 @@ class StoreWriter:
             self._mark_ok()
             if self._rollups_behind and self._rolling is None:
                 await self._catch_up_quietly()
-            telemetry.emit(telemetry.StoreQueue(len(self._queue)))
+            self._report_depth()
 
     async def _write(self, batch: list[_Item]) -> None:
         self._check_file()
@@ -355,10 +369,10 @@ class StoreWriter:
 
     def _should_roll_up(self) -> bool:
         # The rollups trail by a few batches, or two seconds, at most. On SQLite rows someone waits for go
-        # first, up to `_MAX_UNROLLED` batches; on Postgres the step runs beside them (`_start_rollup_step`).
+        # first, up to `max_unrolled` batches; on Postgres the step runs beside them (`_start_rollup_step`).
         if not self._unrolled or self._rolling is not None:
             return False
-        if self._closing or self._rollups_wanted or len(self._unrolled) >= _MAX_UNROLLED:
+        if self._closing or self._rollups_wanted or len(self._unrolled) >= self.max_unrolled:
             return True
         if self._rollup_due_in() != 0.0:
             return False
