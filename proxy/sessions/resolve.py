@@ -182,7 +182,7 @@ def _text(content: Any) -> str:
 def _arguments(raw: Any) -> Any:
     if isinstance(raw, str):
         try:
-            return json.loads(raw)
+            return _LOADS(raw)
         except (ValueError, RecursionError):
             return raw.strip()
     return raw
@@ -234,17 +234,7 @@ def _kept_key(message: Mapping[str, Any]) -> int | None:
 
 
 def _calls_key(role: str, answers: str | None, content: str | None, raw_calls: list[Any]) -> int | None:
-    if len(raw_calls) == 1:  # most turns make one call
-        call = raw_calls[0]
-        function = call.get("function") if type(call) is dict else None
-        if type(function) is not dict:
-            return None
-        call_id, name, arguments = call.get("id"), function.get("name"), function.get("arguments")
-        if (not (call_id is None or type(call_id) is str) or not (name is None or type(name) is str)
-                or type(arguments) is not str):
-            return None
-        return hash((role, answers, content, call_id, name, arguments))
-    key: list[Any] = [role, answers, content]
+    fields: tuple[Any, ...] = (role, answers, content)
     for call in raw_calls:
         function = call.get("function") if type(call) is dict else None
         if type(function) is not dict:
@@ -253,8 +243,8 @@ def _calls_key(role: str, answers: str | None, content: str | None, raw_calls: l
         if (not (call_id is None or type(call_id) is str) or not (name is None or type(name) is str)
                 or type(arguments) is not str):
             return None
-        key += (call_id, name, arguments)
-    return hash(tuple(key))
+        fields += (call_id, name, arguments)
+    return hash(fields)
 
 
 # A turn comes back in every later request of its conversation: its digest (and the call keys it names) are kept
@@ -274,6 +264,9 @@ _ESCAPE = encode_basestring
 _TEXT_JSON = to_json
 _DUMPS = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str).encode
 _CALLS_NONE = "[]"
+# json.loads without its checks of what it is given (a str here): a leading BOM, which json.loads refuses by name, the
+# decoder refuses as a value it cannot read (a ValueError either way).
+_LOADS = json.JSONDecoder().decode
 # `_DUMPS`'s C encoder, made once rather than per message (JSONEncoder.encode makes one per call: half its time on a
 # call's few bytes). No circular-reference markers: parsed JSON has no cycles, and a cycle a caller builds still
 # fails (RecursionError rather than ValueError), as unreadable either way.
