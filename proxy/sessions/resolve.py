@@ -273,9 +273,11 @@ _LOADS = json.JSONDecoder().decode
 _C_CALLS = c_make_encoder(None, str, encode_basestring, None, ": ", ", ", True, False, True) if c_make_encoder else None
 
 
+_sha256 = hashlib.sha256
+
+
 def _dumps_calls(calls: list[Any]) -> str:
     return "".join(_C_CALLS(calls, 0)) if _C_CALLS is not None else _DUMPS(calls)
-_sha256 = hashlib.sha256
 
 
 # Instructions are not part of the conversation a session is: clients rewrite them between turns (a date, a
@@ -347,7 +349,9 @@ def hash_conversation(messages: Sequence[Any]) -> Digests:
 
 def _hash_turns(messages: Sequence[Any]) -> tuple[Digests, list[int | None]]:
     """`hash_conversation`, and each turn's `_kept_key` (for `_named_keys_by_turn`)."""
-    running, keys, kept_keys = hashlib.sha256(), [], []  # type: ignore[var-annotated]
+    keys: list[str] = []
+    kept_keys: list[int | None] = []
+    running = hashlib.sha256()
     turns = _walk(messages, running, keys, kept_keys=kept_keys)
     return Digests(keys, running, turns), kept_keys
 
