@@ -402,3 +402,15 @@ def test_a_long_conversation_is_keyed_as_before_in_its_latest_turns():
     _clear()
     _same(messages, {"role": "assistant", "content": "done"}, [], 64)
     _same(messages[:-7], {"role": "assistant", "content": "done"}, [], 64)
+
+
+def test_the_texts_json_is_jsons_for_every_character():
+    """A turn's text is written by pydantic-core (`resolve._TEXT_JSON`): json's escaping, character for character
+    (a pydantic-core that escaped another, say U+2028 or DEL, would change every stored digest)."""
+    every = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000)
+    assert resolve._TEXT_JSON(every) == encode_basestring(every).encode()
+    for lone in ("\ud800", "a\udfff"):
+        with pytest.raises(ValueError):
+            resolve._TEXT_JSON(lone)
+        with pytest.raises(ValueError):
+            encode_basestring(lone).encode()
