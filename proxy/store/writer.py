@@ -97,6 +97,7 @@ class StoreWriter:
         self._queue: deque[_Item] = deque()
         self._in_flight: list[_Item] = []  # the batch being written now
         self._reported_depth = 0  # the depth the metrics were last told (`_report_depth`)
+        self._wake_pending = False  # a `_wake` is due at the end of this turn of the loop
         self._wakeup = asyncio.Event()  # set by every put
         self._urgent = asyncio.Event()  # someone waits, a batch is full, or the writer is closing
         self._idle = asyncio.Event()
@@ -149,7 +150,8 @@ class StoreWriter:
         self.put_many([(table, row)])
 
     def put_many(self, rows: Iterable[tuple[Table, dict[str, Any]]]) -> None:
-        """Queue rows in order; the writer is woken at once. A full queue drops them, counted and logged."""
+        """Queue rows in order; the writer is woken at the end of this turn of the loop unless they were written by
+        then. A full queue drops them, counted and logged."""
         now = time.monotonic()
         waiting = bool(self._queue)
         for table, row in rows:
@@ -160,7 +162,13 @@ class StoreWriter:
         self._idle.clear()
         if waiting:  # rows were already waiting: a backlog to show (rows into an empty queue go at once)
             self._report_depth()
-        self._wakeup.set()
+        if not self._wake_pending:
+            self._wake_pending = True
+            try:
+                asyncio.get_running_loop().call_soon(self._wake)
+            except RuntimeError:  # queued from outside the loop: the writer wakes at once
+                self._wake_pending = False
+                self._wakeup.set()
         if len(self._queue) >= self._batch_size:
             self._urgent.set()
 
@@ -182,9 +190,17 @@ class StoreWriter:
         self._urgent.set()
         self._wakeup.set()
         try:
-            await asyncio.wait_for(asyncio.shield(waiter), timeout)
+            async with asyncio.timeout(timeout):  # (no task made to wait, as wait_for makes one)
+                await asyncio.shield(waiter)
         except TimeoutError as exc:
             raise StoreFailure(f"the store did not commit within {timeout:g} s") from exc
+
+    def _wake(self) -> None:
+        # At the end of the turn that queued the rows: a release commits its own rows in that turn (`_commit_here`),
+        # and the writer's task need not wake only to find the queue empty.
+        self._wake_pending = False
+        if self._queue:
+            self._wakeup.set()
 
     def _report_depth(self) -> None:
         """The queue's depth for the metrics, where it changed since last said."""
@@ -295,7 +311,8 @@ class StoreWriter:
                 wait = (backoff if self.failing is not None
                         else None if self._rolling is not None else self._rollup_due_in())
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), timeout=wait)
+                    async with asyncio.timeout(wait):
+                        await self._wakeup.wait()
                 if not self._queue and self.failing is not None and not self._closing:
                     backoff = 0.1 if await self.probe() else min(backoff * 2, 5.0)
                 continue
@@ -304,7 +321,8 @@ class StoreWriter:
                 remaining = self._queue[0].queued_at + self._flush_seconds - time.monotonic()
                 if remaining > 0:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._urgent.wait(), timeout=remaining)
+                        async with asyncio.timeout(remaining):
+                            await self._urgent.wait()
             self._urgent.clear()
             batch = [self._queue.popleft() for _ in range(min(self._batch_size, len(self._queue)))]
             if not batch:  # written meanwhile by a release (`_commit_here`)
