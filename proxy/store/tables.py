@@ -78,7 +78,6 @@ requests = Table(
     Column("project_root", String(1024)),  # the root its paths were judged under: pinned or learned (0011)
     # Turns of a text-acting client whose actions passed unread or unjudged; NULL for none (0015).
     Column("ungoverned_text", Integer),
-    Index("ix_requests_model_started", "model", "started_at"),
     # ix_requests_ungoverned ("model", "started_at" WHERE ungoverned_text IS NOT NULL) is migration 0015's alone:
     # a partial index's `postgresql_where` here would load Postgres' dialect into every proxy (1.3 MB on SQLite).
     Index("ix_requests_session", "session_id"),
@@ -111,8 +110,6 @@ tool_calls = Table(
     # feedback variant when the policy runs an experiment.
     Column("repaired_command", Text),
     Column("feedback_variant", String(64)),
-    Index("ix_tool_calls_model_created", "model", "created_at"),
-    Index("ix_tool_calls_session_created", "session_id", "created_at", "call_index"),
     Index("ix_tool_calls_request", "request_id"),
     # Covering indexes of the stats (migration 0003): verdict counts per model, and each session's calls in
     # order with what loop detection compares, so neither reads the table.
@@ -130,7 +127,6 @@ tool_call_reasons = Table(
     Column("reason", String(32), nullable=False),
     Column("model", String(256), nullable=False),
     Column("created_at", Float, nullable=False),
-    Index("ix_tool_call_reasons_model_created", "model", "created_at"),
     Index("ix_tool_call_reasons_model_reason", "model", "created_at", "reason"),  # stats (migration 0003)
 )
 
