@@ -278,7 +278,7 @@ request_journal = Table(
     Column("owner", String(160), nullable=False),  # the proxy process that wrote it: host:pid:nonce
     Column("created_at", Float, nullable=False),
     Column("row", Text, nullable=False),  # the request row (JSON) as known at the release
-    Index("ix_request_journal_owner", "owner"),
+    # No index on `owner` (dropped by 0017): recovery reads `owner != me` of a table of the requests in flight.
 )
 __all__ += ["request_journal"]
 
