@@ -279,6 +279,7 @@ request_journal = Table(
     Column("created_at", Float, nullable=False),
     Column("row", Text, nullable=False),  # the request row (JSON) as known at the release
     # No index on `owner` (dropped by 0017): recovery reads `owner != me` of a table of the requests in flight.
+    sqlite_with_rowid=False,  # a row lives one commit: written into its key's B-tree alone (0017)
 )
 __all__ += ["request_journal"]
 
@@ -293,6 +294,7 @@ stats_pending = Table(
     Column("created_at", Float, nullable=False),
     Column("tool_call_ids", Text, nullable=False),  # JSON list
     Column("request_ids", Text, nullable=False),  # JSON list
+    sqlite_with_rowid=False,  # a row lives until the next rollup step: written into its key's B-tree alone (0017)
 )
 __all__ += ["stats_pending"]
 
