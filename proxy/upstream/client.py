@@ -141,10 +141,12 @@ class Upstream:
         # the bound keeps arbitrary passthrough paths from growing it.
         self._target = functools.lru_cache(maxsize=256)(lambda path: httpx.URL(self.url(path)))
 
-    def _lost(self, exc: httpx.HTTPError) -> ProxyError:
+    def _lost(self, exc: httpx.HTTPError | UpstreamFailure) -> ProxyError:
         # Counted so that whoever caches facts about the upstream (its vLLM version) reads them
         # again once it answers: an upstream that failed may come back as another server.
         self.failures += 1
+        if isinstance(exc, UpstreamFailure):
+            return map_failure(exc, self.base_url)
         return map_httpx_error(exc, self.base_url)
 
     def url(self, path: str) -> str:
@@ -171,15 +173,10 @@ class Upstream:
             else:
                 response = await self.client.request(method, self._target(path), headers=headers,
                                                      content=content, params=params)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, UpstreamFailure) as exc:
             if timer:
                 timer.stop("error")
             raise self._lost(exc) from exc
-        except UpstreamFailure as exc:
-            if timer:
-                timer.stop("error")
-            self.failures += 1
-            raise map_failure(exc, self.base_url) from exc
         if timer:
             timer.stop("ok" if response.status_code == 200 else "http_error")
         return response

@@ -33,7 +33,6 @@ __all__ = ["UpstreamFailure", "WholeAnswers", "usable_for"]
 
 _MAX_CONNECTIONS = 1000
 _KEEPALIVE_SECONDS = 4.0  # vLLM's uvicorn closes an idle keep-alive connection after 5 s
-_READ_CHUNK = 1 << 16
 
 
 class UpstreamFailure(Exception):
