@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT))
 HERE = Path(__file__).resolve().parents[1]
 
 from proxy.policy import Policy, judge_call, judge_command  # noqa: E402
-from proxy.policy.matcher import matcher_for  # noqa: E402
-from proxy.policy.profiles import ToolSet  # noqa: E402
+from proxy.policy.shell.matcher import matcher_for  # noqa: E402
+from proxy.policy.tools.profiles import ToolSet  # noqa: E402
 
 POLICY = {
     "name": "bench",

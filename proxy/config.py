@@ -222,7 +222,7 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         path = config_file_path(getattr(init_settings, "init_kwargs", {}))
         if path is not None:
-            from .policy.protected import register_own_files  # the config is not the agent's to change either
+            from .policy.paths.protected import register_own_files  # the config is not the agent's to change either
 
             register_own_files((str(path),))
         return init_settings, env_settings, _ConfigFileSource(settings_cls, path)

@@ -11,8 +11,8 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from proxy.policy.judge import call_command
-from proxy.policy.profiles import ToolSet
 from proxy.policy.schema import Policy
+from proxy.policy.tools.profiles import ToolSet
 from proxy.policy.verdict import REPAIRED, Verdict
 from proxy.toolcalls import ToolCall
 

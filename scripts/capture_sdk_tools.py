@@ -75,7 +75,7 @@ def openai_agents_tools() -> list[dict[str, Any]]:
     for tool in (read_file,):
         assert isinstance(tool, FunctionTool)
         out.append(_function(tool.name, tool.params_json_schema, tool.description))
-    # The hosted action tools, as the Responses API offers them (proxy/policy/offered.py names their items).
+    # The hosted action tools, as the Responses API offers them (proxy/policy/tools/offered.py names their items).
     out += [{"type": "shell"}, {"type": "apply_patch"}, {"type": "local_shell"},
             {"type": "computer_use_preview", "display_width": 1024, "display_height": 768, "environment": "linux"}]
     return out

@@ -1,5 +1,6 @@
 """The import structure of `proxy/`: every import points down the layers that docs/DESIGN.md lists ("Layers"),
-and no modules import each other round a loop. Read from the code's own imports (`ast`), type-only ones too."""
+the policy engine's rooms point one way too ("The policy engine's rooms"), and no modules import each other round a
+loop. Read from the code's own imports (`ast`), type-only ones too."""
 
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ PACKAGE = ROOT / "proxy"
 ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
 
 
-def layers() -> dict[str, int]:
-    """Room -> its layer, 0 at the top, from the list in docs/DESIGN.md."""
+def layers(marker: str = "layers") -> dict[str, int]:
+    """Room -> its layer, 0 at the top, from the list in docs/DESIGN.md between `<!-- marker -->` lines."""
     text = (ROOT / "docs" / "DESIGN.md").read_text()
-    block = re.search(r"<!-- layers -->\n```\n(.*?)```\n<!-- /layers -->", text, flags=re.S)
-    assert block, "docs/DESIGN.md has no layer list"
+    block = re.search(rf"<!-- {marker} -->\n```\n(.*?)```\n<!-- /{marker} -->", text, flags=re.S)
+    assert block, f"docs/DESIGN.md has no {marker} list"
     order: dict[str, int] = {}
     for index, line in enumerate(block.group(1).splitlines()):
         names = re.split(r"\s{2,}", line.strip())[0].split()
@@ -45,6 +46,15 @@ def room(module: str) -> str:
     """The folder under proxy/ a module is in, or its own name for a top-level module."""
     parts = module.split(".")
     return "__init__" if len(parts) == 1 else parts[1]
+
+
+def policy_room(module: str) -> str | None:
+    """The room of the policy engine a module is in (`proxy.policy.paths.protected` -> `paths`), its own name for a
+    top-level module of the engine (`judge`, `schema`), `__init__` for the package itself; None outside it."""
+    parts = module.split(".")
+    if parts[:2] != ["proxy", "policy"]:
+        return None
+    return "__init__" if len(parts) == 2 else parts[2]
 
 
 def imports(module: str, path: Path, known: dict[str, Path]) -> Iterator[str]:
@@ -88,6 +98,34 @@ def test_imports_point_down():
     stale = sorted(set(ALLOWED_UPWARD) - set(upward))
     assert not stale, f"ALLOWED_UPWARD names imports that are gone: {stale}"
     assert len({(room(a), room(b)) for a, b in upward}) <= 3
+
+
+def test_every_policy_room_has_a_layer():
+    order = layers("policy-rooms")
+    rooms = {r for name in modules() if (r := policy_room(name)) is not None}
+    assert rooms <= set(order), f"not in docs/DESIGN.md's policy room list: {sorted(rooms - set(order))}"
+    assert set(order) <= rooms, f"listed in docs/DESIGN.md but not in proxy/policy/: {sorted(set(order) - rooms)}"
+
+
+def test_policy_rooms_point_one_way():
+    """Inside the policy engine no import runs back up its rooms, and none is excused."""
+    order = layers("policy-rooms")
+    upward = sorted(f"{a} -> {b}" for a, targets in graph().items() for b in targets
+                    if (ra := policy_room(a)) is not None and (rb := policy_room(b)) is not None
+                    and order[ra] > order[rb])
+    assert not upward, "imports that run back up the policy rooms of docs/DESIGN.md:\n" + "\n".join(upward)
+
+
+def test_every_policy_room_is_a_package_that_names_what_it_offers():
+    for path in sorted((PACKAGE / "policy").iterdir()):
+        if path.is_dir() and path.name != "__pycache__":
+            init = path / "__init__.py"
+            assert init.is_file(), f"{path.name} is not a package"
+            tree = ast.parse(init.read_text())
+            assert ast.get_docstring(tree), f"proxy/policy/{path.name}/__init__.py says nothing of what it offers"
+            names = [n for n in tree.body if isinstance(n, ast.Assign)
+                     and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)]
+            assert names, f"proxy/policy/{path.name}/__init__.py names nothing it offers (__all__)"
 
 
 def test_no_circles():

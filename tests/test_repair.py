@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from proxy.policy import load_policy_file
-from proxy.policy.repair import repair_call
-from proxy.policy.variants import variant_for
+from proxy.policy.feedback.repair import repair_call
+from proxy.policy.feedback.variants import variant_for
 from proxy.testing.characters import OPENCODE_TOOLS, bash_sequence, looping
 from proxy.testing.scripted_upstream import Reply
 from tests.conftest import MODEL, ROOT, chat, sse_json

@@ -24,9 +24,9 @@ from typing import Any, TextIO
 
 from ..enforce.judging import judge_offline
 from ..policy import LoadedPolicy, Policy, PolicyError, default_policy_path, format_feedback, load_policy_file
+from ..policy.feedback.suggest import suggest
+from ..policy.file.reload_guard import reload_verdict
 from ..policy.judge import tool_set
-from ..policy.reload_guard import reload_verdict
-from ..policy.suggest import suggest
 from ..policy.verdict import MALFORMED, Verdict
 from .command import HelpFormatter
 

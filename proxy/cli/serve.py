@@ -113,7 +113,7 @@ async def preflight(settings: Settings) -> None:
     from sqlalchemy.engine import make_url
 
     from proxy.policy import default_policy_path
-    from proxy.policy.loader import load_policy_file
+    from proxy.policy.file.loader import load_policy_file
     from proxy.store.db import create_engine, migrate
 
     path = settings.policy or default_policy_path()

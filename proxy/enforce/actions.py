@@ -19,7 +19,7 @@ from typing import Any
 
 from proxy.enforce.judging import judge_calls
 from proxy.policy import LoadedPolicy
-from proxy.policy.profiles import ToolSet
+from proxy.policy.tools.profiles import ToolSet
 from proxy.policy.verdict import REJECT, Verdict
 from proxy.record import JudgedCall
 from proxy.toolcalls import ToolCall

@@ -26,7 +26,7 @@ from proxy.enforce.tool_choice import demands_call
 from proxy.errors import ClientGone, ProxyError, error_response
 from proxy.logs import get_logger
 from proxy.policy import LoadedPolicy
-from proxy.policy.profiles import ToolSet
+from proxy.policy.tools.profiles import ToolSet
 from proxy.record import JudgedCall, RequestRecord
 from proxy.services import Services
 from proxy.store.recorder import queue_calls, release_calls
@@ -74,7 +74,7 @@ class Exchange:
     # response started yet); None where nobody watches (tests, the CLI).
     client: Request | None = None
     client_left: bool = False
-    # The request's tool profiles and project root (proxy/policy/profiles.py), chosen once per request.
+    # The request's tool profiles and project root (proxy/policy/tools/profiles.py), chosen once per request.
     toolset: ToolSet | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:

@@ -18,10 +18,10 @@ from typing import Any
 from proxy import telemetry
 from proxy.logs import get_logger
 from proxy.policy import LoadedPolicy, judge_call
+from proxy.policy.feedback.repair import repair_call
+from proxy.policy.feedback.variants import variant_for
 from proxy.policy.judge import call_command
-from proxy.policy.profiles import ToolSet
-from proxy.policy.repair import repair_call
-from proxy.policy.variants import variant_for
+from proxy.policy.tools.profiles import ToolSet
 from proxy.policy.verdict import REJECT, REPAIRED, Verdict
 from proxy.record import JudgedCall, RequestRecord
 from proxy.toolcalls import ToolCall

@@ -20,7 +20,7 @@ from typing import Any
 from proxy.enforce.actions import UNJUDGEABLE
 from proxy.enforce.judging import judge_calls
 from proxy.policy import LoadedPolicy
-from proxy.policy.profiles import ToolSet
+from proxy.policy.tools.profiles import ToolSet
 from proxy.policy.verdict import ALLOW, REJECT, Verdict
 from proxy.record import JudgedCall
 from proxy.toolcalls.registry import TEXT_FORMATS

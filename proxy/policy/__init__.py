@@ -1,26 +1,29 @@
-"""The policy engine: policy files, the bash decision and its explanation, and judging tool calls.
+"""The policy engine: a tool call in, a verdict out. `judge` is the one entry point; the rooms below it are
+packages by concern, and imports between them point one way (docs/DESIGN.md "The policy engine's rooms"):
 
-Modules, one job each: `schema` (the file format), `loader` (YAML with lines, validation, self-test),
-`errors` (PolicyError), `manager` (serving and hot reload), `lexer` + `matcher` (the decision), `text`
-(which characters may appear at all), `scan` + `explain` (reason codes and shape of a rejection), `paths`
-(file paths and the project root), `offered` (a request's tools, and which unknown ones look like shells),
-`profiles` (clients' tools mapped onto the shell and paths capabilities, chosen per request),
-`shell_forms` (a shell tool's command string, list or argv), `judge` (one call), `feedback` (the text a
-model gets back, per capability), `core` + `suggest` (the nearest allowed command), `repair` (opt-in
-repairs), `variants` (feedback experiments), `reasons` (the stable codes), `verdict` (the result).
-"""
+    file       the policy file: loading, the examples' self-test, serving, reloads and their guard, watching
+    feedback   what the model is told: feedback text, the nearest allowed command, repairs, variants
+    judge      judge_call / judge_command / call_command: every check a call goes through, in order
+    shell      the shell decision (lexer, matcher, script arguments) and its explanation (scan, explain)
+    tools      tools onto capabilities: profiles, classification of unknown tools, whole values
+    paths      inside the project, protected writes and reads, globs, on-disk listing, imported modules
+    urls       URL schemes and hosts, and their lookups
+    schema verdict reasons errors roots    the terms every room shares
+
+A new check on a tool call: one module in its room, and one line in `judge.py` where the call's capability is
+judged."""
 
 from __future__ import annotations
 
 from .errors import PolicyError
-from .feedback import format_feedback
+from .feedback.messages import format_feedback
+from .feedback.suggest import Suggestion, suggest
+from .file.loader import LoadedPolicy, default_policy_path, load_policy_file, load_policy_text
+from .file.manager import PolicyManager
 from .judge import judge_call, judge_command
-from .lexer import lex
-from .loader import LoadedPolicy, default_policy_path, load_policy_file, load_policy_text
-from .manager import PolicyManager
 from .reasons import REASON_CODES
 from .schema import Policy
-from .suggest import Suggestion, suggest
+from .shell.lexer import lex
 from .verdict import Verdict
 
 __all__ = [

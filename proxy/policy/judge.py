@@ -1,6 +1,6 @@
 """Judging: one bash command, or one tool call of any tool, against a policy.
 
-A call is judged by the capabilities its tool carries (proxy/policy/profiles.py): the shell rules for the
+A call is judged by the capabilities its tool carries (proxy/policy/tools/profiles.py): the shell rules for the
 commands a shell tool runs, the path rules for the files a file tool opens, `other_tools` for the rest.
 """
 
@@ -12,48 +12,35 @@ from typing import Any
 
 import structlog
 
-from .content import content_findings, path_value_problem
-from .explain import explain_command, parse_error_verdict
-from .globs import compile_glob
-from .matcher import matcher_for
-from .on_disk import searched_secret
-from .paths import patch_paths
-from .profiles import HEURISTIC_PROFILE, Rule, ToolSet, call_rules, misfit_rules, profile_table
-from .protected import glob_problem, protected_for, protected_problem
+from .call import BadArguments, Call, Check
+from .paths.calls import patch_findings, path_findings, search_findings
+from .paths.globs import compile_glob
+from .paths.protected import protected_for, protected_problem
 from .reasons import order_reasons
-from .schema import Policy, ShellMap
-from .script_args import argument_problem
-from .shell_forms import commands_of
-from .urls import is_url, url_problem
-from .verdict import ALLOW, MALFORMED, REJECT, Verdict
+from .schema import Policy
+from .shell.calls import shell_findings
+from .shell.decision import ALLOWED, judge_command
+from .shell.explain import parse_error_verdict
+from .shell.shell_forms import commands_of
+from .tools.content import content_findings
+from .tools.profiles import HEURISTIC_PROFILE, ToolSet, call_rules, misfit_rules, profile_table
+from .urls.calls import url_findings
+from .urls.rules import is_url
+from .verdict import MALFORMED, REJECT, Verdict
 
-__all__ = ["call_command", "judge_call", "judge_command", "tool_set"]
+__all__ = ["CHECKS", "call_command", "judge_call", "judge_command", "tool_set"]
 
 _log = structlog.get_logger("proxy.policy")
-_ALLOWED = Verdict(ALLOW, (), None)
 
-
-class _BadArguments(Exception):
-    """An argument a rule reads is not of a type the tool could use."""
-
-
-def judge_command(policy: Policy, command: str, *, roots: tuple[str, ...] = ()) -> Verdict:
-    """Allow only what the decision lexer accepts, with arguments its script's rules accept (`roots`: the
-    project roots a path argument may name), or an exact command the policy lists; explain everything else."""
-    if command in policy.bash.exact:
-        return _ALLOWED
-    try:
-        matcher = matcher_for(policy)
-        argv = matcher.argv(command)
-        if argv is not None:
-            if len(argv) == 3:
-                return _ALLOWED
-            problem = argument_problem(policy, argv, roots)
-            return _ALLOWED if problem is None else Verdict(REJECT, problem[0], problem[1])
-    except Exception:  # a bug here must still fail closed
-        _log.exception("policy.decision_failed")
-        return parse_error_verdict()
-    return explain_command(matcher, command)
+# Every check a governed tool's call goes through, in this order (the first shape found is the call's): a new
+# check on a tool call is a module in its room and one line here (docs/DESIGN.md "Where to change what").
+CHECKS: list[Check] = [
+    shell_findings,  # shell: the commands it runs, its workdir, interpreter and environment
+    path_findings,  # paths: the files it writes or reads
+    search_findings,  # paths: the filters and directories a search reads
+    url_findings,  # urls: the URLs it fetches
+    patch_findings,  # paths: the files a patch names
+]
 
 
 def _bad_arguments(also: tuple[str, ...] = ()) -> Verdict:
@@ -65,45 +52,7 @@ def tool_set(policy: Policy) -> ToolSet:
     return ToolSet(table=profile_table(policy))
 
 
-_MISSING = object()
 _GLOB_CHARS = re.compile(r"[*?\[{]")
-_POSIX_SHELLS = frozenset({"bash", "sh", "dash", "zsh"})
-
-
-def _values(arguments: Any, spec: str) -> list[tuple[str, Any]]:
-    """The values at an argument path (`file_path`, `operation.path`, `files[].path`, `paths[]`) with the
-    label each is reported under; an absent key gives nothing, a wrong container type is bad arguments."""
-    if "." not in spec and "[" not in spec:  # a top-level argument: most of them
-        if not isinstance(arguments, Mapping):
-            raise _BadArguments
-        value = arguments.get(spec)
-        return [] if value is None else [(spec, value)]
-    tokens = [t for t in spec.replace("[]", ".[]").split(".") if t]
-    found: list[tuple[str, Any]] = [("", arguments)]
-    for token in tokens:
-        step: list[tuple[str, Any]] = []
-        for label, value in found:
-            if token == "[]":
-                if not isinstance(value, list):
-                    raise _BadArguments
-                step += [(f"{label}[{i}]", item) for i, item in enumerate(value)]
-            else:
-                if not isinstance(value, Mapping):
-                    raise _BadArguments
-                item = value.get(token, _MISSING)
-                if item is not _MISSING and item is not None:
-                    step.append((f"{label}.{token}" if label else token, item))
-        found = step
-    return found
-
-
-def _paths(value: Any) -> list[str]:
-    """A path argument's paths: a string, or a list of strings."""
-    if isinstance(value, str) and "\x00" not in value:
-        return [value]
-    if isinstance(value, list) and all(isinstance(v, str) and "\x00" not in v for v in value):
-        return list(value)
-    raise _BadArguments
 
 
 class _Findings:
@@ -122,111 +71,8 @@ class _Findings:
 
     def verdict(self) -> Verdict:
         if not self.reasons:
-            return _ALLOWED
+            return ALLOWED
         return Verdict(REJECT, order_reasons(self.reasons), self.shape)
-
-
-def _judge_shell(policy: Policy, tool: str, shell: ShellMap, arguments: Mapping[str, Any], roots: tuple[str, ...],
-                 found: _Findings, *, optional: bool = False) -> None:
-    values = _values(arguments, shell.source)
-    if len(values) != 1 and not (optional and not values):
-        raise _BadArguments  # the command argument is missing
-    # A classified tool's command argument may be optional (Kilo's `background_process {action: list}`
-    # runs nothing); given, it is judged like any shell tool's.
-    commands = commands_of(values[0][1], each=shell.commands is not None) if values else []
-    if commands is None:
-        raise _BadArguments
-    if values and not commands:
-        found.add(("empty",), "empty", command=True)
-    for command in commands:
-        verdict = judge_command(policy, command, roots=roots)
-        if not verdict.allowed:
-            found.add(verdict.reasons, verdict.shape, command=True)
-    if shell.workdir:
-        for label, value in _values(arguments, shell.workdir):
-            if not isinstance(value, str) or "\x00" in value:
-                raise _BadArguments
-            # A command run inside `.git/hooks` or the scripts dir writes there as surely as a write tool.
-            problem = path_value_problem(value, roots) or protected_problem(policy, value, roots)
-            if problem is not None:
-                found.add((problem,), f"{problem}:{tool}.{label}")
-    if shell.interpreter:
-        for label, value in _values(arguments, shell.interpreter):
-            if not isinstance(value, str):
-                raise _BadArguments
-            # The judged language means the same in these shells only; any other program given the
-            # command text (`curl -lc TEXT`, `python3 -c TEXT`) runs something else entirely.
-            if value.rsplit("/", 1)[-1] not in _POSIX_SHELLS:
-                found.add(("wrapper",), f"wrapper:{tool}.{label}")
-    if shell.env:
-        for label, value in _values(arguments, shell.env):
-            if not isinstance(value, Mapping):
-                raise _BadArguments
-            if value:  # variables set for the command change what it does, like `VAR=x cmd`
-                found.add(("assignment",), f"assignment:{tool}.{label}")
-
-
-def _judge_rule(policy: Policy, rule: Rule, arguments: Mapping[str, Any], roots: tuple[str, ...],
-                found: _Findings) -> None:
-    tool_map, tool = rule.map, rule.tool
-    if tool_map.shell is not None:
-        # A command argument found by classification may be absent (nothing runs); a profile's may not.
-        _judge_shell(policy, tool, tool_map.shell, arguments, roots, found,
-                     optional=rule.content or rule.profile == HEURISTIC_PROFILE)
-    # `paths` may be written (a map that does not say counts as writing: fail closed), `read_paths` only read;
-    # a writing tool reads too, so it is judged against both protected lists.
-    for specs, write in ((tool_map.paths, True), (tool_map.read_paths, False)):
-        for spec in specs:
-            for label, value in _values(arguments, spec):
-                for path in _paths(value):
-                    problem = path_value_problem(path, roots) or protected_problem(policy, path, roots, write=write)
-                    if problem is not None:
-                        found.add((problem,), f"{problem}:{tool}.{label}")
-    _judge_search(policy, rule, arguments, roots, found)
-    for spec in tool_map.urls:
-        for label, value in _values(arguments, spec):
-            for url in _paths(value):
-                problem = url_problem(url, policy.urls)
-                if problem is not None:
-                    found.add((problem,), f"{problem}:{tool}.{label}")
-    for spec in tool_map.patch:
-        for label, value in _values(arguments, spec):
-            if not isinstance(value, str):
-                raise _BadArguments
-            for path in patch_paths(value):
-                problem = ((path_value_problem(path, roots) or protected_problem(policy, path, roots))
-                           if "\x00" not in path else "path_escape")
-                if problem is not None:
-                    found.add((problem,), f"{problem}:{tool}.{label}")
-
-
-def _judge_search(policy: Policy, rule: Rule, arguments: Mapping[str, Any], roots: tuple[str, ...],
-                  found: _Findings) -> None:
-    """Filter globs (`globs`: what they could select) and searched directories (`searches`: read paths, and
-    the protected files on this machine the search's filters select; left out, the project root)."""
-    tool_map, tool = rule.map, rule.tool
-    if not (tool_map.globs or tool_map.searches):
-        return
-    filters: list[str] = []
-    for spec in tool_map.globs:
-        for label, value in _values(arguments, spec):
-            for glob in _paths(value):
-                filters.append(glob)
-                problem = glob_problem(policy, glob, roots)
-                if problem is not None:
-                    found.add((problem,), f"{problem}:{tool}.{label}")
-    for spec in tool_map.searches:
-        given = _values(arguments, spec)
-        for label, value in given or [(spec, ".")]:
-            for directory in _paths(value):
-                # Left out, the search is of the project root: no path to judge, only what lies below it.
-                problem = (path_value_problem(directory, roots)
-                           or protected_problem(policy, directory, roots, write=False)) if given else None
-                if problem is None and roots and searched_secret(protected_for(policy), directory.strip() or ".",
-                                                                 filters, roots):
-                    problem = "protected_path"
-                if problem is not None:
-                    found.add((problem,), f"{problem}:{tool}.{label}")
 
 
 def judge_call(policy: Policy, tool: str, arguments: dict[str, Any] | None, *,
@@ -271,13 +117,17 @@ def _judge_call(policy: Policy, tool: str, arguments: dict[str, Any] | None, off
     if not rules and policy.other_tools == "reject":
         return Verdict(REJECT, ("unknown_tool",), f"unknown_tool:{str(tool)[:40]}")
     if not rules and not content:
-        return _ALLOWED
+        return ALLOWED
     found = _Findings()
     roots = tools.roots
     try:
         for rule in rules:
-            _judge_rule(policy, rule, arguments, roots, found)
-    except _BadArguments:
+            call = Call(policy, rule.tool, rule.map, arguments, roots,
+                        command_optional=rule.content or rule.profile == HEURISTIC_PROFILE)
+            for check in CHECKS:
+                for finding in check(call):
+                    found.add(finding.reasons, finding.shape, command=finding.command)
+    except BadArguments:
         return _bad_arguments()
     if content:
         judged = frozenset(spec for rule in rules for spec in rule.judges)
@@ -305,7 +155,7 @@ def call_command(policy: Policy, tool: str, arguments: Any, *, tools: ToolSet | 
             shell = rule.map.shell
             if shell is None:
                 continue
-            values = _values(arguments, shell.source)
+            values = Call(policy, tool, rule.map, arguments, ()).values(shell.source)
             commands = commands_of(values[0][1], each=shell.commands is not None) if len(values) == 1 else None
             return "\n".join(commands) if commands is not None else None
     except Exception:

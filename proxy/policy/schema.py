@@ -300,7 +300,7 @@ class PathRules(_Strict):
     @field_validator("project_root")
     @classmethod
     def _absolute_roots(cls, value: list[str]) -> list[str]:
-        from .paths import normal_root
+        from .roots import normal_root
 
         out = []
         for root in value:
@@ -311,7 +311,7 @@ class PathRules(_Strict):
         return out
 
 
-# What no file-writing capability may create, change, rename or delete (proxy/policy/protected.py): every
+# What no file-writing capability may create, change, rename or delete (proxy/policy/paths/protected.py): every
 # file something other than the model runs or loads on its own. Gitignore-like: `/x` from a project root
 # only, `x` at any depth, everything beneath a match included.
 DEFAULT_PROTECTED_WRITE: tuple[str, ...] = (
@@ -412,20 +412,20 @@ class Policy(_Strict):
     loop_min_attempts: int = Field(default=3, ge=2, le=100)
     examples: Examples = Field(default_factory=Examples)
     passthrough_routes: list[RoutePath] = Field(default_factory=lambda: list(DEFAULT_PASSTHROUGH_ROUTES))
-    # Opt-in repairs (proxy/policy/repair.py): a rejected call whose repaired form is allowed is delivered
+    # Opt-in repairs (proxy/policy/feedback/repair.py): a rejected call whose repaired form is allowed is delivered
     # repaired, recorded as `repaired`. Empty: every rejection goes back to the model.
     repair: list[RepairName] = Field(default_factory=list)
-    # Feedback experiments: variant name -> template; each new session gets one (proxy/policy/variants.py).
+    # Feedback experiments: variant name -> template; each new session gets one (proxy/policy/feedback/variants.py).
     feedback_variants: dict[Identifier, str] = Field(default_factory=dict)
 
     # The compiled matcher (regex, script lookup), built on first use; the model is frozen so it never
     # goes stale.
     _compiled: Any = PrivateAttr(default=None)
 
-    # The compiled profile table (proxy/policy/profiles.py), built on first use like the matcher.
+    # The compiled profile table (proxy/policy/tools/profiles.py), built on first use like the matcher.
     _profiles: Any = PrivateAttr(default=None)
 
-    # The compiled protected-path patterns (proxy/policy/protected.py), built on first use like the matcher.
+    # The compiled protected-path patterns (proxy/policy/paths/protected.py), built on first use like the matcher.
     _protected: Any = PrivateAttr(default=None)
 
     @model_validator(mode="before")

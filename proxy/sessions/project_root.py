@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from proxy.policy.paths import normal_root
+from proxy.policy.roots import normal_root
 
 __all__ = ["client_parts", "stated_root", "too_broad"]
 

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from proxy.policy import PolicyManager, judge_call
-from proxy.policy.feedback import format_feedback
+from proxy.policy.feedback.messages import format_feedback
 from proxy.policy.verdict import is_error
 
 __all__ = ["add_feedback"]

@@ -6,7 +6,7 @@
   (`loop_min_attempts` or more), with its Wilson interval;
 - `median_attempts`: of the error runs that ended in an allowed call, the median number of calls until and
   including that allowed call (1 rejection then success = 2), with a bootstrap interval.
-Sessions get their variant at random (proxy/policy/variants.py), so the variants' figures compare fairly.
+Sessions get their variant at random (proxy/policy/feedback/variants.py), so the variants' figures compare fairly.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from proxy.store.writer import StoreFailure, StoreWriter
 
 if TYPE_CHECKING:
     from proxy.policy import LoadedPolicy
-    from proxy.policy.profiles import ToolSet
+    from proxy.policy.tools.profiles import ToolSet
     from proxy.toolcalls import ToolCall
 
 __all__ = ["ARGUMENT_CHARS", "journal_row", "queue_calls", "queue_lineage", "queue_request", "release_calls",

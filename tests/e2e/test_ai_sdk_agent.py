@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from proxy.policy.profiles import HEURISTIC_PROFILE
+from proxy.policy.tools.profiles import HEURISTIC_PROFILE
 from proxy.testing.scripted_upstream import ScriptedUpstream
 from tests.conftest import RunningProxy
 from tests.e2e.clients import CLIENTS, MODEL, AgentWorld, find_ai_sdk, required

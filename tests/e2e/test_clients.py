@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy.policy.offered import Offered, offered_tools, properties
+from proxy.policy.tools.offered import Offered, offered_tools, properties
 from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
 from tests.conftest import ROOT, RunningProxy
 from tests.e2e.clients import CLIENTS, MODEL, NOTES_MARKER, SECRET_MARKER, AgentWorld, find_client, required

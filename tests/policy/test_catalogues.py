@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from proxy.policy import Policy, judge_call, load_policy_file
-from proxy.policy.profiles import ToolSet, offered_tools
 from proxy.policy.schema import ToolMap
+from proxy.policy.tools.profiles import ToolSet, offered_tools
 
 from .conftest import ROOT
 

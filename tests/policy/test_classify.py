@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 
 from proxy.policy import Policy, PolicyError, judge_call, judge_command, load_policy_text
-from proxy.policy.classify import classify
-from proxy.policy.profiles import ToolSet
 from proxy.policy.schema import UrlRules
-from proxy.policy.urls import url_problem
+from proxy.policy.tools.classify import classify
+from proxy.policy.tools.profiles import ToolSet
+from proxy.policy.urls.rules import url_problem
 
 ROOT_DIR = "/home/dev/project"
 ALLOWED = "uv run scripts/search.py x"

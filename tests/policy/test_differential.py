@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.policy import Policy, judge_command
-from proxy.policy.matcher import matcher_for
+from proxy.policy.shell.matcher import matcher_for
 
 from .conftest import load_corpus
 

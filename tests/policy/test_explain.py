@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.policy import Policy, judge_command
-from proxy.policy import explain as explain_module
+from proxy.policy.shell import explain as explain_module
 
 
 @pytest.mark.parametrize(
@@ -83,7 +83,7 @@ def test_explanation_failure_is_parse_error(policy: Policy, monkeypatch: pytest.
 
 
 def test_decision_failure_fails_closed(policy: Policy, monkeypatch: pytest.MonkeyPatch) -> None:
-    from proxy.policy import judge as judge_module
+    from proxy.policy.shell import decision as judge_module
 
     def boom(_policy: Policy) -> object:
         raise RuntimeError("simulated bug")

@@ -20,7 +20,7 @@ MAX_LENGTH = 2000
 def _visible(ch: str) -> bool:
     if ord(ch) < 0x80:
         return 0x20 <= ord(ch) < 0x7F
-    import proxy.policy.text as text  # the invisible list is data; its use here is re-derived
+    import proxy.policy.shell.text as text  # the invisible list is data; its use here is re-derived
 
     return unicodedata.category(ch)[0] not in "CZ" and not text.is_invisible(ch)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.policy import Policy, judge_command, lex
-from proxy.policy.matcher import matcher_for
+from proxy.policy.shell.matcher import matcher_for
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from proxy.policy import Policy, judge_call, load_policy_file
-from proxy.policy.profiles import ToolSet, builtin_profiles, offered_tools, shell_like
+from proxy.policy.tools.profiles import ToolSet, builtin_profiles, offered_tools, shell_like
 
 from .conftest import ROOT
 

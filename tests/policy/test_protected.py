@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from proxy.policy.file.loader import load_policy_file, load_policy_text
 from proxy.policy.judge import judge_call
-from proxy.policy.loader import load_policy_file, load_policy_text
-from proxy.policy.paths import patch_paths
+from proxy.policy.paths.inside import patch_paths
 
 STRICT = Path(__file__).resolve().parents[2] / "policies" / "strict.yaml"
 POLICY = load_policy_file(STRICT).policy
@@ -57,7 +57,7 @@ def test_protected_writes(path: str) -> None:
                             ("replace_in_file", {"path": path, "diff": "x"})):
         reasons = judge_call(POLICY, tool, arguments, tools=None).reasons
         assert "protected_path" in reasons or "absolute_path" in reasons, (tool, path, reasons)
-    from proxy.policy.protected import protected_problem
+    from proxy.policy.paths.protected import protected_problem
     assert protected_problem(POLICY, path, (ROOT,)) == "protected_path", path
 
 
@@ -141,7 +141,7 @@ def test_the_project_modules_the_scripts_import_are_protected(tmp_path: Path) ->
     """What `uv run scripts/x.py` runs besides the script: the project's modules it imports by name (the root,
     `src/`, the directories the environment's `.pth` files add), followed through each other; the standard
     library's names are never the project's (they come first on `sys.path`)."""
-    from proxy.policy.protected import protected_problem
+    from proxy.policy.paths.protected import protected_problem
     project = tmp_path / "project"
     files = {"scripts/search.py": "import json, http\nimport mylib.core\nfrom tools import x\n",
              "src/mylib/__init__.py": "from helpers import y\n", "src/mylib/core.py": "",

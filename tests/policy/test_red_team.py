@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from proxy.policy import judge_call, judge_command, load_policy_text
-from proxy.policy.content import value_problem
-from proxy.policy.profiles import ToolSet
 from proxy.policy.schema import UrlRules
+from proxy.policy.tools.content import value_problem
+from proxy.policy.tools.profiles import ToolSet
 
 from .test_classify import ARGS_POLICY as CLASSIFY_ARGS_POLICY
 from .test_classify import ROOT_DIR, _obj, _policy, _tool

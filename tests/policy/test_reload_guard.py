@@ -9,9 +9,9 @@ from pathlib import Path
 
 from proxy.policy import PolicyManager
 from proxy.policy.errors import PolicyError
+from proxy.policy.file.loader import load_policy_file, load_policy_text, policy_document
+from proxy.policy.file.reload_guard import reload_problem
 from proxy.policy.judge import judge_call
-from proxy.policy.loader import load_policy_file, load_policy_text, policy_document
-from proxy.policy.reload_guard import reload_problem
 
 STRICT = Path(__file__).resolve().parents[2] / "policies" / "strict.yaml"
 
@@ -153,7 +153,7 @@ def test_an_example_with_null_arguments_does_not_break_the_guard() -> None:
 
 def test_a_widening_no_sample_call_touches_is_not_taken_live() -> None:
     """Allowing the metadata address (or `file:` URLs) changes no probe's verdict; the structural check
-    (proxy/policy/widening.py) still holds the edit, and `...` at the end does not apply it (only SIGHUP does)."""
+    (proxy/policy/file/widening.py) still holds the edit, and `...` at the end does not apply it (only SIGHUP does)."""
     raw = STRICT.read_text()
     served = load_policy_text(raw)
     assert raw.rstrip().endswith("...")

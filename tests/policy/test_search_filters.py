@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from proxy.policy import Policy, judge_call, load_policy_file
-from proxy.policy.globs import compile_glob, matches
-from proxy.policy.protected import glob_problem, protected_for
+from proxy.policy.paths.globs import compile_glob, matches
+from proxy.policy.paths.protected import glob_problem, protected_for
 
 from .conftest import ROOT
 
@@ -157,7 +157,7 @@ def test_a_link_to_a_secret_counts_as_the_secret(policy: Policy, tmp_path: Path)
 
 def test_a_directory_too_large_to_list_is_refused(policy: Policy, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from proxy.policy import on_disk
+    from proxy.policy.paths import on_disk
     project = _project(tmp_path, [f"src/m{i}.py" for i in range(10)])
     monkeypatch.setattr(on_disk, "_MAX_ENTRIES", 5)
     assert _search(policy, project, {"pattern": "x", "path": "."}) == ("protected_path",)
@@ -177,7 +177,7 @@ def test_a_project_the_proxy_cannot_see_is_judged_by_names(policy: Policy, tmp_p
 
 
 def _offered(policy: Policy, name: str, properties: dict[str, Any]) -> Any:
-    from proxy.policy.profiles import ToolSet
+    from proxy.policy.tools.profiles import ToolSet
     payload = {"tools": [{"type": "function", "function": {"name": name, "parameters": {
         "type": "object", "properties": properties}}}]}
     return ToolSet.for_request(policy, payload, {})

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from proxy.policy import Policy, judge_call, load_policy_file
-from proxy.policy.profiles import ToolSet
+from proxy.policy.tools.profiles import ToolSet
 
 from .conftest import ROOT
 

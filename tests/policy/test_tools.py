@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.policy import Policy, judge_call
-from proxy.policy.paths import path_problem
+from proxy.policy.paths.inside import path_problem
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 """Host names judged by what they resolve to (`urls.resolve`, issue 24): a name whose answer is a loopback,
 private, link-local or denied address is refused like the address; a public answer, an allowed network or
 a name that does not exist passes; a lookup that does not answer in time is refused, and fills the cache
-for the retry. No network here: the resolver is a table (`proxy.policy.resolve.resolver`, the hook)."""
+for the retry. No network here: the resolver is a table (`proxy.policy.urls.resolve.resolver`, the hook)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from proxy.policy import Policy, judge_call, judge_command, load_policy_file
-from proxy.policy import resolve as resolving
-from proxy.policy.urls import url_problem
+from proxy.policy.urls import resolve as resolving
+from proxy.policy.urls.rules import url_problem
 
 from .conftest import ROOT
 

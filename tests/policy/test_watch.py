@@ -1,4 +1,4 @@
-"""The policy watcher (proxy/policy/watch.py): what it reloads on, and that an idle proxy pays nothing for it."""
+"""The policy watcher (proxy/policy/file/watch.py): what it reloads on, and that an idle proxy pays nothing for it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from proxy.policy import PolicyManager
-from proxy.policy import watch as policy_watch
+from proxy.policy.file import watch as policy_watch
 from tests.conftest import voluntary_switches, woken
 
 from .conftest import ROOT

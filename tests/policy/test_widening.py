@@ -1,4 +1,4 @@
-"""The structural widening check (proxy/policy/widening.py): each kind of edit read by its meaning, and
+"""The structural widening check (proxy/policy/file/widening.py): each kind of edit read by its meaning, and
 every edit the sample-call probes of a reload miss (a metadata host allowed, `file:` URLs, a scripts dir
 listed, repairs on, a client's shell tool mapped to nothing) reported as widening."""
 
@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from proxy.policy import Policy
-from proxy.policy.widening import widenings
+from proxy.policy.file.widening import widenings
 
 from .conftest import ROOT
 

@@ -10,7 +10,7 @@ no repair) and the repaired call is allowed by the same judge as any call, workd
 trade-off: the model is not told it broke the rule, so it may keep writing the filtered form; the call
 is recorded as `repaired` (an error in the error rate) with the original and the repaired command.
 
-Any shell tool a profile maps (proxy/policy/profiles.py) can be repaired, the command written back in the
+Any shell tool a profile maps (proxy/policy/tools/profiles.py) can be repaired, the command written back in the
 tool's own shape: a command string stays a string; an argv `["bash", "-lc", CMD]` keeps its wrapper around
 the repaired CMD; `cd_workdir` needs the profile's workdir argument (Claude Code's `Bash` has none, so its
 `cd DIR && ...` is not repaired). Not repaired: a list of commands, a command string that is itself
@@ -24,11 +24,11 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any
 
+from ..judge import judge_call, tool_set
+from ..schema import Policy, ShellMap
+from ..shell.shell_forms import shell_script
+from ..tools.profiles import HEURISTIC_PROFILE, ToolSet
 from .core import find_core
-from .judge import judge_call, tool_set
-from .profiles import HEURISTIC_PROFILE, ToolSet
-from .schema import Policy, ShellMap
-from .shell_forms import shell_script
 
 __all__ = ["Repair", "repair_call"]
 

@@ -18,11 +18,11 @@ import re
 import threading
 from typing import Any
 
+from ..reasons import BASH_CONTENT, order_reasons
+from ..verdict import REJECT, Verdict
 from .matcher import Matcher
-from .reasons import BASH_CONTENT, order_reasons
 from .scan import Scan, Word, scan
 from .text import is_invisible
-from .verdict import REJECT, Verdict
 
 __all__ = ["CD_PROGRAMS", "WRAPPERS", "explain_command", "parse_error_verdict"]
 

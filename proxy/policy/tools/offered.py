@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from .schema import ShellMap
+from ..schema import ShellMap
 
 __all__ = ["Offered", "offered_tools", "properties", "shell_like"]
 

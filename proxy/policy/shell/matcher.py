@@ -11,8 +11,8 @@ import re
 import threading
 from pathlib import Path
 
+from ..schema import Policy, compiled_for
 from .lexer import WORD_PATTERN, split_words, unquote_word, unquote_words
-from .schema import Policy, compiled_for
 from .text import visible_non_ascii
 
 __all__ = ["Matcher", "matcher_for"]

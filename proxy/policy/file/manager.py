@@ -20,14 +20,14 @@ from typing import Any
 import structlog
 import yaml
 
-from .. import telemetry
-from ..errors import BadRequest
-from .errors import PolicyError
+from ... import telemetry
+from ...errors import BadRequest
+from ..errors import PolicyError
+from ..paths.protected import register_own_files
+from ..schema import Policy
+from ..tools.profiles import profile_table
 from .loader import LoadedPolicy, load_policy_file
-from .profiles import profile_table
-from .protected import register_own_files
 from .reload_guard import reload_verdict
-from .schema import Policy
 from .watch import POLICY_SUFFIXES, watch_directory
 
 __all__ = ["PolicyManager"]
@@ -259,7 +259,7 @@ class PolicyManager:
     # -- watching -------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Watch the policy directory and reload after every change, in a background task (proxy/policy/watch.py:
+        """Watch the policy directory and reload after every change, in a background task (proxy/policy/file/watch.py:
         event-driven on Linux, nothing runs while nothing changes)."""
         if self._task is not None:
             return

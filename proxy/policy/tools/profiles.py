@@ -22,10 +22,10 @@ from typing import Any
 
 import yaml
 
+from ..roots import normal_root
+from ..schema import Policy, Profile, ShellMap, ToolMap
 from .classify import Declared, classify, classify_arguments, misfits
 from .offered import Offered, offered_tools, properties, shell_like
-from .paths import normal_root
-from .schema import Policy, Profile, ShellMap, ToolMap
 
 __all__ = [
     "HEURISTIC_PROFILE",
@@ -42,7 +42,7 @@ __all__ = [
     "unknown_tool_rules",
 ]
 
-_BUILTIN_FILE = Path(__file__).resolve().parent.parent / "default_policies" / "tool-profiles.yaml"
+_BUILTIN_FILE = Path(__file__).resolve().parents[2] / "default_policies" / "tool-profiles.yaml"
 # The maps the policy's own `bash:`/`paths:` tool keys make; applied wherever they fit, never recorded.
 LEGACY_PROFILE = "policy"
 # The rule of a tool no profile knows whose schema looks like it runs commands (`shell_like`).

@@ -20,11 +20,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..judge import judge_call
+from ..schema import Policy
+from ..shell.matcher import matcher_for
+from ..verdict import Verdict
 from .core import Token, find_core, split_tokens
-from .judge import judge_call
-from .matcher import matcher_for
-from .schema import Policy
-from .verdict import Verdict
 
 __all__ = ["Suggestion", "quote_word", "script_listing", "suggest"]
 

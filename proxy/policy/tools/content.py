@@ -13,26 +13,20 @@ import unicodedata
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from .paths import path_problem
-from .schema import UrlRules
-from .urls import is_url, url_problem
+from ..paths.inside import LOOKALIKES, VARIABLE_PATH, path_problem
+from ..schema import UrlRules
+from ..urls.rules import is_url, url_problem
 
-__all__ = ["content_findings", "path_value_problem", "value_problem"]
+__all__ = ["content_findings", "value_problem"]
 
 _DRIVE_PATH = re.compile(r"^[A-Za-z]:[\\/]")
 _FILE_URI = re.compile(r"^file:", re.IGNORECASE)
-# `$HOME/x`, `${HOME}/x`, `%USERPROFILE%\\x`: a tool that expands variables opens a place outside the project.
-_VARIABLE_PATH = re.compile(r"^(?:\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|%[A-Za-z_][A-Za-z0-9_]*%)(?:[\\/]|$)")
 # A bare host that is an address or a local name, with a port or a path (`127.0.0.1:8080`, `[::1]/x`,
 # `localhost:3000`, `169.254.169.254/latest`): a client that completes it to a URL fetches it.
 _BARE_HOST = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[0-9]+(?:\.[0-9]+){3}|localhost)(?::[0-9]*)?(?:[/?#]|$)|"
                         r"^[A-Za-z0-9-]+\.[A-Za-z0-9.-]+:[0-9]+(?:[/?#]|$)", re.IGNORECASE)
 # One value can hold several (`--out=src,/etc/passwd`, `key=/etc/x`, curl's `@/etc/passwd`).
 _PIECES = re.compile(r"[=,;]|^@")
-# Characters that some library or file system reads as `/`, `\\` or `.` (NFKC maps the full-width ones;
-# the division and fraction slashes and the two-dot leader are look-alikes a careless normaliser folds).
-_LOOKALIKES = str.maketrans({"\u2215": "/", "\u2044": "/", "\u2571": "/", "\u29f8": "/", "\u29f5": "\\",
-                             "\u2216": "\\", "\u2025": "..", "\u2024": "."})
 _MARKERS = re.compile(r"[/\\~$%:.=,;@]")
 _INDEX = re.compile(r"\[[0-9]+\]")
 _MAX_VALUES = 2000
@@ -50,29 +44,13 @@ def value_problem(value: str, roots: tuple[str, ...], urls: UrlRules) -> str | N
         return None
     problem = _one_value(value, roots, urls)
     if problem is None and not value.isascii():
-        folded = unicodedata.normalize("NFKC", value.translate(_LOOKALIKES))
+        folded = unicodedata.normalize("NFKC", value.translate(LOOKALIKES))
         problem = _one_value(folded, roots, urls) if folded != value else None
     if problem is None and _PIECES.search(value) and not is_url(value) and not any(c.isspace() for c in value):
         for piece in _PIECES.split(value):
             if piece and piece != value and (problem := value_problem(piece, roots, urls)) is not None:
                 break
     return problem
-
-
-def path_value_problem(value: str, roots: tuple[str, ...]) -> str | None:
-    """`absolute_path`, `path_escape` or None for a value a rule says is a path: as sent, and as a tool that
-    strips whitespace, folds Unicode look-alikes or expands a leading variable would open it."""
-    problem = path_problem(value, roots)
-    if problem is not None:
-        return problem
-    stripped = value.strip()
-    if stripped != value and (problem := path_problem(stripped, roots)) is not None:
-        return problem
-    if not stripped.isascii():
-        folded = unicodedata.normalize("NFKC", stripped.translate(_LOOKALIKES))
-        if folded != stripped and (problem := path_problem(folded, roots)) is not None:
-            return problem
-    return "path_escape" if _VARIABLE_PATH.match(stripped) else None
 
 
 def _one_value(value: str, roots: tuple[str, ...], urls: UrlRules) -> str | None:
@@ -82,7 +60,7 @@ def _one_value(value: str, roots: tuple[str, ...], urls: UrlRules) -> str | None
         return url_problem(value, urls)
     if value.startswith(("/", "\\", "~")) or _DRIVE_PATH.match(value):
         return path_problem(value, roots)
-    if _VARIABLE_PATH.match(value):
+    if VARIABLE_PATH.match(value):
         return "path_escape"
     if _BARE_HOST.match(value):
         return url_problem("http://" + value, urls)

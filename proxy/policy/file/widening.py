@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from fnmatch import fnmatchcase
 from typing import Any
 
-from .schema import Policy
+from ..schema import Policy
 
 __all__ = ["widenings"]
 

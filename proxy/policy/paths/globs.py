@@ -13,7 +13,7 @@ directory (ripgrep and gitignore match a slashless glob against every file name)
 `selects` asks whether a filter *names* a protected read: some path matches both with at least half of
 the pattern's literal characters matched by the filter's own (`*.pem`, `{.env,x}`, `.e?v`, `id_rs*`).
 A bare intersection would refuse `*.py` (it can match `.env.py`); `*` and `**/*` name nothing and select
-no more than the unfiltered search, which the listing of the files on disk judges (proxy/policy/on_disk.py).
+no more than the unfiltered search, which the listing of the files on disk judges (proxy/policy/paths/on_disk.py).
 `matches` asks whether a filter selects one concrete file.
 """
 

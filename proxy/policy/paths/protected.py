@@ -17,10 +17,10 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
-from .content import path_value_problem
+from ..schema import Policy, compiled_for
 from .globs import GlobSet, Patterns, compile_glob, pattern_tokens, selects
 from .imported import imported_modules
-from .schema import Policy, compiled_for
+from .inside import path_value_problem
 
 __all__ = ["READ", "WRITE", "fold", "glob_problem", "own_files", "protected_for", "protected_problem",
            "register_own_files"]
@@ -31,7 +31,7 @@ READ = "read"
 _KEPT_GLOBS = 1024
 _OWN: set[str] = set()
 _OWN_DIRS: set[str] = set()
-# The files of a watched policies dir that are policies (proxy/policy/manager.py reads these suffixes).
+# The files of a watched policies dir that are policies (proxy/policy/file/manager.py reads these suffixes).
 _POLICY_SUFFIXES = (".yaml", ".yml")
 
 
@@ -120,7 +120,7 @@ class Protected:
         self._read_patterns: Patterns | None = None
         self._globs: dict[str, bool] = {}
         self.glob_problems: dict[tuple[str, tuple[str, ...]], str | None] = {}
-        # Per searched directory: when it was walked, and the protected reads found (proxy/policy/on_disk.py).
+        # Per searched directory: when it was walked, and the protected reads found (proxy/policy/paths/on_disk.py).
         self.inventories: dict[str, tuple[float, tuple[str, ...] | None]] = {}
         self.searches: dict[tuple[str, tuple[str, ...], tuple[str, ...]], tuple[float, bool]] = {}
 
@@ -175,7 +175,7 @@ class Protected:
 
     def _imported(self, relative: list[str], roots: tuple[str, ...]) -> bool:
         """Whether a path (its forms relative to a root) is one of the project's modules the scripts import
-        (proxy/policy/imported.py)."""
+        (proxy/policy/paths/imported.py)."""
         assert self.scripts_dir is not None
         for root in roots:
             if os.path.isdir(root):
@@ -213,7 +213,7 @@ def protected_problem(policy: Policy, path: str, roots: tuple[str, ...] = (), *,
 def glob_problem(policy: Policy, glob: str, roots: tuple[str, ...] = ()) -> str | None:
     """`absolute_path`, `path_escape` or `protected_path` for a filter glob of a read or search tool: each of
     its alternatives read as a path (wildcards as plain names: `../*` climbs out), and what it could
-    select judged against `protected.read` (proxy/policy/globs.py)."""
+    select judged against `protected.read` (proxy/policy/paths/globs.py)."""
     protected = protected_for(policy)
     key = (glob, roots)
     if key in protected.glob_problems:  # agents repeat their filters

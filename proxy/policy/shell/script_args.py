@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import re
 
-from .content import path_value_problem, value_problem
-from .protected import glob_problem, protected_problem
-from .schema import ArgEnum, ArgRegex, ArgRule, ArgUrl, Policy, ScriptRule
-from .urls import url_problem
+from ..paths.inside import path_value_problem
+from ..paths.protected import glob_problem, protected_problem
+from ..schema import ArgEnum, ArgRegex, ArgRule, ArgUrl, Policy, ScriptRule
+from ..tools.content import value_problem
+from ..urls.rules import url_problem
 
 __all__ = ["argument_problem"]
 

@@ -7,12 +7,12 @@ import json
 import re
 from typing import Any
 
-from .judge import call_command
-from .matcher import matcher_for
-from .reasons import BASH_CONTENT, BASH_FORM
-from .schema import Policy
+from ..judge import call_command
+from ..reasons import BASH_CONTENT, BASH_FORM
+from ..schema import Policy
+from ..shell.matcher import matcher_for
+from ..verdict import Verdict
 from .suggest import suggest
-from .verdict import Verdict
 
 __all__ = ["HINTS", "capability_of", "format_feedback", "template_for"]
 
@@ -125,7 +125,7 @@ def format_feedback(policy: Policy, verdict: Verdict, *, tool: str, arguments: d
 
     Only these exact placeholders are replaced and everything else is left as written, so a template with
     stray braces or `{reasons.__class__}` never raises and never reaches into objects. `{suggestion}` is
-    the nearest allowed command (proxy/policy/suggest.py), or nothing; the text is stripped at its end so
+    the nearest allowed command (proxy/policy/feedback/suggest.py), or nothing; the text is stripped at its end so
     an empty last placeholder leaves no trailing space.
     """
     values: dict[str, str] = {}

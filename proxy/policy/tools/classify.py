@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..schema import ShellMap, ToolMap
 from .offered import _SHELL_DESCRIPTION, _words
-from .schema import ShellMap, ToolMap
 
 __all__ = ["Arg", "Classification", "Declared", "classify", "classify_arguments", "misfits"]
 
@@ -359,7 +359,7 @@ def _tool_maps(walk: _Walk) -> tuple[ToolMap, ...]:
             paths.remove(workdir)
         shells.append(ShellMap.model_validate({kind: spec, "workdir": workdir}))
     # A path beside a filter glob is where the filter applies (`{path, glob}`: a search): what lies below it
-    # on this machine is judged too (proxy/policy/on_disk.py).
+    # on this machine is judged too (proxy/policy/paths/on_disk.py).
     searches = [spec for spec in paths if "[" not in spec] if walk.globs else []
     first = ToolMap(shell=shells[0] if shells else None, paths=paths, urls=walk.urls, patch=walk.patch,
                     globs=walk.globs, searches=searches)

@@ -17,15 +17,15 @@ from typing import Any, Literal
 import yaml
 from pydantic import AliasChoices, BaseModel, ValidationError
 
-from .errors import PolicyError
-from .judge import judge_call, judge_command
-from .schema import Policy, ToolExample
+from ..errors import PolicyError
+from ..judge import judge_call, judge_command
+from ..schema import Policy, ToolExample
 
 __all__ = ["LoadedPolicy", "default_policy_path", "load_policy_file", "load_policy_text", "policy_document"]
 
 # A policy is a page of YAML; anything far bigger is a mistake (or an attack on the reload loop).
 MAX_POLICY_BYTES = 1 << 20
-_PACKAGED = Path(__file__).resolve().parent.parent / "default_policies" / "strict.yaml"
+_PACKAGED = Path(__file__).resolve().parents[2] / "default_policies" / "strict.yaml"
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -35,7 +35,7 @@ class LoadedPolicy:
     path: Path | None
     hash: str  # sha256 of the file's bytes (first 16 hex digits), stored with every verdict
     # The top-level keys the file writes out, and whether it ends with YAML's document end marker `...`: what
-    # a reload is checked against, so that a file cut short never becomes the policy (proxy.policy.reload_guard).
+    # a reload is checked against, so that a file cut short never becomes the policy (proxy.policy.file.reload_guard).
     sections: frozenset[str] = frozenset()
     complete: bool = False
 

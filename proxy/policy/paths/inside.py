@@ -6,11 +6,20 @@ roots (`paths.project_root`, or the root a request header names), after `.` and 
 
 from __future__ import annotations
 
-import posixpath
 import re
+import unicodedata
 from collections.abc import Iterable
 
-__all__ = ["normal_root", "patch_paths", "path_problem"]
+from ..roots import normal_root
+
+__all__ = ["LOOKALIKES", "VARIABLE_PATH", "patch_paths", "path_problem", "path_value_problem"]
+
+# `$HOME/x`, `${HOME}/x`, `%USERPROFILE%\\x`: a tool that expands variables opens a place outside the project.
+VARIABLE_PATH = re.compile(r"^(?:\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|%[A-Za-z_][A-Za-z0-9_]*%)(?:[\\/]|$)")
+# Characters that some library or file system reads as `/`, `\\` or `.` (NFKC maps the full-width ones;
+# the division and fraction slashes and the two-dot leader are look-alikes a careless normaliser folds).
+LOOKALIKES = str.maketrans({"\u2215": "/", "\u2044": "/", "\u2571": "/", "\u29f8": "/", "\u29f5": "\\",
+                             "\u2216": "\\", "\u2025": "..", "\u2024": "."})
 
 # `C:`, `C:\x`, `C:/x`: absolute (or drive-relative) on Windows, never a plain project path; and a URL
 # (`file:///etc/passwd`) names a place of its own.
@@ -28,16 +37,6 @@ AMBIGUOUS_HEADER = "\x00"
 _DIFF_FILE = re.compile(r"^(?:---|\+\+\+)[ \t]+(\S.*?)(?:\t.*)?[ \t]*$", re.MULTILINE)
 # git's extended headers name files too: `git apply` renames and copies by them.
 _GIT_FILE = re.compile(r"^(?:rename|copy) (?:from|to) (.+?)[ \t]*$|^diff --git (\S+) (\S+)[ \t]*$", re.MULTILINE)
-
-
-def normal_root(root: str) -> str | None:
-    """A project root as it compares: absolute, `.`/`..` resolved, no trailing slash; None if unusable."""
-    if not isinstance(root, str) or not root.startswith("/") or "\x00" in root or "\\" in root:
-        return None
-    normal = posixpath.normpath(root)
-    if normal.startswith("//"):  # POSIX leaves a leading `//` alone; it names the same place as `/`
-        normal = "/" + normal.lstrip("/")
-    return None if normal == "/" else normal
 
 
 def _under(path: str, roots: Iterable[str]) -> bool:
@@ -104,3 +103,20 @@ def patch_paths(text: str) -> list[str]:
         # `a/x` and `b/x` are git's prefixes for the two sides, not directories.
         paths.append(name[2:] if name[:2] in ("a/", "b/") else name)
     return paths
+
+
+def path_value_problem(value: str, roots: tuple[str, ...]) -> str | None:
+    """`absolute_path`, `path_escape` or None for a value a rule says is a path: as sent, and as a tool that
+    strips whitespace, folds Unicode look-alikes or expands a leading variable would open it."""
+    problem = path_problem(value, roots)
+    if problem is not None:
+        return problem
+    stripped = value.strip()
+    if stripped != value and (problem := path_problem(stripped, roots)) is not None:
+        return problem
+    if not stripped.isascii():
+        folded = unicodedata.normalize("NFKC", stripped.translate(LOOKALIKES))
+        if folded != stripped and (problem := path_problem(folded, roots)) is not None:
+            return problem
+    return "path_escape" if VARIABLE_PATH.match(stripped) else None
+

@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .judge import judge_call
+from ..judge import judge_call
+from ..schema import Policy, ToolExample
 from .loader import LoadedPolicy
-from .schema import Policy, ToolExample
 from .widening import widenings
 
 __all__ = ["ReloadVerdict", "reload_problem", "reload_verdict"]

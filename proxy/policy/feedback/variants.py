@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
-from .schema import Policy
+from ..schema import Policy
 
 __all__ = ["variant_for"]
 

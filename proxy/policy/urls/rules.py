@@ -19,8 +19,8 @@ import socket
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
+from ..schema import UrlRules
 from .resolve import NOT_RESOLVED, lookup
-from .schema import UrlRules
 
 __all__ = ["host_allowed", "is_url", "url_problem"]
 
@@ -105,7 +105,7 @@ def host_allowed(host: str, rules: UrlRules) -> bool:
 
 
 def _answers_allowed(host: str, rules: UrlRules) -> bool:
-    """Whether every address the name resolves to now is allowed (proxy/policy/resolve.py); a name that
+    """Whether every address the name resolves to now is allowed (proxy/policy/urls/resolve.py); a name that
     does not exist passes, one that did not answer in time does not."""
     answers = lookup(host, rules.resolve_timeout_ms / 1000)
     if answers is NOT_RESOLVED:
