@@ -139,6 +139,10 @@ class Settings(BaseSettings):
         default_factory=dict, description="JSON map of model names rewritten before forwarding."
     )
     models_cache_seconds: float = Field(10.0, description="How long the upstream's /v1/models answer is reused.")
+    upstream_probe_seconds: float = Field(
+        10.0, gt=0, description="Every upstream is asked GET /v1/models this often, traffic or not: "
+        "/health, the dashboard and allowlist_proxy_upstream_up follow the answers."
+    )
     connect_timeout: float = Field(5.0, description="Seconds to connect to the upstream.")
     read_timeout: float = Field(600.0, description="Seconds the upstream may stay silent before a 504.")
     max_body_bytes: int = Field(32 * 1024 * 1024, description="Largest request body accepted (413 above).")
@@ -196,7 +200,7 @@ class Settings(BaseSettings):
     )
     alert_webhook_url: str | None = Field(
         None, description="POST a JSON object here for each alert event (loop rate or blocked turns high, upstream "
-        "down, policy reload refused, store degraded, release wait high); unset: no webhook."
+        "down, policy reload refused, widening policy edit held, store degraded, release wait high); unset: no webhook."
     )
     alert_webhook_interval_seconds: float = Field(
         300.0, gt=0, description="At most one webhook post per event and subject (model, upstream, file) this often."

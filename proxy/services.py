@@ -29,6 +29,7 @@ from proxy.store.writer import StoreWriter
 from proxy.throughput.live import LiveWindows
 from proxy.upstream.client import Upstreams
 from proxy.upstream.model_catalog import ModelCatalog
+from proxy.upstream.probe import UpstreamProbe
 from proxy.upstream.vllm_version import UpstreamVllm
 
 __all__ = ["Services"]
@@ -47,6 +48,8 @@ class Services:
     policies: PolicyManager
     # The upstream's vLLM version family: how raw XML in content is read.
     vllm: UpstreamVllm
+    # Whether each upstream answers, asked every `upstream_probe_seconds` (/health, the banner, the dashboard).
+    probe: UpstreamProbe
     in_flight: Counter[str] = field(default_factory=Counter)
     # Called with every finished request (throughput windows, metrics); must not block.
     listeners: list[Callable[[RequestRecord], None]] = field(default_factory=list)
@@ -98,8 +101,11 @@ class Services:
             sessions=SessionResolver(settings.session_header, engine=engine, writer=writer),
             vllm=UpstreamVllm(vllm_version=settings.vllm_version, tool_parser=settings.tool_parser,
                               upstream=upstream),
+            probe=UpstreamProbe(upstream.all, interval_seconds=settings.upstream_probe_seconds),
             _closers=closers,
         )
+        await services.probe.start()
+        closers.push_async_callback(services.probe.stop)
         await services.vllm.detect()
         live = services.live = LiveWindows(engine, services.in_flight,
                                            window_seconds=settings.throughput_window_seconds)
@@ -117,7 +123,8 @@ class Services:
             figures = services.figures = FiguresProcess(settings.db)
             closers.push_async_callback(figures.close)
         if settings.alert_webhook_url:
-            webhook = Webhook(settings.alert_webhook_url, interval_seconds=settings.alert_webhook_interval_seconds)
+            webhook = Webhook(settings.alert_webhook_url, interval_seconds=settings.alert_webhook_interval_seconds,
+                              held=policies.held)
             await webhook.start()
             closers.push_async_callback(webhook.stop)
         return services

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 __all__ = [
     "AttemptRetried", "BudgetSpent", "CallJudged", "ConnectionLimited", "InFlight", "ModelNotFound", "ModelsServed",
-    "PassthroughAnswered", "PolicyFileLoaded", "PolicyFileRefused", "ReleaseWaited", "ReleasedUnrecorded",
-    "StoreHealth", "StoreQueue", "StoreRefused", "StoreRowLost", "StoreRowRepaired", "StoreWriteFailed",
-    "UngovernedRequest", "UngovernedText", "UpstreamAttempt", "UpstreamProbed", "emit", "subscribe",
+    "PassthroughAnswered", "PolicyFileHeld", "PolicyFileLoaded", "PolicyFileRefused", "ReleaseWaited",
+    "ReleasedUnrecorded", "StoreHealth", "StoreQueue", "StoreRefused", "StoreRowLost", "StoreRowRepaired",
+    "StoreWriteFailed", "UngovernedRequest", "UngovernedText", "UpstreamAttempt", "UpstreamProbed", "emit",
+    "subscribe",
 ]
 
 Listener = Callable[[object], None]
@@ -144,6 +145,14 @@ class PolicyFileLoaded:
     """The file on disk is the policy being served."""
 
     file: str
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyFileHeld:
+    """A policy file holds an edit that widens the policy, not applied until SIGHUP (`held`), or no longer does."""
+
+    file: str
+    held: bool
 
 
 @dataclass(frozen=True, slots=True)

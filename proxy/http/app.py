@@ -22,6 +22,7 @@ from proxy.http.error_handlers import install_error_handlers
 from proxy.http.host_origin import HostOriginGuard
 from proxy.http.stats_routes import router as stats_router
 from proxy.logs import configure_logging, get_logger
+from proxy.policy.manager import held_summary
 from proxy.services import Services
 from proxy.stats.prometheus import REGISTRY
 
@@ -110,20 +111,23 @@ async def _health(request: Request) -> JSONResponse:
     # 503 where a load balancer should send elsewhere: this replica's store cannot record while enforce
     # mode refuses unrecorded answers. 200 "degraded" where sending elsewhere would not help or the proxy
     # still serves: an unreachable upstream (shared by the replicas; requests get 502 meanwhile), a refused
-    # policy reload (the last good policy keeps serving).
+    # policy reload or a held widening edit (the last good policy keeps serving; the operator has to act).
     services = services_of(request)
     reasons: dict[str, str] = {}
     if (store := await services.writer.check()) is not None:
         reasons["store"] = store
-    reachable = await services.upstream.reachable()
-    if not reachable:
-        reasons["upstream"] = f"{services.upstream.base_url} is not reachable"
+    probed = await services.probe.check()
+    if down := [result for result in probed if not result.up]:
+        reasons["upstream"] = "; ".join(f"{result.url} is not reachable ({result.error})" for result in down)
     if errors := services.policies.status()["errors"]:
         first = errors[0]
         reasons["policy"] = f"{first['file']}:{first['line']}: {first['message']} (the last good policy serves)"
+    if held := services.policies.held():
+        reasons["policy_held"] = "; ".join(held_summary(entry) for entry in held)
     stop_sending = "store" in reasons and services.settings.on_store_failure == "refuse"
-    body = {"status": "degraded" if reasons else "ok", "reasons": reasons, "upstream": services.upstream.base_url,
-            "upstream_reachable": reachable, "policy": services.policies.current().name,
+    body = {"status": "degraded" if reasons else "ok", "reasons": reasons, "upstream": probed[0].url,
+            "upstream_reachable": not down, "upstreams": [result.describe() for result in probed],
+            "policy": services.policies.current().name,
             "store_queue": services.writer.depth, "store_rows_lost": services.writer.rows_lost,
             "vllm": services.vllm.describe()}
     return JSONResponse(body, status_code=503 if stop_sending else 200)
