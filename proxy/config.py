@@ -26,6 +26,7 @@ __all__ = ["DEFAULT_CONFIG_FILE", "ConfigError", "Settings", "UpstreamConfig", "
 
 DEFAULT_CONFIG_FILE = "allowlist-proxy.yaml"
 LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("auto", "json", "console")
 
 
 class ConfigError(Exception):
@@ -172,7 +173,8 @@ class Settings(BaseSettings):
     max_tools: int = Field(1000, description="Most tools one request may offer (400 above).")
     max_messages: int = Field(10_000, description="Most messages (or input items) one request may carry (400 above).")
     log_level: str = Field("info", description="Log level: debug, info, warning, error.")
-    log_format: str = Field("json", description="Log format: json (one object a line) or console (for people).")
+    log_format: str = Field("auto", description="Log format: auto (console lines on a terminal, JSON otherwise), json "
+                            "(one object a line) or console (for people).")
     throughput_window_seconds: float = Field(
         10.0, description="Length of one live throughput window in seconds (vLLM logs every 10 s)."
     )
@@ -289,8 +291,8 @@ class Settings(BaseSettings):
     @field_validator("log_format")
     @classmethod
     def _known_format(cls, value: str) -> str:
-        if value.lower() not in ("json", "console"):
-            raise ValueError(f"{value!r} is not a log format; use json or console")
+        if value.lower() not in LOG_FORMATS:
+            raise ValueError(f"{value!r} is not a log format; use {', '.join(LOG_FORMATS)}")
         return value.lower()
 
     @field_validator("db")

@@ -21,7 +21,9 @@ from proxy.http.dashboard import router as dashboard_router
 from proxy.http.error_handlers import install_error_handlers
 from proxy.http.host_origin import HostOriginGuard
 from proxy.http.stats_routes import router as stats_router
-from proxy.logs import configure_logging, get_logger
+from proxy.logs import configure_logging, get_logger, on_terminal
+from proxy.logs import hold as hold_logs
+from proxy.logs import release as release_logs
 from proxy.policy.manager import held_summary
 from proxy.services import Services
 from proxy.stats.prometheus import REGISTRY
@@ -44,16 +46,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             # Figures and large bodies are computed in worker threads; a thread holding the GIL keeps the event
             # loop (every relayed stream) waiting up to the switch interval, 5 ms by default, at each turn.
             sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_SECONDS))
-        services = await Services.start(settings, own_process=own_process)
+        banner = getattr(app.state, "print_banner", False)
+        if banner:
+            hold_logs()  # what starting finds is said under the banner, not above it
+        try:
+            services = await Services.start(settings, own_process=own_process)
+        except BaseException:
+            release_logs()
+            raise
         try:
             app.state.proxy = services
             app.state.live = services.live
             app.state.loop = asyncio.get_running_loop()  # lets tests and the CLI reach the writer
             host, port = getattr(app.state, "listen", (settings.host, settings.port))
             report = await startup_report(services, host=host, port=port)
-            if getattr(app.state, "print_banner", False):
+            if banner:
                 print(render(report), file=sys.stderr, flush=True)
-            log.info("proxy.started", xml_rules=services.vllm.rules.label, **report)
+                release_logs()
+            # On a terminal the banner said it all; a log read by machines gets the record.
+            said = banner and settings.log_format == "auto" and on_terminal()
+            (log.debug if said else log.info)("proxy.started", xml_rules=services.vllm.rules.label, **report)
             if own_process:
                 # What start-up built (modules, the policy, the tool catalogues) lives as long as the process: out
                 # of the collector's reach, a full collection walks only what serving made since, not tens of
@@ -62,6 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 gc.freeze()
             yield
         finally:
+            release_logs()  # a start that failed before the banner still says why
             await services.close()
 
     app = FastAPI(title="allowlist-proxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
