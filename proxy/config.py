@@ -204,6 +204,11 @@ class Settings(BaseSettings):
         None, description="POST a JSON object here for each alert event (loop rate or blocked turns high, upstream "
         "down, policy reload refused, widening policy edit held, store degraded, release wait high); unset: no webhook."
     )
+    otel_endpoint: str | None = Field(
+        None, description="Export OpenTelemetry traces (one span per request, with its upstream attempts, judged calls "
+        "and release wait) to this OTLP/HTTP collector, e.g. http://127.0.0.1:4318; unset: OTEL_EXPORTER_OTLP_ENDPOINT "
+        "if set, else no tracing. Needs the [otel] extra."
+    )
     alert_webhook_interval_seconds: float = Field(
         300.0, gt=0, description="At most one webhook post per event and subject (model, upstream, file) this often."
     )

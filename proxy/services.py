@@ -3,15 +3,17 @@ place (`Services.close`, in the reverse order), and the one place a request ends
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy import telemetry
-from proxy.config import Settings
+from proxy.config import ConfigError, Settings
 from proxy.errors import StoreUnavailable
 from proxy.logs import get_logger
 from proxy.policy import LoadedPolicy, PolicyManager, default_policy_path
@@ -20,6 +22,7 @@ from proxy.sessions.resolve import SessionResolver
 from proxy.sessions.response_chains import ResponseChains
 from proxy.stats.figures_process import FiguresProcess
 from proxy.stats.prometheus import observe_request
+from proxy.stats.traces import TracesUnavailable, start_traces
 from proxy.stats.webhook import Webhook
 from proxy.store.db import create_engine, migrate
 from proxy.store.journal import OwnerLock, recover
@@ -56,6 +59,8 @@ class Services:
     live: LiveWindows | None = None
     # Where the stats routes' figures are computed, when not in this process (`Settings.figures_process`).
     figures: FiguresProcess | None = None
+    # The OpenTelemetry exporter while tracing is on (proxy/stats/traces.py), else None.
+    traces: Any = None
     # The Responses ids handed out that the upstream must read as another (a retried stream's, a blocked turn's).
     response_chains: ResponseChains = field(default_factory=ResponseChains)
     # What `close` undoes, newest first.
@@ -122,6 +127,14 @@ class Services:
                 FiguresProcess.can_share(engine):
             figures = services.figures = FiguresProcess(settings.db)
             closers.push_async_callback(figures.close)
+        try:
+            traces = services.traces = start_traces(settings.otel_endpoint)  # None unless an endpoint is set
+        except TracesUnavailable as exc:
+            raise ConfigError("otel_endpoint", str(exc)) from None
+        if traces is not None:
+            traces.start()
+            services.listeners.append(traces.finish)
+            closers.push_async_callback(asyncio.to_thread, traces.close)
         if settings.alert_webhook_url:
             webhook = Webhook(settings.alert_webhook_url, interval_seconds=settings.alert_webhook_interval_seconds,
                               held=policies.held)

@@ -15,7 +15,7 @@ __all__ = [
     "PassthroughAnswered", "PolicyFileHeld", "PolicyFileLoaded", "PolicyFileRefused", "ReleaseWaited",
     "ReleasedUnrecorded", "StoreHealth", "StoreQueue", "StoreRefused", "StoreRowLost", "StoreRowRepaired",
     "StoreWriteFailed", "UngovernedRequest", "UngovernedText", "UpstreamAttempt", "UpstreamProbed", "emit",
-    "subscribe",
+    "subscribe", "unsubscribe",
 ]
 
 Listener = Callable[[object], None]
@@ -26,6 +26,12 @@ def subscribe(listener: Listener) -> None:
     """Every event from now on is given to `listener` too (once, however often it subscribes)."""
     if listener not in _listeners:
         _listeners.append(listener)
+
+
+def unsubscribe(listener: Listener) -> None:
+    """`listener` gets no more events (a listener that was never subscribed is no error)."""
+    if listener in _listeners:
+        _listeners.remove(listener)
 
 
 def emit(event: object) -> None:

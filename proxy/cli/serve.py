@@ -114,6 +114,7 @@ async def preflight(settings: Settings) -> None:
 
     from proxy.policy import default_policy_path
     from proxy.policy.loader import load_policy_file
+    from proxy.stats.traces import TracesUnavailable, check_available
     from proxy.store.db import create_engine, migrate
 
     path = settings.policy or default_policy_path()
@@ -121,6 +122,10 @@ async def preflight(settings: Settings) -> None:
         raise ConfigError("policy", f"{path} does not exist. Give a policy file with --policy "
                                     "(policies/strict.yaml in the repository, or leave it unset for the packaged one).")
     load_policy_file(path)
+    try:
+        check_available(settings.otel_endpoint)
+    except TracesUnavailable as exc:
+        raise ConfigError("otel_endpoint", str(exc)) from None
     if settings.db.startswith("sqlite"):
         file = make_url(settings.db).database
         parent = Path(file).parent if file and file != ":memory:" else None
