@@ -2,11 +2,12 @@
 
 One dict (`startup_report`) feeds both the JSON log line `proxy.started` and the few lines a person reads
 on stderr (`render`); the warnings come from the settings alone (`config_warnings`) and from asking each
-upstream for its models once.
+upstream for its models and asking the upstream probe (proxy/upstream/probe.py) whether each answers.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 from pathlib import Path
 from typing import Any
@@ -55,11 +56,9 @@ def _display_host(host: str) -> str:
 async def startup_report(state: Services, *, host: str, port: int) -> dict[str, Any]:
     settings = state.settings
     base = f"http://{_display_host(host)}:{port}"
-    upstreams = []
-    served = await state.models.served({})
-    for upstream, names in served:
-        reachable = names is not None or await upstream.reachable()
-        upstreams.append({"url": upstream.base_url, "reachable": reachable, "models": names})
+    served, probed = await asyncio.gather(state.models.served({}), state.probe.check())
+    upstreams = [{"url": upstream.base_url, "reachable": result.up, "models": names}
+                 for (upstream, names), result in zip(served, probed, strict=True)]
     warnings = config_warnings(settings)
     warnings += [f"upstream {u['url']} is unreachable: requests will fail with 502 until it answers"
                  for u in upstreams if not u["reachable"]]

@@ -26,6 +26,7 @@ __all__ = ["DEFAULT_CONFIG_FILE", "ConfigError", "Settings", "UpstreamConfig", "
 
 DEFAULT_CONFIG_FILE = "allowlist-proxy.yaml"
 LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("auto", "json", "console")
 
 
 class ConfigError(Exception):
@@ -139,6 +140,10 @@ class Settings(BaseSettings):
         default_factory=dict, description="JSON map of model names rewritten before forwarding."
     )
     models_cache_seconds: float = Field(10.0, description="How long the upstream's /v1/models answer is reused.")
+    upstream_probe_seconds: float = Field(
+        10.0, gt=0, description="Every upstream is asked GET /v1/models this often, traffic or not: "
+        "/health, the dashboard and allowlist_proxy_upstream_up follow the answers."
+    )
     connect_timeout: float = Field(5.0, description="Seconds to connect to the upstream.")
     read_timeout: float = Field(600.0, description="Seconds the upstream may stay silent before a 504.")
     max_body_bytes: int = Field(32 * 1024 * 1024, description="Largest request body accepted (413 above).")
@@ -168,7 +173,8 @@ class Settings(BaseSettings):
     max_tools: int = Field(1000, description="Most tools one request may offer (400 above).")
     max_messages: int = Field(10_000, description="Most messages (or input items) one request may carry (400 above).")
     log_level: str = Field("info", description="Log level: debug, info, warning, error.")
-    log_format: str = Field("json", description="Log format: json (one object a line) or console (for people).")
+    log_format: str = Field("auto", description="Log format: auto (console lines on a terminal, JSON otherwise), json "
+                            "(one object a line) or console (for people).")
     throughput_window_seconds: float = Field(
         10.0, description="Length of one live throughput window in seconds (vLLM logs every 10 s)."
     )
@@ -196,7 +202,12 @@ class Settings(BaseSettings):
     )
     alert_webhook_url: str | None = Field(
         None, description="POST a JSON object here for each alert event (loop rate or blocked turns high, upstream "
-        "down, policy reload refused, store degraded, release wait high); unset: no webhook."
+        "down, policy reload refused, widening policy edit held, store degraded, release wait high); unset: no webhook."
+    )
+    otel_endpoint: str | None = Field(
+        None, description="Export OpenTelemetry traces (one span per request, with its upstream attempts, judged calls "
+        "and release wait) to this OTLP/HTTP collector, e.g. http://127.0.0.1:4318; unset: OTEL_EXPORTER_OTLP_ENDPOINT "
+        "if set, else no tracing. Needs the [otel] extra."
     )
     alert_webhook_interval_seconds: float = Field(
         300.0, gt=0, description="At most one webhook post per event and subject (model, upstream, file) this often."
@@ -285,8 +296,8 @@ class Settings(BaseSettings):
     @field_validator("log_format")
     @classmethod
     def _known_format(cls, value: str) -> str:
-        if value.lower() not in ("json", "console"):
-            raise ValueError(f"{value!r} is not a log format; use json or console")
+        if value.lower() not in LOG_FORMATS:
+            raise ValueError(f"{value!r} is not a log format; use {', '.join(LOG_FORMATS)}")
         return value.lower()
 
     @field_validator("db")

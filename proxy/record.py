@@ -118,6 +118,7 @@ class RequestRecord:
     blocked: list[dict[str, Any]] | None = None
     saved: bool = False
     journaled: bool = False  # its journal entry is queued (proxy.store.recorder)
+    trace: Any = None  # its trace while tracing is on (proxy/tracing.py); never stored
 
     def elapsed_ms(self) -> float:
         return (time.perf_counter() - self.started_mono) * 1000.0

@@ -3,15 +3,17 @@ place (`Services.close`, in the reverse order), and the one place a request ends
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy import telemetry
-from proxy.config import Settings
+from proxy.config import ConfigError, Settings
 from proxy.errors import StoreUnavailable
 from proxy.logs import get_logger
 from proxy.policy import LoadedPolicy, PolicyManager, default_policy_path
@@ -20,6 +22,7 @@ from proxy.sessions.resolve import SessionResolver
 from proxy.sessions.response_chains import ResponseChains
 from proxy.stats.figures_process import FiguresProcess
 from proxy.stats.prometheus import observe_request
+from proxy.stats.traces import TracesUnavailable, start_traces
 from proxy.stats.webhook import Webhook
 from proxy.store.db import create_engine, migrate
 from proxy.store.journal import OwnerLock, recover
@@ -29,6 +32,7 @@ from proxy.store.writer import StoreWriter
 from proxy.throughput.live import LiveWindows
 from proxy.upstream.client import Upstreams
 from proxy.upstream.model_catalog import ModelCatalog
+from proxy.upstream.probe import UpstreamProbe
 from proxy.upstream.vllm_version import UpstreamVllm
 
 __all__ = ["Services"]
@@ -47,12 +51,16 @@ class Services:
     policies: PolicyManager
     # The upstream's vLLM version family: how raw XML in content is read.
     vllm: UpstreamVllm
+    # Whether each upstream answers, asked every `upstream_probe_seconds` (/health, the banner, the dashboard).
+    probe: UpstreamProbe
     in_flight: Counter[str] = field(default_factory=Counter)
     # Called with every finished request (throughput windows, metrics); must not block.
     listeners: list[Callable[[RequestRecord], None]] = field(default_factory=list)
     live: LiveWindows | None = None
     # Where the stats routes' figures are computed, when not in this process (`Settings.figures_process`).
     figures: FiguresProcess | None = None
+    # The OpenTelemetry exporter while tracing is on (proxy/stats/traces.py), else None.
+    traces: Any = None
     # The Responses ids handed out that the upstream must read as another (a retried stream's, a blocked turn's).
     response_chains: ResponseChains = field(default_factory=ResponseChains)
     # What `close` undoes, newest first.
@@ -98,8 +106,11 @@ class Services:
             sessions=SessionResolver(settings.session_header, engine=engine, writer=writer),
             vllm=UpstreamVllm(vllm_version=settings.vllm_version, tool_parser=settings.tool_parser,
                               upstream=upstream),
+            probe=UpstreamProbe(upstream.all, interval_seconds=settings.upstream_probe_seconds),
             _closers=closers,
         )
+        await services.probe.start()
+        closers.push_async_callback(services.probe.stop)
         await services.vllm.detect()
         live = services.live = LiveWindows(engine, services.in_flight,
                                            window_seconds=settings.throughput_window_seconds)
@@ -116,8 +127,17 @@ class Services:
                 FiguresProcess.can_share(engine):
             figures = services.figures = FiguresProcess(settings.db)
             closers.push_async_callback(figures.close)
+        try:
+            traces = services.traces = start_traces(settings.otel_endpoint)  # None unless an endpoint is set
+        except TracesUnavailable as exc:
+            raise ConfigError("otel_endpoint", str(exc)) from None
+        if traces is not None:
+            traces.start()
+            services.listeners.append(traces.finish)
+            closers.push_async_callback(asyncio.to_thread, traces.close)
         if settings.alert_webhook_url:
-            webhook = Webhook(settings.alert_webhook_url, interval_seconds=settings.alert_webhook_interval_seconds)
+            webhook = Webhook(settings.alert_webhook_url, interval_seconds=settings.alert_webhook_interval_seconds,
+                              held=policies.held)
             await webhook.start()
             closers.push_async_callback(webhook.stop)
         return services

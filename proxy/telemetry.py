@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 __all__ = [
     "AttemptRetried", "BudgetSpent", "CallJudged", "ConnectionLimited", "InFlight", "ModelNotFound", "ModelsServed",
-    "PassthroughAnswered", "PolicyFileLoaded", "PolicyFileRefused", "ReleaseWaited", "ReleasedUnrecorded",
-    "StoreHealth", "StoreQueue", "StoreRefused", "StoreRowLost", "StoreRowRepaired", "StoreWriteFailed",
-    "UngovernedRequest", "UngovernedText", "UpstreamAttempt", "UpstreamProbed", "emit", "subscribe",
+    "PassthroughAnswered", "PolicyFileHeld", "PolicyFileLoaded", "PolicyFileRefused", "ReleaseWaited",
+    "ReleasedUnrecorded", "StoreHealth", "StoreQueue", "StoreRefused", "StoreRowLost", "StoreRowRepaired",
+    "StoreWriteFailed", "UngovernedRequest", "UngovernedText", "UpstreamAttempt", "UpstreamProbed", "emit",
+    "subscribe", "unsubscribe",
 ]
 
 Listener = Callable[[object], None]
@@ -25,6 +26,12 @@ def subscribe(listener: Listener) -> None:
     """Every event from now on is given to `listener` too (once, however often it subscribes)."""
     if listener not in _listeners:
         _listeners.append(listener)
+
+
+def unsubscribe(listener: Listener) -> None:
+    """`listener` gets no more events (a listener that was never subscribed is no error)."""
+    if listener in _listeners:
+        _listeners.remove(listener)
 
 
 def emit(event: object) -> None:
@@ -144,6 +151,14 @@ class PolicyFileLoaded:
     """The file on disk is the policy being served."""
 
     file: str
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyFileHeld:
+    """A policy file holds an edit that widens the policy, not applied until SIGHUP (`held`), or no longer does."""
+
+    file: str
+    held: bool
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,8 @@ from tests.conftest import ROOT
 
 RULES = ROOT / "docker" / "prometheus" / "alerts.yaml"
 EVENTS = {"AllowlistProxyModelLoopRateHigh", "AllowlistProxyBlockedTurnsHigh", "AllowlistProxyUpstreamDown",
-          "AllowlistProxyPolicyReloadRefused", "AllowlistProxyStoreDegraded", "AllowlistProxyReleaseWaitHigh"}
+          "AllowlistProxyPolicyReloadRefused", "AllowlistProxyPolicyHeld", "AllowlistProxyStoreDegraded",
+          "AllowlistProxyReleaseWaitHigh"}
 
 
 def _promtool() -> str:

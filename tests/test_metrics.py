@@ -40,6 +40,7 @@ EXPECTED = {
     "allowlist_proxy_in_flight": "gauge",
     "allowlist_proxy_policy_reload_failures": "counter",
     "allowlist_proxy_policy_valid": "gauge",
+    "allowlist_proxy_policy_held": "gauge",
     "allowlist_proxy_store_write_failures": "counter",
     "allowlist_proxy_store_queue_depth": "gauge",
 }

@@ -20,7 +20,7 @@ from proxy.cli.command import HelpFormatter
 from proxy.store.async_engine import light
 
 # Order is the order of `--help`.
-SUBCOMMANDS = ("serve", "check", "extract", "stats", "report", "recheck", "db", "import-vllm-log", "demo",
+SUBCOMMANDS = ("serve", "check", "extract", "stats", "report", "recheck", "policy", "db", "import-vllm-log", "demo",
                "completion")
 
 EXAMPLES = """examples:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
+import os
 import sys
 import tempfile
 import time
@@ -63,7 +64,11 @@ def run(args: argparse.Namespace) -> int:
         with ServerThread(upstream.app) as upstream_server:
             upstream.url = upstream_server.url + "/v1"
             db = args.db or f"sqlite:///{Path(tmp) / 'demo.db'}"
-            settings = Settings(upstream=upstream.url, upstreams=[], db=db, log_level="warning", port=args.port)
+            # The demo's refusals are its point, shown in its tables: its log says only what went wrong
+            # (`error`), unless ALLOWLIST_PROXY_LOG_LEVEL asks for more.
+            settings = Settings(upstream=upstream.url, upstreams=[], db=db, port=args.port)
+            if not os.environ.get("ALLOWLIST_PROXY_LOG_LEVEL"):
+                settings.log_level = "error"
             app = create_app(settings)
             with _server_on(app, args.port) as proxy_server:
                 print(f"proxy on {proxy_server.url}/v1 in front of a scripted upstream; {args.sessions} "

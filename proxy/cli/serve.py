@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from proxy.cli.command import HelpFormatter
-from proxy.config import LOG_LEVELS, ConfigError, Settings
+from proxy.config import LOG_FORMATS, LOG_LEVELS, ConfigError, Settings
 
 __all__ = ["bind", "register", "settings_from"]
 
@@ -26,7 +26,7 @@ EXAMPLES = """examples:
 
 
 # Settings kept as plain strings (their validators accept any case) whose values are still a fixed list.
-_CHOICES = {"log_level": tuple(LOG_LEVELS), "log_format": ("json", "console")}
+_CHOICES = {"log_level": tuple(LOG_LEVELS), "log_format": tuple(LOG_FORMATS)}
 
 
 def register(sub: Any) -> None:
@@ -114,6 +114,7 @@ async def preflight(settings: Settings) -> None:
 
     from proxy.policy import default_policy_path
     from proxy.policy.file.loader import load_policy_file
+    from proxy.stats.traces import TracesUnavailable, check_available
     from proxy.store.db import create_engine, migrate
 
     path = settings.policy or default_policy_path()
@@ -121,6 +122,10 @@ async def preflight(settings: Settings) -> None:
         raise ConfigError("policy", f"{path} does not exist. Give a policy file with --policy "
                                     "(policies/strict.yaml in the repository, or leave it unset for the packaged one).")
     load_policy_file(path)
+    try:
+        check_available(settings.otel_endpoint)
+    except TracesUnavailable as exc:
+        raise ConfigError("otel_endpoint", str(exc)) from None
     if settings.db.startswith("sqlite"):
         file = make_url(settings.db).database
         parent = Path(file).parent if file and file != ":memory:" else None
@@ -142,10 +147,20 @@ def run(args: argparse.Namespace) -> int:
     from proxy.http.app import create_app
     from proxy.http.connections import raise_open_file_limit, server_options
     from proxy.http.server import TicklessServer
+    from proxy.logs import configure_logging
+    from proxy.logs import hold as hold_logs
+    from proxy.logs import release as release_logs
 
     settings = settings_from(args)
-    asyncio.run(preflight(settings))
-    sock = bind(settings.host, settings.port)
+    # What the checks before the server log (a migration, say) is said under the banner, as the app's start is.
+    configure_logging(settings.log_level, settings.log_format)
+    hold_logs()
+    try:
+        asyncio.run(preflight(settings))
+        sock = bind(settings.host, settings.port)
+    except BaseException:
+        release_logs()
+        raise
     app = create_app(settings)
     app.state.listen = (settings.host, sock.getsockname()[1])
     app.state.print_banner = True
@@ -159,5 +174,6 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass  # uvicorn raises Ctrl-C again once it has shut down gracefully: a normal stop
     finally:
+        release_logs()
         sock.close()
     return 0 if server.started else 2

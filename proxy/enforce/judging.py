@@ -11,11 +11,12 @@ upstream's own bytes for a turn with a repaired call (`apply_repairs` patches a 
 from __future__ import annotations
 
 import json
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from proxy import telemetry
+from proxy import telemetry, tracing
 from proxy.logs import get_logger
 from proxy.policy import LoadedPolicy, judge_call
 from proxy.policy.feedback.repair import repair_call
@@ -87,11 +88,15 @@ def judge_calls(policy: LoadedPolicy, calls: list[ToolCall], offered: set[str] |
     judged: list[JudgedCall] = []
     variant = variant_for(policy.policy, session_id)
     repairs = repair and bool(policy.policy.repair) and policy.policy.mode == "enforce"
+    traced = tracing.on()
     for call in calls:
+        started = time.time_ns() if traced else 0
         verdict = judge_call(policy.policy, call.name, call.arguments, offered_tools=offered, tools=tools)
         item = JudgedCall(call, verdict, variant=variant)
         if repairs and verdict.decision == REJECT:
             _repair(policy, item, tools, offered)
+        if traced:
+            tracing.judged(call, item.verdict, started)
         judged.append(item)
     return judged
 

@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Protocol
 
 from starlette.requests import Request
 
+from proxy import tracing
 from proxy.enforce.exchange import Exchange, edited_bytes
 from proxy.enforce.payload import normalize_stream, read_body, read_payload
 from proxy.enforce.text_clients import TextClient, prompt_text, recognise, recognise_text
@@ -91,6 +92,7 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
     record = RequestRecord(session=session, model=upstream_model, route=shape.route, upstream=state.upstream.base_url,
                            stream=stream, concurrency=state.enter(upstream_model))
     record.policy_name, record.policy_hash, record.mode = policy.name, policy.hash, policy.policy.mode
+    tracing.begin(record, request.headers, headers)  # nothing while tracing is off
     return (make or Exchange)(state=state, record=record, payload=payload, original_body=body, body_changed=False,
                               headers=headers, policy=policy, tools=tools, offered=offered,
                               client_wants_usage=client_wants_usage, history_key=dropped, client=request,

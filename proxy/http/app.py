@@ -21,7 +21,10 @@ from proxy.http.dashboard import router as dashboard_router
 from proxy.http.error_handlers import install_error_handlers
 from proxy.http.host_origin import HostOriginGuard
 from proxy.http.stats_routes import router as stats_router
-from proxy.logs import configure_logging, get_logger
+from proxy.logs import configure_logging, get_logger, on_terminal
+from proxy.logs import hold as hold_logs
+from proxy.logs import release as release_logs
+from proxy.policy.file.manager import held_summary
 from proxy.services import Services
 from proxy.stats.prometheus import REGISTRY
 
@@ -43,16 +46,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             # Figures and large bodies are computed in worker threads; a thread holding the GIL keeps the event
             # loop (every relayed stream) waiting up to the switch interval, 5 ms by default, at each turn.
             sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_SECONDS))
-        services = await Services.start(settings, own_process=own_process)
+        banner = getattr(app.state, "print_banner", False)
+        if banner:
+            hold_logs()  # what starting finds is said under the banner, not above it
+        try:
+            services = await Services.start(settings, own_process=own_process)
+        except BaseException:
+            release_logs()
+            raise
         try:
             app.state.proxy = services
             app.state.live = services.live
             app.state.loop = asyncio.get_running_loop()  # lets tests and the CLI reach the writer
             host, port = getattr(app.state, "listen", (settings.host, settings.port))
             report = await startup_report(services, host=host, port=port)
-            if getattr(app.state, "print_banner", False):
+            if banner:
                 print(render(report), file=sys.stderr, flush=True)
-            log.info("proxy.started", xml_rules=services.vllm.rules.label, **report)
+                release_logs()
+            # On a terminal the banner said it all; a log read by machines gets the record.
+            said = banner and settings.log_format == "auto" and on_terminal()
+            (log.debug if said else log.info)("proxy.started", xml_rules=services.vllm.rules.label, **report)
             if own_process:
                 # What start-up built (modules, the policy, the tool catalogues) lives as long as the process: out
                 # of the collector's reach, a full collection walks only what serving made since, not tens of
@@ -61,6 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 gc.freeze()
             yield
         finally:
+            release_logs()  # a start that failed before the banner still says why
             await services.close()
 
     app = FastAPI(title="allowlist-proxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
@@ -110,20 +124,23 @@ async def _health(request: Request) -> JSONResponse:
     # 503 where a load balancer should send elsewhere: this replica's store cannot record while enforce
     # mode refuses unrecorded answers. 200 "degraded" where sending elsewhere would not help or the proxy
     # still serves: an unreachable upstream (shared by the replicas; requests get 502 meanwhile), a refused
-    # policy reload (the last good policy keeps serving).
+    # policy reload or a held widening edit (the last good policy keeps serving; the operator has to act).
     services = services_of(request)
     reasons: dict[str, str] = {}
     if (store := await services.writer.check()) is not None:
         reasons["store"] = store
-    reachable = await services.upstream.reachable()
-    if not reachable:
-        reasons["upstream"] = f"{services.upstream.base_url} is not reachable"
+    probed = await services.probe.check()
+    if down := [result for result in probed if not result.up]:
+        reasons["upstream"] = "; ".join(f"{result.url} is not reachable ({result.error})" for result in down)
     if errors := services.policies.status()["errors"]:
         first = errors[0]
         reasons["policy"] = f"{first['file']}:{first['line']}: {first['message']} (the last good policy serves)"
+    if held := services.policies.held():
+        reasons["policy_held"] = "; ".join(held_summary(entry) for entry in held)
     stop_sending = "store" in reasons and services.settings.on_store_failure == "refuse"
-    body = {"status": "degraded" if reasons else "ok", "reasons": reasons, "upstream": services.upstream.base_url,
-            "upstream_reachable": reachable, "policy": services.policies.current().name,
+    body = {"status": "degraded" if reasons else "ok", "reasons": reasons, "upstream": probed[0].url,
+            "upstream_reachable": not down, "upstreams": [result.describe() for result in probed],
+            "policy": services.policies.current().name,
             "store_queue": services.writer.depth, "store_rows_lost": services.writer.rows_lost,
             "vllm": services.vllm.describe()}
     return JSONResponse(body, status_code=503 if stop_sending else 200)

@@ -8,6 +8,7 @@ on whatever app includes it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -162,17 +163,20 @@ async def stats_loops(request: Request, q: Params, limit: str | None = None) -> 
 
 
 async def proxy_status(request: Request) -> dict[str, Any]:
-    """The troubles an operator should see first: upstreams that do not answer, a refused policy, the store."""
+    """The troubles an operator should see first: upstreams that do not answer, a refused policy or a held edit,
+    the store."""
     state = request.app.state.proxy
-    served = await state.models.served({})
-    upstreams = [{"url": upstream.base_url, "reachable": names is not None or await upstream.reachable(),
-                  "models": names} for upstream, names in served]
+    # The probe /health asks too: the banner above the figures and /health name the same upstreams.
+    served, probed = await asyncio.gather(state.models.served({}), state.probe.check())
+    upstreams = [{"url": upstream.base_url, "reachable": result.up, "error": result.error, "models": names}
+                 for (upstream, names), result in zip(served, probed, strict=True)]
     policies = state.policies.status()
     writer = state.writer
     return {
         "upstreams": upstreams,
         "policy": policies["active"],
         "policy_errors": policies["errors"],
+        "policy_held": policies["held"],  # widening edits not applied: what each widens, the command that applies it
         "store": {"queue": writer.depth, "failures": getattr(writer, "failures", 0),
                   "rows_rejected": getattr(writer, "rows_rejected", 0)},
         "compare": any(getattr(route, "path", None) == "/stats/compare" for route in request.app.routes),

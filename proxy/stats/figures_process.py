@@ -13,6 +13,9 @@ as they are wherever the worker cannot run. A worker that dies is replaced at th
 computing is computed in the proxy's process; a worker that fails where the proxy's process does not (it
 cannot open the store) is given up. The figures are the same functions either way: module-level
 coroutines `fn(engine, **kwargs)` whose arguments and results pickle (plain values).
+
+The worker never outlives the proxy: closing terminates it, and the worker itself ends as soon as the proxy's
+process does, however that ends, SIGKILL included (proxy/stats/figures_worker.py).
 """
 
 from __future__ import annotations
@@ -20,9 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
-import multiprocessing.util
 import os
-import signal
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -32,6 +33,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.errors import ProxyError
 from proxy.logs import get_logger
+from proxy.stats.figures_worker import compute as _compute
+from proxy.stats.figures_worker import start_worker
 from proxy.store.dialect import in_memory
 
 __all__ = ["FiguresProcess"]
@@ -94,7 +97,7 @@ class FiguresProcess:
         self._drop()
         try:
             self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_start_worker, initargs=(self._db_url,))
+                                             initializer=start_worker, initargs=(self._db_url,))
             ready = asyncio.get_running_loop().run_in_executor(self._pool, os.getpid)
         # No process to be had: limits, a closing interpreter, no working sem_open (a container without /dev/shm).
         except (OSError, RuntimeError, ImportError, NotImplementedError) as exc:
@@ -121,40 +124,11 @@ class FiguresProcess:
         if ready is not None and not ready.done():
             ready.cancel()
         if pool is not None:
+            # The pool's processes, read before `shutdown` forgets them: shut down without waiting, the pool only
+            # asks its worker to stop after its current figure, and a proxy that exits meanwhile must not leave
+            # it running. What it computes has no one to go to any more.
+            processes = list((getattr(pool, "_processes", None) or {}).values())
             pool.shutdown(wait=False, cancel_futures=True)
-
-
-# -- in the worker --------------------------------------------------------------------------------------
-
-_worker: tuple[asyncio.AbstractEventLoop, AsyncEngine] | None = None
-# The lowest CPU priority: where the machine is busy, the streams' processes go first and the figures take longer
-# (at niceness 10, a busy machine still delayed streams' chunks by ~2.5 ms; at 19 by none).
-_NICE = 19
-
-
-def _start_worker(db_url: str) -> None:
-    global _worker
-    # Ctrl-C reaches the whole process group: the proxy shuts its worker down itself.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with contextlib.suppress(OSError):
-        os.nice(_NICE)
-    from proxy.store.db import create_engine
-
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    engine = create_engine(db_url)
-    _worker = (loop, engine)
-    # Closed before the worker's exit joins its threads: an open SQLite connection's thread would hold it.
-    multiprocessing.util.Finalize(engine, _close_worker, exitpriority=10)
-
-
-def _close_worker() -> None:
-    if _worker is not None:
-        loop, engine = _worker
-        loop.run_until_complete(engine.dispose())
-
-
-def _compute(fn: Callable[..., Awaitable[Any]], kwargs: dict[str, Any]) -> Any:
-    assert _worker is not None
-    loop, engine = _worker
-    return loop.run_until_complete(fn(engine, **kwargs))
+            for process in processes:
+                with contextlib.suppress(OSError, ValueError, AttributeError):
+                    process.terminate()

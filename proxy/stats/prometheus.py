@@ -140,6 +140,9 @@ POLICY_RELOAD_FAILURES = Counter("allowlist_proxy_policy_reload_failures", "Poli
                                  ["file"])
 POLICY_VALID = Gauge("allowlist_proxy_policy_valid",
                      "1 when the file on disk is the policy being served, 0 when it was refused", ["file"])
+POLICY_HELD = Gauge("allowlist_proxy_policy_held",
+                    "1 while the file holds an edit that widens the policy, held until SIGHUP applies it; else 0",
+                    ["file"])
 STORE_WRITE_FAILURES = Counter("allowlist_proxy_store_write_failures", "Failed batch writes to the store (retried)")
 STORE_UP = Gauge("allowlist_proxy_store_up", "1 while the store can record, 0 while it fails (health: degraded)")
 STORE_QUEUE_DEPTH = Gauge("allowlist_proxy_store_queue_depth", "Rows waiting for the store writer")
@@ -273,6 +276,7 @@ _HANDLERS: dict[type, Callable[[Any], None]] = {
     telemetry.ModelNotFound: lambda e: MODEL_NOT_FOUND.labels(e.model).inc(),
     telemetry.PolicyFileLoaded: lambda e: POLICY_VALID.labels(file=e.file).set(1),
     telemetry.PolicyFileRefused: _policy_refused,
+    telemetry.PolicyFileHeld: lambda e: POLICY_HELD.labels(file=e.file).set(int(e.held)),
     telemetry.StoreQueue: lambda e: STORE_QUEUE_DEPTH.set(e.depth),
     telemetry.StoreHealth: _store_health,
     telemetry.StoreWriteFailed: lambda e: STORE_WRITE_FAILURES.inc(),

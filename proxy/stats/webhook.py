@@ -3,7 +3,8 @@ operators without an Alertmanager: every `check_seconds` the proxy reads its own
 object per event, at most one per event and subject (model, upstream, file) per `interval_seconds`.
 
 Events: `model_loop_rate_high`, `blocked_turns_high` (per model, over the requests since the last check,
-at least `_MIN_REQUESTS` of them), `upstream_down`, `policy_reload_refused`, `store_degraded`,
+at least `_MIN_REQUESTS` of them), `upstream_down`, `policy_reload_refused`, `policy_held` (a widening
+edit held until SIGHUP: what it widens and the command), `store_degraded`,
 `release_wait_high` (more than 1% of judged calls waited over 250 ms). The body carries `text` too, so a
 Slack or Mattermost incoming webhook shows it as it is.
 """
@@ -14,7 +15,7 @@ import asyncio
 import contextlib
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,6 +23,7 @@ import httpx
 
 from proxy import __version__
 from proxy.logs import get_logger
+from proxy.policy.file.manager import held_summary
 from proxy.stats.prometheus import REGISTRY
 
 __all__ = ["Webhook"]
@@ -65,6 +67,10 @@ def events(now: dict[Key, float], before: dict[Key, float]) -> Iterator[tuple[st
         elif sample == "allowlist_proxy_policy_valid" and value == 0:
             yield ("policy_reload_refused", label.get("file", ""),
                    "the policy file was refused; the last good policy keeps serving (GET /policies says why)")
+        elif sample == "allowlist_proxy_policy_held" and value == 1:
+            yield ("policy_held", label.get("file", ""),
+                   "an edit of the file widens the policy and is held; the policy before it keeps serving "
+                   "(allowlist-proxy policy status says what it widens; SIGHUP to the proxy applies it)")
         elif sample == "allowlist_proxy_store_up" and value == 0:
             yield "store_degraded", "", "the store cannot record: /health is degraded"
     if (lost := _sum(now, before, "allowlist_proxy_store_rows_lost_total")) > 0:
@@ -84,8 +90,11 @@ def events(now: dict[Key, float], before: dict[Key, float]) -> Iterator[tuple[st
 
 
 class Webhook:
-    def __init__(self, url: str, *, interval_seconds: float, check_seconds: float = 15.0) -> None:
+    def __init__(self, url: str, *, interval_seconds: float, check_seconds: float = 15.0,
+                 held: Callable[[], list[dict[str, Any]]] | None = None) -> None:
         self.url = url
+        # The held policy edits (`PolicyManager.held`): a `policy_held` post says what each widens.
+        self._held = held
         self.interval_seconds = interval_seconds
         self.check_seconds = check_seconds
         self._last_sent: dict[tuple[str, str], float] = {}
@@ -103,6 +112,8 @@ class Webhook:
             if at - self._last_sent.get(key, -self.interval_seconds) < self.interval_seconds:
                 continue
             self._last_sent[key] = at
+            if event == "policy_held" and self._held is not None:
+                detail = next((held_summary(e) for e in self._held() if e["file"] == subject), detail)
             body = {"event": event, "subject": subject, "detail": detail, "proxy": __version__,
                     "at": datetime.now(UTC).isoformat(timespec="seconds"),
                     "text": f"allowlist-proxy: {event}{f' ({subject})' if subject else ''}: {detail}"}

@@ -8,6 +8,7 @@ route stay as they are: it is set in the request's own task and copied into the 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import functools
@@ -59,6 +60,9 @@ def map_failure(exc: UpstreamFailure, upstream: str) -> ProxyError:
         return UpstreamProtocolError(f"upstream {upstream} broke the connection: {exc}")
     return UpstreamUnavailable(f"upstream {upstream} failed: {exc.kind}: {exc}")
 
+
+# How long the probe of an upstream waits for its answer.
+_PROBE_SECONDS = 2.0
 
 # Methods whose answer `WholeAnswers` reads (HEAD's has no body, which its parser must be told).
 _WHOLE_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
@@ -219,13 +223,22 @@ class Upstream:
             async for chunk in response.aiter_raw():
                 yield chunk
 
+    async def probe(self) -> str | None:
+        """Ask `GET /v1/models`: None when the upstream answers (any status under 500), else why not, in a few
+        words. The one probe of an upstream: the banner, /health, the dashboard and the background check use it."""
+        try:
+            response = await self.client.get(self.url("/models"), headers=self._keyed({}), timeout=_PROBE_SECONDS)
+        except httpx.TimeoutException:
+            error: str | None = f"no answer within {_PROBE_SECONDS:g} s"
+        except httpx.HTTPError as exc:
+            error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        else:
+            error = None if response.status_code < 500 else f"answered HTTP {response.status_code}"
+        telemetry.emit(telemetry.UpstreamProbed(self.base_url, error is None))
+        return error
+
     async def reachable(self) -> bool:
-        up = False
-        with contextlib.suppress(httpx.HTTPError):
-            response = await self.client.get(self.url("/models"), headers=self._keyed({}), timeout=2.0)
-            up = response.status_code < 500
-        telemetry.emit(telemetry.UpstreamProbed(self.base_url, up))
-        return up
+        return await self.probe() is None
 
     async def aclose(self) -> None:
         if self._whole is not None:
@@ -323,11 +336,8 @@ class Upstreams:
         return self.current.iter_bytes(response)
 
     async def reachable(self) -> bool:
-        """True when every upstream answers."""
-        for upstream in self.all:
-            if not await upstream.reachable():
-                return False
-        return True
+        """True when every upstream answers (asked at once)."""
+        return all(await asyncio.gather(*(upstream.reachable() for upstream in self.all)))
 
     async def aclose(self) -> None:
         for upstream in self.all:

@@ -130,12 +130,11 @@ class ModelCatalog:
             listed = self._listed[index]
             if listed is not None:
                 return listed
+            # Whether the upstream is up is the probe's to say (proxy/upstream/probe.py), not the traffic's.
             try:
                 answer = await self._fetch_one(index, headers)
             except ProxyError:
-                self._mark_up(index, False)
                 return None
-            self._mark_up(index, answer.status < 500)
             return answer.names
 
         names = await asyncio.gather(*(names_of(i) for i in range(len(self._members))))
@@ -169,11 +168,6 @@ class ModelCatalog:
             "Use one of those names, or map this name with the model_aliases setting.",
             param="model",
         )
-
-    def _mark_up(self, index: int, up: bool) -> None:
-        url = getattr(self._members[index], "base_url", None)
-        if url is not None:
-            telemetry.emit(telemetry.UpstreamProbed(url, up))
 
     def _choose(self, upstream: Upstream, model: str) -> None:
         if self._router is not None:

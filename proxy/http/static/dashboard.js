@@ -301,8 +301,8 @@
     };
     for (const upstream of status.upstreams || []) {
       if (!upstream.reachable) {
-        add("upstream", `Upstream ${upstream.url} does not answer: requests for its models fail with 502. ` +
-          "Is vLLM running there, and is the URL right (it ends in /v1)?");
+        add("upstream", `Upstream ${upstream.url} does not answer${upstream.error ? ` (${upstream.error})` : ""}: ` +
+          "requests for its models fail with 502. Is vLLM running there, and is the URL right (it ends in /v1)?");
       }
     }
     for (const error of status.policy_errors || []) {
@@ -310,6 +310,22 @@
       add("policy", `Policy file ${where} was refused (${error.key ? error.key + ": " : ""}${error.message}); ` +
         `the proxy keeps serving the last good policy "${status.policy ? status.policy.name : "?"}". Fix the file ` +
         "and it reloads.");
+    }
+    for (const held of status.policy_held || []) {
+      // What the held edit widens, and the command that applies it: the operator decides with both in view.
+      const node = el("div", null, "banner");
+      node.dataset.kind = "policy_held";
+      node.dataset.file = held.file;
+      node.setAttribute("role", "alert");
+      node.append(el("p", `Policy file ${held.file} has an edit that widens the policy: it is held, and the ` +
+        `policy before it keeps serving ("${status.policy ? status.policy.name : "?"}"). The edit allows:`));
+      const list = el("ul", null, "widens");
+      for (const item of (held.widens && held.widens.length ? held.widens : [held.reason])) list.append(el("li", item));
+      node.append(list);
+      const apply = el("p", "Apply it with ");
+      apply.append(el("code", held.apply, "apply"), document.createTextNode(" on the proxy's machine, or revert the file."));
+      node.append(apply);
+      banners.push(node);
     }
     const store = status.store || {};
     if (store.failures > 0 || store.queue > 10000) {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -30,7 +31,7 @@ from .loader import LoadedPolicy, load_policy_file
 from .reload_guard import reload_verdict
 from .watch import POLICY_SUFFIXES, watch_directory
 
-__all__ = ["PolicyManager"]
+__all__ = ["PolicyManager", "apply_command", "held_summary"]
 
 _log = structlog.get_logger("proxy.policy")
 
@@ -88,9 +89,10 @@ def is_policy_file(path: Path) -> bool:
 class _Held(Exception):
     """A widening reload: kept aside until the operator applies it (SIGHUP)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, widens: tuple[str, ...]) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.widens = widens
 
 
 def _check_reload(current: LoadedPolicy, loaded: LoadedPolicy, path: Path, *, explicit: bool = False) -> None:
@@ -98,7 +100,21 @@ def _check_reload(current: LoadedPolicy, loaded: LoadedPolicy, path: Path, *, ex
     if verdict.action == "refuse":
         raise PolicyError(f"reload refused: {verdict.reason}", file=str(path), line=1)
     if verdict.action == "hold":
-        raise _Held(verdict.reason or "widens the policy")
+        raise _Held(verdict.reason or "widens the policy", verdict.widens)
+
+
+def held_summary(entry: dict[str, Any]) -> str:
+    """A held edit (`PolicyManager.held`) in a sentence: the file, what it widens, what serves meanwhile, and
+    how to apply it; /health, the webhook and `allowlist-proxy policy status` say it so."""
+    widens = entry.get("widens") or []
+    what = "; ".join(widens[:3]) + (f" (and {len(widens) - 3} more)" if len(widens) > 3 else "")
+    return (f"{entry['file']}: an edit that widens the policy is held ({what or entry['reason']}); the policy "
+            f"before it keeps serving. Apply it with `{entry['apply']}`, or revert the file")
+
+
+def apply_command() -> str:
+    """The command that applies a held edit: SIGHUP to this process (the one that watches the files)."""
+    return f"kill -HUP {os.getpid()}"
 
 
 class PolicyManager:
@@ -165,18 +181,34 @@ class PolicyManager:
     def _record_good(self, path: Path, loaded: LoadedPolicy) -> None:
         file = self._file_key(path)
         self._errors.pop(file, None)
+        self._drop_held(file)
         telemetry.emit(telemetry.PolicyFileLoaded(file))
         if self._hashes.get(file) != loaded.hash:
             if file in self._hashes:
                 _log.info("policy.reloaded", file=file, name=loaded.name, hash=loaded.hash, mode=loaded.mode)
             self._hashes[file] = loaded.hash
 
-    def _record_held(self, path: Path, loaded: LoadedPolicy, reason: str) -> None:
+    def _record_held(self, path: Path, loaded: LoadedPolicy, held: _Held, served: LoadedPolicy | None) -> None:
         file = self._file_key(path)
-        if self._held.get(file, {}).get("hash") != loaded.hash:
-            _log.warning("policy.reload_held", file=file, name=loaded.name, hash=loaded.hash, reason=reason)
-        self._held[file] = {"file": file, "name": loaded.name, "hash": loaded.hash, "reason": reason,
-                            "at": datetime.now(UTC).isoformat(timespec="seconds")}
+        previous = self._held.get(file)
+        if previous is None or previous["hash"] != loaded.hash:
+            _log.warning("policy.reload_held", file=file, name=loaded.name, hash=loaded.hash, reason=held.reason,
+                         widens=list(held.widens), apply=apply_command())
+        self._held[file] = {
+            "file": file, "name": loaded.name, "hash": loaded.hash, "reason": held.reason,
+            # What the edit allows that the served version does not, and how the operator applies it.
+            "widens": list(held.widens), "served_hash": served.hash if served is not None else None,
+            "apply": apply_command(),
+            # Since when this version is held (the same edit seen again keeps its first time).
+            "at": previous["at"] if previous is not None and previous["hash"] == loaded.hash
+            else datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        telemetry.emit(telemetry.PolicyFileHeld(file, True))
+
+    def _drop_held(self, file: str) -> None:
+        """The file no longer holds a widening edit (applied, reverted, broken or gone)."""
+        self._held.pop(file, None)
+        telemetry.emit(telemetry.PolicyFileHeld(file, False))
 
     def _load_main(self, *, first: bool = False, explicit: bool = False) -> LoadedPolicy | None:
         try:
@@ -187,14 +219,16 @@ class PolicyManager:
                 _check_reload(self._current, loaded, self.path, explicit=explicit)
         except _Held as held:
             self._errors.pop(self._file_key(self.path), None)
-            self._record_held(self.path, loaded, held.reason)
+            self._record_held(self.path, loaded, held, self._current)
             return None
         except PolicyError as error:
+            # What the file holds now is this error, not the edit held before it: SIGHUP would not apply that.
+            if not first:
+                self._drop_held(self._file_key(self.path))
             self._record_error(self.path, error)
             if first:
                 raise
             return None
-        self._held.pop(self._file_key(self.path), None)
         self._record_good(self.path, loaded)
         return loaded
 
@@ -212,6 +246,9 @@ class PolicyManager:
         for file in list(self._errors):
             if file not in present and file != self._file_key(self.path):
                 self._errors.pop(file)  # a deleted file has no error any more
+        for file in list(self._held):
+            if file not in present and file != self._file_key(self.path):
+                self._drop_held(file)  # nor a held edit
         for path in paths:
             if path.resolve() == self.path.resolve() or not is_policy_file(path):
                 continue
@@ -221,11 +258,12 @@ class PolicyManager:
                 if previous is not None:
                     _check_reload(previous, loaded, path, explicit=explicit)
             except _Held as held:
-                self._record_held(path, loaded, held.reason)
+                self._record_held(path, loaded, held, previous)
                 if previous is not None:
                     siblings.setdefault(previous.name, previous)  # keep serving the version before
                 continue
             except PolicyError as error:
+                self._drop_held(self._file_key(path))
                 self._record_error(path, error)
                 if previous is not None:
                     siblings.setdefault(previous.name, previous)  # keep serving its last good version
@@ -236,7 +274,6 @@ class PolicyManager:
                                       file=str(path), line=1, key="name"),
                 )  # fmt: skip
                 continue
-            self._held.pop(self._file_key(path), None)
             self._record_good(path, loaded)
             siblings[loaded.name] = loaded
         self._siblings = siblings
@@ -296,6 +333,10 @@ class PolicyManager:
 
     # -- reporting ------------------------------------------------------------------------------------
 
+    def held(self) -> list[dict[str, Any]]:
+        """The widening edits not applied, by file: `widens` (what each allows more), `apply` (the command)."""
+        return sorted(self._held.values(), key=lambda e: str(e["file"]))
+
     def status(self) -> dict[str, Any]:
         """The body of GET /policies."""
         current = self._current
@@ -316,5 +357,5 @@ class PolicyManager:
             "policies": [describe(current)] + [describe(p) for _, p in sorted(self._siblings.items())],
             "errors": sorted(self._errors.values(), key=lambda e: str(e["file"])),
             # Widening edits not applied: SIGHUP to the serving process applies them.
-            "held": sorted(self._held.values(), key=lambda e: str(e["file"])),
+            "held": self.held(),
         }

@@ -42,10 +42,13 @@ _UNNAMED_TOOL = "allowlist_proxy_probe_tool"
 
 @dataclass(frozen=True)
 class ReloadVerdict:
-    """`apply` (take it now), `hold` (it widens: only SIGHUP applies it) or `refuse` (it may be cut short)."""
+    """`apply` (take it now), `hold` (it widens: only SIGHUP applies it) or `refuse` (it may be cut short).
+    `widens`: what a held edit allows that the served policy does not, one line each (the diff an operator reads
+    before applying it)."""
 
     action: Literal["apply", "hold", "refuse"]
     reason: str | None = None
+    widens: tuple[str, ...] = ()
 
 
 def reload_verdict(current: LoadedPolicy, candidate: LoadedPolicy, *, explicit: bool = False) -> ReloadVerdict:
@@ -56,10 +59,13 @@ def reload_verdict(current: LoadedPolicy, candidate: LoadedPolicy, *, explicit: 
     if missing and not candidate.complete:
         return ReloadVerdict("refuse", f"the file lacks section(s) {', '.join(missing)} that the served policy "
                                        "has: it may be cut short; end it with a line `...` to confirm")
-    widened = _first_widening(current.policy, candidate.policy)
-    if widened and not explicit:
-        return ReloadVerdict("hold", f"the new file allows what the served policy rejects ({widened}): held, "
-                                     "not applied; send SIGHUP to the serving process to apply it")
+    if explicit:
+        return ReloadVerdict("apply")
+    widened = _widenings(current.policy, candidate.policy)
+    if widened:
+        return ReloadVerdict("hold", f"the new file allows what the served policy rejects ({widened[0]}): held, "
+                                     "not applied; send SIGHUP to the serving process to apply it",
+                             widens=tuple(widened))
     return ReloadVerdict("apply")
 
 
@@ -68,15 +74,22 @@ def reload_problem(current: LoadedPolicy, candidate: LoadedPolicy) -> str | None
     return reload_verdict(current, candidate).reason
 
 
-def _first_widening(old: Policy, new: Policy) -> str | None:
+# A held edit's summary names at most this many widenings (the first is the one the reason names).
+_MAX_WIDENINGS = 20
+
+
+def _widenings(old: Policy, new: Policy) -> list[str]:
+    """What `new` allows that `old` does not ([] for none): the switches and keys read by their meaning, else
+    the first sample call `new` allows and `old` rejects."""
+    found = []
     if old.mode == "enforce" and new.mode != "enforce":
-        return f"mode {new.mode}"
+        found.append(f"mode {new.mode}")
     if old.protected.own_files and not new.protected.own_files:
-        return "protected.own_files off"
+        found.append("protected.own_files off")
     # Keys read by their meaning first: sample calls miss what they do not touch (a host, a scheme, a profile).
-    structural = widenings(old, new)
-    if structural:
-        return structural[0]
+    found += widenings(old, new)
+    if found:
+        return found[:_MAX_WIDENINGS]
     for tool, arguments in _probes(old, new):
         try:
             was = judge_call(old, tool, arguments).allowed
@@ -84,8 +97,8 @@ def _first_widening(old: Policy, new: Policy) -> str | None:
         except Exception:  # judging fails closed: an error in either is no widening to report
             continue
         if now and not was:
-            return f"{tool} {_brief(arguments)}"
-    return None
+            return [f"{tool} {_brief(arguments)} is allowed"]
+    return []
 
 
 def _brief(arguments: dict[str, Any]) -> str:
