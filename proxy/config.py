@@ -119,6 +119,9 @@ class Settings(BaseSettings):
                     "replaces `upstream` when set.",
     )
     db: str = Field("sqlite:///allowlist-proxy.db", description="Database URL of the store (SQLite or Postgres).")
+    migrate_on_start: bool = Field(
+        True, description="Bring the store's schema to this version's at start (a SQLite store is copied first); "
+        "off (serve --no-migrate), a store behind or ahead is refused: replicas, or a store `db upgrade` migrates.")
     policy: Path | None = Field(
         None, description="Policy file; default policies/strict.yaml, else the packaged strict policy."
     )

@@ -12,7 +12,6 @@ import difflib
 import json
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +56,6 @@ def sqlite_path(url: str) -> Path | None:
     return Path(path) if path and path != ":memory:" else None
 
 
-@dataclass(frozen=True, slots=True)
-class _Behind:
-    current: str | None
-    head: str
 
 
 def read_store(url: str, query: Callable[[Any], Awaitable[Any]]) -> tuple[Any, int]:
@@ -68,7 +63,7 @@ def read_store(url: str, query: Callable[[Any], Awaitable[Any]]) -> tuple[Any, i
     reason printed when the store is missing (a SQLite file is never created here) or unreadable."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from proxy.store.db import create_engine, schema_revisions
+    from proxy.store.db import SchemaState, create_engine, schema_state
 
     path = sqlite_path(url)
     if path is not None and not path.is_file():
@@ -78,19 +73,23 @@ def read_store(url: str, query: Callable[[Any], Awaitable[Any]]) -> tuple[Any, i
     async def run_query() -> Any:
         engine = create_engine(url)
         try:
-            current, head = await schema_revisions(engine)
-            if current != head:
-                return _Behind(current, head)
-            return await query(engine)
+            found = await schema_state(engine)
+            return found if found.state != "head" else await query(engine)
         finally:
             await engine.dispose()
 
     try:
         result = asyncio.run(run_query())
-        if isinstance(result, _Behind):
-            print(f"error: the store at {url.split('@')[-1]} has schema revision {result.current or 'none'}, this "
-                  f"proxy reads {result.head}: run `allowlist-proxy db upgrade` with the same --db (or start the "
-                  "proxy once) first", file=sys.stderr)
+        if isinstance(result, SchemaState):
+            where = url.split("@")[-1]
+            if result.state == "ahead":
+                print(f"error: the store at {where} has schema revision {result.current}, newer than this proxy "
+                      f"knows ({result.head}): a newer version migrated it; read it with that version "
+                      "(docs/upgrade.md)", file=sys.stderr)
+            else:
+                print(f"error: the store at {where} has schema revision {result.current or 'none'}, this "
+                      f"proxy reads {result.head}: run `allowlist-proxy db upgrade` with the same --db (or start the "
+                      "proxy once) first", file=sys.stderr)
             return None, 1
         return result, 0
     except SQLAlchemyError as exc:
