@@ -131,6 +131,7 @@ async def test_a_start_migrates_with_its_revisions_logged_and_copies_a_sqlite_st
     try:
         fresh = await migrate(engine, old)
         assert fresh is not None and fresh.before is None and fresh.backup is None  # nothing to copy yet
+        assert not logged.lines  # only a start announces its migration
         async with engine.begin() as conn:
             await conn.execute(text("INSERT INTO sessions (id, source, model, created_at) "
                                     "VALUES ('s1', 'header', 'm', 1.0)"))

@@ -151,16 +151,6 @@ def _on_store(url: str, work: Callable[[AsyncEngine], Awaitable[T]]) -> T:
     return asyncio.run(_go())
 
 
-def _logs_for_people() -> None:
-    """The migrations' log lines as console lines on stderr, from warnings up unless ALLOWLIST_PROXY_LOG_LEVEL says
-    otherwise: the command's own summary line says what was done."""
-    import os
-
-    from proxy.logs import configure_logging
-
-    configure_logging(os.environ.get("ALLOWLIST_PROXY_LOG_LEVEL", "warning"), "console")
-
-
 def _revisions(url: str) -> tuple[str | None, str]:
     from proxy.store.db import schema_revisions
 
@@ -182,7 +172,6 @@ def _no_store(url: str) -> bool:
 def run_upgrade(args: argparse.Namespace) -> int:
     from proxy.store.db import migrate, revision_order, schema_state
 
-    _logs_for_people()
     url = _url(args)
     found = _on_store(url, schema_state)
     order = revision_order()
@@ -206,7 +195,6 @@ def run_upgrade(args: argparse.Namespace) -> int:
 def run_downgrade(args: argparse.Namespace) -> int:
     from proxy.store.db import SchemaAhead, SchemaError, downgrade
 
-    _logs_for_people()
     url = _url(args)
     if _no_store(url):
         return 1
@@ -293,7 +281,6 @@ def run_rebuild(args: argparse.Namespace) -> int:
     from proxy.store import rollups
     from proxy.store.db import migrate
 
-    _logs_for_people()
     url = _url(args)
 
     async def _go(engine: AsyncEngine) -> None:
@@ -311,7 +298,6 @@ def run_prune(args: argparse.Namespace) -> int:
     from proxy.store.retention import prune_store
     from proxy.store.upkeep import Reclaimed, reclaim
 
-    _logs_for_people()
     url = _url(args)
 
     async def _go(engine: AsyncEngine) -> tuple[dict[str, int], Reclaimed | None]:

@@ -1,4 +1,5 @@
-"""`allowlist-proxy stats`: the per-model table, the reasons table and the loops, from the store.
+"""`allowlist-proxy stats`: the per-model table, blocked turns and upstream errors, the reasons table and the loops,
+from the store.
 
 Read-only: it never creates or migrates a store, so pointing it at the wrong URL says so instead of
 printing an empty table from a fresh file.
@@ -98,7 +99,7 @@ def read_store(url: str, query: Callable[[Any], Awaitable[Any]]) -> tuple[Any, i
 
 
 def run(args: argparse.Namespace) -> int:
-    from proxy.stats.models import loops_table, model_stats, parse_time, reasons_table, seed_table
+    from proxy.stats.models import loops_table, model_stats, parse_time, reasons_table, seed_table, turns_table
 
     url = args.db or Settings().db
     try:
@@ -118,15 +119,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(stats, indent=2))
         return 0
     md = bool(args.markdown)
-    if not stats["models"] and args.model is not None:
-        known, _ = read_store(url, lambda engine: model_stats(engine))
-        names = [m["model"] for m in (known or {}).get("models", [])]
-        if args.model not in names:
-            close = difflib.get_close_matches(args.model, names, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            print(f"error: no model {args.model!r} in the store{hint} (models: {', '.join(names) or 'none yet'})",
-                  file=sys.stderr)
-            return 2
+    if not stats["models"] and args.model is not None and (code := _unknown(url, [args.model])):
+        return code
     if not stats["models"]:
         print("no tool calls or requests in the store for this window")
         return 0
@@ -136,12 +130,33 @@ def run(args: argparse.Namespace) -> int:
         print(reasons_table(stats, markdown=md))
         print()
     print(loops_table(stats, markdown=md))
+    print()
+    print(turns_table(stats, markdown=md))
     if args.throughput:
         from proxy.throughput.live import render_live_tables
 
         print()
         print(render_live_tables({m["model"]: m["throughput"] for m in stats["models"]}, markdown=md), end="")
     return 0
+
+
+def _unknown(url: str, models: list[str]) -> int:
+    """0 when every model named on the command line is in the store; 2 when one never was, said on stderr with
+    the nearest name and the models that are there (1: the store cannot be read, said by `read_store`)."""
+    from proxy.stats.models import model_stats
+
+    known, code = read_store(url, lambda engine: model_stats(engine))
+    if code:
+        return code
+    names = [m["model"] for m in known["models"]]
+    missing = [name for name in models if name not in names]
+    if not missing:
+        return 0
+    close = difflib.get_close_matches(missing[0], names, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    print(f"error: no model {missing[0]!r} in the store{hint} (models: {', '.join(names) or 'none yet'})",
+          file=sys.stderr)
+    return 2
 
 
 def _compare(args: argparse.Namespace, url: str, since: float | None, until: float | None) -> int:
@@ -152,6 +167,8 @@ def _compare(args: argparse.Namespace, url: str, since: float | None, until: flo
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if code := _unknown(url, list(pair)):
+        return code
     result, code = read_store(url, lambda engine: compare_models(
         engine, pair, since=since, until=until, policy=args.policy, route=args.route))
     if code:

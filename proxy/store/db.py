@@ -28,7 +28,7 @@ log = get_logger("proxy.store.db")
 
 # The newest revision under migrations/ (a test checks it is alembic's head): a start against a store already
 # there reads one row and never loads alembic, which would stay in a serving proxy's memory (10 MB of it).
-SCHEMA_HEAD = "0017"
+SCHEMA_HEAD = "0021"
 
 # `migrations/` beside the `proxy` package: at the top of a source checkout, and in site-packages, where the
 # wheel installs it next to `proxy/` (pyproject.toml's package data).
@@ -93,7 +93,7 @@ class SchemaState:
     state: Literal["empty", "behind", "head", "ahead"]
 
 
-async def migrate(engine: AsyncEngine, revision: str = "head") -> Migration | None:
+async def migrate(engine: AsyncEngine, revision: str = "head", *, announce: bool = False) -> Migration | None:
     """Bring the schema up to `revision` over the engine's own connection (safe inside a running loop); None when
     it already was there.
 
@@ -101,7 +101,8 @@ async def migrate(engine: AsyncEngine, revision: str = "head") -> Migration | No
     took a tenth of a second at every start, and loading alembic 10 MB for good. A store at a revision this proxy
     does not know (a newer version migrated it) is refused in one line (`SchemaAhead`); a store asked to go back
     is left as it is (`db downgrade` does that). A SQLite store that holds a schema is copied first, with the
-    online backup API, to `<file>.before-<revision>` (proxy/store/upkeep.py).
+    online backup API, to `<file>.before-<revision>` (proxy/store/upkeep.py). `announce`: log the revisions before
+    and after (a start does; a command prints its own line, and a library caller's logging may not be set up).
     """
     current = await _stored_revision(engine)
     if revision == "head" and current == SCHEMA_HEAD:
@@ -115,8 +116,9 @@ async def migrate(engine: AsyncEngine, revision: str = "head") -> Migration | No
     if current is not None and order.index(current) >= order.index(target):
         return None  # there, or past it: upgrade never takes a store back
     backup = await _backup_first(engine, current, target)
-    log.info("store.migrating", from_revision=current or "none", to_revision=target,
-             backup=str(backup) if backup else None)
+    if announce:
+        log.info("store.migrating", from_revision=current or "none", to_revision=target,
+                 backup=str(backup) if backup else None)
 
     def _upgrade(sync_connection: Any) -> None:
         cfg.attributes["connection"] = sync_connection
@@ -125,7 +127,8 @@ async def migrate(engine: AsyncEngine, revision: str = "head") -> Migration | No
     conn: AsyncConnection
     async with engine.begin() as conn:
         await conn.run_sync(_upgrade)
-    log.info("store.migrated", from_revision=current or "none", to_revision=target)
+    if announce:
+        log.info("store.migrated", from_revision=current or "none", to_revision=target)
     return Migration(current, target, backup)
 
 
@@ -144,7 +147,6 @@ async def downgrade(engine: AsyncEngine, revision: str) -> Migration:
         raise SchemaError(f"the store is at revision {current}, not past {target}: nothing to take back "
                           "(`allowlist-proxy db upgrade` moves it forward)")
     backup = await _backup_first(engine, current, target)
-    log.info("store.downgrading", from_revision=current, to_revision=target, backup=str(backup) if backup else None)
     cfg = alembic_config()
 
     def _downgrade(sync_connection: Any) -> None:
@@ -154,16 +156,14 @@ async def downgrade(engine: AsyncEngine, revision: str) -> Migration:
     conn: AsyncConnection
     async with engine.begin() as conn:
         await conn.run_sync(_downgrade)
-    after = None if target == "base" else target
-    log.info("store.downgraded", from_revision=current, to_revision=after or "none")
-    return Migration(current, after, backup)
+    return Migration(current, None if target == "base" else target, backup)
 
 
 async def prepare_schema(engine: AsyncEngine, *, migrate_on_start: bool = True) -> Migration | None:
     """What a start does to the store: migrate it to head, or with `migrate_on_start` off (replicas, a store the
     operator migrates) only check that it is at head, refusing in one line a store behind or ahead."""
     if migrate_on_start:
-        return await migrate(engine)
+        return await migrate(engine, announce=True)
     found = await schema_state(engine)
     if found.state == "head":
         return None
