@@ -199,7 +199,8 @@ class Settings(BaseSettings):
     )
     alert_webhook_url: str | None = Field(
         None, description="POST a JSON object here for each alert event (loop rate or blocked turns high, upstream "
-        "down, policy reload refused, store degraded, release wait high); unset: no webhook."
+        "down, policy reload refused, store degraded, release wait high), and once `resolved` when it clears; "
+        "unset: no webhook."
     )
     alert_webhook_interval_seconds: float = Field(
         300.0, gt=0, description="At most one webhook post per event and subject (model, upstream, file) this often."
