@@ -116,9 +116,11 @@ async def migrate(engine: AsyncEngine, revision: str = "head", *, announce: bool
     if current is not None and order.index(current) >= order.index(target):
         return None  # there, or past it: upgrade never takes a store back
     backup = await _backup_first(engine, current, target)
+    # A new store is made quietly (its first start's output is the banner); an upgrade says what it does.
+    say = log.info if current is not None else log.debug
     if announce:
-        log.info("store.migrating", from_revision=current or "none", to_revision=target,
-                 backup=str(backup) if backup else None)
+        say("store.migrating", from_revision=current or "none", to_revision=target,
+            backup=str(backup) if backup else None)
 
     def _upgrade(sync_connection: Any) -> None:
         cfg.attributes["connection"] = sync_connection
@@ -128,7 +130,7 @@ async def migrate(engine: AsyncEngine, revision: str = "head", *, announce: bool
     async with engine.begin() as conn:
         await conn.run_sync(_upgrade)
     if announce:
-        log.info("store.migrated", from_revision=current or "none", to_revision=target)
+        say("store.migrated", from_revision=current or "none", to_revision=target)
     return Migration(current, target, backup)
 
 
