@@ -367,3 +367,18 @@ def test_the_upgrade_doc_covers_upgrade_rollback_and_replicas():
                    "pg_restore", "-wal"):
         assert needed in doc, needed
 
+
+
+def test_a_replica_at_head_checks_its_store_without_loading_alembic(db_url: str):
+    """`--no-migrate` at head costs one query, as a migrating start does (alembic would stay 10 MB in memory)."""
+    probe = ("import asyncio, sys\n"
+             "from proxy.store.db import create_engine, prepare_schema\n"
+             "async def main():\n"
+             f"    engine = create_engine({db_url!r})\n"
+             "    assert await prepare_schema(engine, migrate_on_start=False) is None\n"
+             "    await engine.dispose()\n"
+             "asyncio.run(main())\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'alembic'))\n")
+    ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "[]"

@@ -166,6 +166,8 @@ async def prepare_schema(engine: AsyncEngine, *, migrate_on_start: bool = True) 
     operator migrates) only check that it is at head, refusing in one line a store behind or ahead."""
     if migrate_on_start:
         return await migrate(engine, announce=True)
+    if await _stored_revision(engine) == SCHEMA_HEAD:
+        return None  # one query, alembic never loaded (as `migrate` at head)
     found = await schema_state(engine)
     if found.state == "head":
         return None
