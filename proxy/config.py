@@ -120,6 +120,9 @@ class Settings(BaseSettings):
                     "replaces `upstream` when set.",
     )
     db: str = Field("sqlite:///allowlist-proxy.db", description="Database URL of the store (SQLite or Postgres).")
+    migrate_on_start: bool = Field(
+        True, description="Bring the store's schema to this version's at start (a SQLite store is copied first); "
+        "off (serve --no-migrate), a store behind or ahead is refused: replicas, or a store `db upgrade` migrates.")
     policy: Path | None = Field(
         None, description="Policy file; default policies/strict.yaml, else the packaged strict policy."
     )
@@ -202,7 +205,8 @@ class Settings(BaseSettings):
     )
     alert_webhook_url: str | None = Field(
         None, description="POST a JSON object here for each alert event (loop rate or blocked turns high, upstream "
-        "down, policy reload refused, widening policy edit held, store degraded, release wait high); unset: no webhook."
+        "down, policy reload refused, widening policy edit held, store degraded, release wait high), and once "
+        "`resolved` when it clears; unset: no webhook."
     )
     otel_endpoint: str | None = Field(
         None, description="Export OpenTelemetry traces (one span per request, with its upstream attempts, judged calls "

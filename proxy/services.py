@@ -24,7 +24,7 @@ from proxy.stats.figures_process import FiguresProcess
 from proxy.stats.prometheus import observe_request
 from proxy.stats.traces import TracesUnavailable, start_traces
 from proxy.stats.webhook import Webhook
-from proxy.store.db import create_engine, migrate
+from proxy.store.db import create_engine, prepare_schema
 from proxy.store.journal import OwnerLock, recover
 from proxy.store.recorder import queue_request
 from proxy.store.retention import Retention
@@ -85,7 +85,7 @@ class Services:
         policies = PolicyManager(settings.policy or default_policy_path())
         engine = create_engine(settings.db)
         closers.push_async_callback(engine.dispose)
-        await migrate(engine)
+        await prepare_schema(engine, migrate_on_start=settings.migrate_on_start)
         writer = StoreWriter(engine, batch_size=settings.store_batch_size,
                              flush_seconds=settings.store_flush_seconds, max_queue=settings.store_max_queue)
         owner_lock = OwnerLock(engine, writer.owner)

@@ -18,6 +18,7 @@ PUBLIC = {
     "/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages", "/v1/models", "/v1/{path:path}",
     "/health", "/dashboard", "/dashboard/static/{name}", "/dashboard/columns.json",  # the page and its layout: no data
     "/dashboard/sessions/{session_id}",  # the session page: its data comes from the guarded /stats/sessions/{id}
+    "/",  # a redirect to /dashboard
 }
 
 
@@ -42,3 +43,13 @@ def test_every_route_is_public_or_needs_the_admin_token() -> None:
     guarded = {r.path for r in routes if require_admin in _calls(r.dependant)}
     assert {r.path for r in routes} - PUBLIC == guarded, "an admin route without require_admin, or a public one with it"
     assert {"/policies", "/metrics", "/stats/models", "/stats/overview", "/stats/loops"} <= guarded
+
+
+def test_the_root_redirects_to_the_dashboard_with_its_token(upstream, start_proxy) -> None:
+    proxy = start_proxy(upstream.url, admin_token="s3cret")
+    with proxy.client() as client:
+        answer = client.get("/", follow_redirects=False)
+        assert answer.status_code == 307 and answer.headers["location"] == "dashboard"
+        assert client.get("/?token=s3cret", follow_redirects=False).headers["location"] == "dashboard?token=s3cret"
+        page = client.get("/", follow_redirects=True)
+        assert page.status_code == 200 and str(page.url).endswith("/dashboard") and "<html" in page.text.lower()

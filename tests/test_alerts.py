@@ -106,11 +106,38 @@ async def test_the_webhook_posts_each_event_once_per_interval(receiver):
         POLICY_VALID.labels(file="webhook-test.yaml").set(1)
         await hook.stop()
     mine = [(p["event"], p["subject"]) for p in receiver.posts
-            if p["subject"] in ("webhook-test.yaml", "webhook-model")]
+            if p["subject"] in ("webhook-test.yaml", "webhook-model") and p["status"] == "firing"]
     assert sorted(mine) == [("blocked_turns_high", "webhook-model"), ("model_loop_rate_high", "webhook-model"),
                             ("policy_reload_refused", "webhook-test.yaml")]
+    # No blocked turn since the first check: that condition cleared, and is said once.
+    cleared = [(p["event"], p["subject"]) for p in receiver.posts
+               if p["subject"] == "webhook-model" and p["status"] == "resolved"]
+    assert cleared == [("blocked_turns_high", "webhook-model")]
     loop = next(p for p in receiver.posts if p["event"] == "model_loop_rate_high")
     assert "10 of 40 requests (25%)" in loop["detail"] and loop["text"].startswith("allowlist-proxy: ")
+
+
+async def test_a_condition_that_clears_is_resolved_once_and_a_failed_post_is_tried_again(receiver):
+    hook = Webhook(receiver.url, interval_seconds=3600)
+    file = "webhook-resolve.yaml"
+    try:
+        POLICY_VALID.labels(file=file).set(0)
+        await hook.check_once()
+        await hook.check_once()  # still refused: neither posted again (the interval) nor resolved
+        POLICY_VALID.labels(file=file).set(1)
+        real_url = hook.url
+        hook.url = "http://127.0.0.1:9/hook"  # the receiver is down when the condition clears
+        assert not [p for p in await hook.check_once() if p["subject"] == file]
+        hook.url = real_url
+        resolved = [p for p in await hook.check_once() if p["subject"] == file]
+        assert [p["status"] for p in resolved] == ["resolved"]
+        assert resolved[0]["text"].startswith("allowlist-proxy: resolved: policy_reload_refused")
+        assert not [p for p in await hook.check_once() if p["subject"] == file]  # said once
+    finally:
+        POLICY_VALID.labels(file=file).set(1)
+        await hook.stop()
+    mine = [p["status"] for p in receiver.posts if p["subject"] == file]
+    assert mine == ["firing", "resolved"]
 
 
 async def test_a_quiet_model_and_a_down_receiver_post_nothing_and_fail_nothing():

@@ -85,6 +85,22 @@ def test_db_upgrade_reports_the_real_revision(installed: Path, tmp_path: Path):
     assert (tmp_path / "store.db").is_file()
 
 
+def test_db_downgrade_and_backup_run_from_the_wheel(installed: Path, tmp_path: Path):
+    """The migrations' downgrade steps travel in the wheel too: an installed proxy can take its store back."""
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([installed / "allowlist-proxy", "db", *args, "--db", "sqlite:///store.db"],
+                              cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=180)
+
+    assert run("upgrade").returncode == 0
+    down = run("downgrade", "--to", "0001")
+    assert down.returncode == 0, down.stderr
+    assert "schema at 0001" in down.stdout and list(tmp_path.glob("store.db.before-0001"))
+    up = run("upgrade")
+    assert up.returncode == 0 and "(head)" in up.stdout and "from 0001" in up.stdout, up.stdout + up.stderr
+    copy = run("backup", "--to", "copy.db")
+    assert copy.returncode == 0 and (tmp_path / "copy.db").is_file(), copy.stderr
+
+
 @contextlib.contextmanager
 def _served(installed: Path, cwd: Path, *args: str) -> Iterator[tuple[str, str]]:
     """`allowlist-proxy serve --port 0 ARGS` from `cwd`: (its base URL, the banner); stopped with Ctrl-C."""

@@ -1,31 +1,46 @@
 """`allowlist-proxy db`: `upgrade` brings the store's schema to the newest migration (or a named one),
-`current` says where the store is, `history` lists the migrations, `rebuild-rollups` computes the stats'
-hourly rollups and error runs again from the stored rows, `prune` removes what is older than a date (with
-its rollups), `export` writes the calls or the requests as CSV or JSON Lines."""
+`downgrade` takes it back to an older one, `current` says where the store is, `history` lists the migrations,
+`backup` copies the store (SQLite) or prints the `pg_dump` line (Postgres), `rebuild-rollups` computes the stats'
+hourly rollups and error runs again from the stored rows, `prune` removes what is older than a date (with its
+rollups) and gives the space back, `export` writes the calls or the requests as CSV, JSON Lines or Parquet.
+
+Every time is a date, a date-time, epoch seconds or a duration ago (`90d`, `1h`), as `stats --since` takes it."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import sys
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from proxy.cli.command import HelpFormatter
 from proxy.config import Settings
 
-__all__ = ["register"]
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+__all__ = ["parse_date", "register"]
+
+T = TypeVar("T")
 
 EXAMPLES = """examples:
   allowlist-proxy db upgrade                     the configured store (default ./allowlist-proxy.db)
   allowlist-proxy db upgrade --db postgresql://allowlist:secret@db-host/allowlist
   allowlist-proxy db current
   allowlist-proxy db history
+  allowlist-proxy db backup --to store-copy.db   a consistent copy, while the proxy serves
+  allowlist-proxy db downgrade --to 0016         before running an older version (docs/upgrade.md)
   allowlist-proxy db rebuild-rollups             after rows were restored or edited by hand
-  allowlist-proxy db prune --before 2026-01-01   remove what is older, with its hourly figures
+  allowlist-proxy db prune --before 90d          remove what is older, with its hourly figures
   allowlist-proxy db export --format csv > calls.csv
-  allowlist-proxy db export --table requests --format jsonl --since 2026-03-01 -o requests.jsonl
+  allowlist-proxy db export --table requests --format jsonl --since 1h -o requests.jsonl
+  allowlist-proxy db export --format parquet -o calls.parquet     (with the [parquet] extra)
 """
+
+_WHEN = "a date, date-time or epoch seconds (UTC unless it names a zone), or a duration ago: 90d, 12h, 30m"
 
 
 def _with_db(parser: argparse.ArgumentParser) -> None:
@@ -40,8 +55,27 @@ def register(sub: Any) -> None:
                                  epilog=EXAMPLES, formatter_class=HelpFormatter)
     _with_db(upgrade)
     upgrade.add_argument("--revision", default="head",
-                         help="stop at this revision (default head); a store never goes back to an older one")
+                         help="stop at this revision (default head); a store past it is left as it is (exit 1): "
+                              "`db downgrade` takes a store back")
     upgrade.set_defaults(func=run_upgrade)
+    down = actions.add_parser(
+        "downgrade", epilog=EXAMPLES, formatter_class=HelpFormatter,
+        help="take the schema back to an older revision with the migrations' downgrade steps, before running an "
+             "older version of the proxy (stop the proxies first; a SQLite store is copied first; what only the "
+             "newer revisions hold is dropped)")
+    _with_db(down)
+    down.add_argument("--to", required=True, metavar="REV", dest="revision",
+                      help="the revision to go back to (`db history` lists them; `base` drops the whole schema)")
+    down.set_defaults(func=run_downgrade)
+    backup = actions.add_parser(
+        "backup", epilog=EXAMPLES, formatter_class=HelpFormatter,
+        help="copy a SQLite store with SQLite's online backup (consistent while the proxy serves); for Postgres, "
+             "print the pg_dump command line to run")
+    _with_db(backup)
+    backup.add_argument("--to", metavar="FILE", default=None,
+                        help="where the copy goes (default: beside the store, named with the time); never written "
+                             "over")
+    backup.set_defaults(func=run_backup)
     current = actions.add_parser("current", help="the store's schema revision and the newest this proxy knows",
                                  epilog=EXAMPLES, formatter_class=HelpFormatter)
     _with_db(current)
@@ -62,30 +96,37 @@ def register(sub: Any) -> None:
         help="remove the calls, requests and throughput windows older than a date, with their hourly figures "
              "(the date is taken down to the hour, so the figures of what remains stay exact)")
     _with_db(prune)
-    prune.add_argument("--before", required=True, type=parse_date, metavar="DATE",
-                       help="ISO date or date-time, UTC unless it names a zone (2026-01-01, 2026-01-01T12:00)")
+    prune.add_argument("--before", required=True, type=parse_date, metavar="WHEN", help=_WHEN)
+    prune.add_argument("--no-vacuum", dest="vacuum", action="store_false",
+                       help="leave the space of the deleted rows to new rows (SQLite's VACUUM holds the write lock "
+                            "while it copies the store: a serving proxy's writes wait that long)")
     prune.set_defaults(func=run_prune)
-    export = actions.add_parser("export", help="write the tool calls or the requests as CSV or JSON Lines",
-                                epilog=EXAMPLES, formatter_class=HelpFormatter)
+    export = actions.add_parser(
+        "export", epilog=EXAMPLES, formatter_class=HelpFormatter,
+        help="write the tool calls or the requests as CSV, JSON Lines or Parquet; times in ISO 8601 (UTC)")
     _with_db(export)
     export.add_argument("--table", choices=("calls", "requests"), default="calls",
                         help="what to write (default: %(default)s)")
-    export.add_argument("--format", choices=("csv", "jsonl"), default="csv", help="default: %(default)s")
-    export.add_argument("--since", type=parse_date, metavar="DATE", help="only rows at or after this date")
-    export.add_argument("--until", type=parse_date, metavar="DATE", help="only rows before this date")
+    export.add_argument("--format", choices=("csv", "jsonl", "parquet"), default="csv",
+                        help="default: %(default)s; parquet needs pyarrow (pip install 'allowlist-proxy[parquet]') "
+                             "and -o")
+    export.add_argument("--since", type=parse_date, metavar="WHEN", help=f"only rows at or after this time: {_WHEN}")
+    export.add_argument("--until", type=parse_date, metavar="WHEN", help="only rows before this time")
     export.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
     export.set_defaults(func=run_export)
 
 
 def parse_date(text: str) -> float:
-    """An ISO date or date-time as Unix seconds; UTC unless it names a zone."""
+    """A time as Unix seconds, read as `stats --since` reads it (proxy.stats.models.parse_time)."""
+    from proxy.stats.models import parse_time
+
     try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO date (2026-01-31 or 2026-01-31T12:00)") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
+        moment = parse_time(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if moment is None:
+        raise argparse.ArgumentTypeError(f"expected {_WHEN} (got an empty value)")
+    return moment
 
 
 def _url(args: argparse.Namespace) -> str:
@@ -96,49 +137,93 @@ def _where(url: str) -> str:
     return url.split("@")[-1]
 
 
-def _revisions(url: str) -> tuple[str | None, str]:
-    from proxy.store.db import create_engine, schema_revisions
+def _on_store(url: str, work: Callable[[AsyncEngine], Awaitable[T]]) -> T:
+    """`work(engine)` on the store at `url`, the engine closed after."""
+    from proxy.store.db import create_engine
 
-    async def _go() -> tuple[str | None, str]:
+    async def _go() -> T:
         engine = create_engine(url)
         try:
-            return await schema_revisions(engine)
+            return await work(engine)
         finally:
             await engine.dispose()
 
     return asyncio.run(_go())
 
 
+def _revisions(url: str) -> tuple[str | None, str]:
+    from proxy.store.db import schema_revisions
+
+    return _on_store(url, schema_revisions)
+
+
+def _no_store(url: str) -> bool:
+    """Whether `url` names a SQLite file that does not exist (said on stderr): a command that only reads or
+    copies a store never creates one."""
+    from proxy.cli.stats import sqlite_path
+
+    path = sqlite_path(url)
+    if path is not None and not path.is_file():
+        print(f"error: no store at {path}", file=sys.stderr)
+        return True
+    return False
+
+
 def run_upgrade(args: argparse.Namespace) -> int:
-    from proxy.store.db import create_engine, migrate
+    from proxy.store.db import migrate, revision_order, schema_state
 
     url = _url(args)
-    before, _head = _revisions(url)
-
-    async def _go() -> None:
-        engine = create_engine(url)
-        try:
-            await migrate(engine, args.revision)
-        finally:
-            await engine.dispose()
-
-    asyncio.run(_go())
+    found = _on_store(url, schema_state)
+    order = revision_order()
+    target = order[-1] if args.revision == "head" else args.revision
+    if found.state != "ahead" and target in order and found.current in order and \
+            order.index(found.current) > order.index(target):
+        print(f"error: the store in {_where(url)} is at {found.current}, past {target}: upgrade never takes a store "
+              f"back. `allowlist-proxy db downgrade --to {target}` does (docs/upgrade.md).", file=sys.stderr)
+        return 1
+    done = _on_store(url, lambda engine: migrate(engine, args.revision))
     after, head = _revisions(url)
-    note = ""
-    if args.revision not in ("head", after):
-        note = f" (asked for {args.revision}; upgrade never takes a store back to an older revision)"
-    elif after == before:
+    if done is None:
         note = " (already there)"
+    else:
+        note = f" (from {done.before or 'an empty database'}"
+        note += f"; the store as it was is copied to {done.backup})" if done.backup else ")"
     print(f"schema at {after}{' (head)' if after == head else ''} in {_where(url)}{note}")
     return 0
 
 
-def run_current(args: argparse.Namespace) -> int:
+def run_downgrade(args: argparse.Namespace) -> int:
+    from proxy.store.db import SchemaAhead, SchemaError, downgrade
+
     url = _url(args)
-    current, head = _revisions(url)
-    state = "up to date" if current == head else "behind: run `allowlist-proxy db upgrade`"
-    print(f"{_where(url)}: schema at {current or 'none (empty database)'}; this proxy's newest is {head} ({state})")
-    return 0 if current == head else 1
+    if _no_store(url):
+        return 1
+    try:
+        done = _on_store(url, lambda engine: downgrade(engine, args.revision))
+    except SchemaAhead:
+        raise
+    except SchemaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    copy = f"; the store as it was is copied to {done.backup}" if done.backup else ""
+    print(f"schema at {done.after or 'none (base: no tables)'} in {_where(url)} (from {done.before}{copy})")
+    return 0
+
+
+def run_current(args: argparse.Namespace) -> int:
+    from proxy.store.db import schema_state
+
+    url = _url(args)
+    if _no_store(url):
+        return 1
+    found = _on_store(url, schema_state)
+    state = {"head": "up to date", "empty": "empty: run `allowlist-proxy db upgrade`",
+             "behind": "behind: run `allowlist-proxy db upgrade`",
+             "ahead": "ahead: a newer version migrated it; run that version, or its `db downgrade --to "
+                      f"{found.head}` (docs/upgrade.md)"}[found.state]
+    print(f"{_where(url)}: schema at {found.current or 'none (empty database)'}; this proxy's newest is "
+          f"{found.head} ({state})")
+    return 0 if found.state == "head" else 1
 
 
 def run_history(_args: argparse.Namespace) -> int:
@@ -153,64 +238,106 @@ def run_history(_args: argparse.Namespace) -> int:
     return 0
 
 
+def run_backup(args: argparse.Namespace) -> int:
+    from proxy.cli.stats import sqlite_path
+    from proxy.store import upkeep
+
+    url = _url(args)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = sqlite_path(url)
+    if url.startswith(("postgres", "postgresql")):
+        target = args.to or f"allowlist-proxy-{stamp}.dump"
+        print(upkeep.backup_command(url, target))
+        print("run the line above (pg_dump of the same major version as the server, or newer); restore with "
+              f"`pg_restore --clean --if-exists --no-owner --dbname=URL {target}`", file=sys.stderr)
+        return 0
+    if path is None:
+        print(f"error: {_where(url)} is not a SQLite file or a Postgres database: nothing to copy", file=sys.stderr)
+        return 2
+    if _no_store(url):
+        return 1
+    target = Path(args.to) if args.to else upkeep.free_name(path, f".backup-{stamp}")
+    if target.exists():
+        print(f"error: {target} exists: name another file (a copy is never written over)", file=sys.stderr)
+        return 2
+    if not target.parent.is_dir():
+        print(f"error: the directory {target.parent} does not exist", file=sys.stderr)
+        return 2
+    upkeep.backup_sqlite(path, target)
+    revision, _head = _revisions(f"sqlite:///{target}")
+    print(f"copied {path} to {target} ({_size(target.stat().st_size)}, schema {revision or 'none'})")
+    return 0
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
 def run_rebuild(args: argparse.Namespace) -> int:
     from proxy.store import rollups
-    from proxy.store.db import create_engine, migrate
+    from proxy.store.db import migrate
 
     url = _url(args)
 
-    async def _go() -> None:
-        engine = create_engine(url)
-        try:
-            await migrate(engine)
-            async with engine.begin() as conn:  # one transaction: readers see the old rollups or the new
-                await conn.run_sync(rollups.rebuild)
-        finally:
-            await engine.dispose()
+    async def _go(engine: AsyncEngine) -> None:
+        await migrate(engine)
+        async with engine.begin() as conn:  # one transaction: readers see the old rollups or the new
+            await conn.run_sync(rollups.rebuild)
 
-    asyncio.run(_go())
+    _on_store(url, _go)
     print(f"rollups rebuilt in {_where(url)}")
     return 0
 
 
 def run_prune(args: argparse.Namespace) -> int:
-    from proxy.store.db import create_engine, migrate
+    from proxy.store.db import migrate
     from proxy.store.retention import prune_store
+    from proxy.store.upkeep import Reclaimed, reclaim
 
     url = _url(args)
 
-    async def _go() -> dict[str, int]:
-        engine = create_engine(url)
-        try:
-            await migrate(engine)
-            return await prune_store(engine, args.before)
-        finally:
-            await engine.dispose()
+    async def _go(engine: AsyncEngine) -> tuple[dict[str, int], Reclaimed | None]:
+        await migrate(engine)
+        deleted = await prune_store(engine, args.before)
+        if not args.vacuum:
+            return deleted, None
+        return deleted, await reclaim(engine, [table for table, n in deleted.items() if n])
 
-    deleted = asyncio.run(_go())
+    deleted, space = _on_store(url, _go)
     cut = datetime.fromtimestamp(args.before, UTC).replace(minute=0, second=0, microsecond=0)
     rows = ", ".join(f"{n} {table}" for table, n in deleted.items() if n) or "nothing"
     print(f"pruned before {cut.isoformat(timespec='minutes')} in {_where(url)}: {rows}")
+    if space is not None:
+        freed = space.before - space.after
+        print(f"{space.how}: {_size(space.before)} before, {_size(space.after)} after "
+              f"({_size(max(freed, 0))} given back)")
     return 0
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from proxy.store.db import create_engine
-    from proxy.store.export import export_rows
+    from proxy.store.export import export_rows, parquet_available
 
     url = _url(args)
-    out = open(args.output, "w", newline="", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
-
-    async def _go() -> int:
-        engine = create_engine(url)
-        try:
-            return await export_rows(engine, out, table=args.table, fmt=args.format, since=args.since,
-                                     until=args.until)
-        finally:
-            await engine.dispose()
-
+    binary = args.format == "parquet"
+    if binary and not args.output:
+        print("error: --format parquet writes a file: give it with -o FILE", file=sys.stderr)
+        return 2
+    if binary and not parquet_available():
+        print("error: Parquet needs pyarrow: pip install 'allowlist-proxy[parquet]' (or use --format csv or jsonl)",
+              file=sys.stderr)
+        return 2
+    if _no_store(url):
+        return 1
+    out: Any = sys.stdout
+    if args.output:
+        out = open(args.output, "wb") if binary else open(args.output, "w", newline="", encoding="utf-8")  # noqa: SIM115
     try:
-        count = asyncio.run(_go())
+        count = _on_store(url, lambda engine: export_rows(engine, out, table=args.table, fmt=args.format,
+                                                          since=args.since, until=args.until))
     finally:
         if out is not sys.stdout:
             out.close()

@@ -1,4 +1,5 @@
-"""`allowlist-proxy policy status`: what the running proxy serves, and whether the policy files say the same.
+"""`allowlist-proxy policy status`: what the running proxy serves, and whether the policy files say the same;
+`allowlist-proxy policy schema`: the JSON Schema of policy files, for editors.
 
 It asks the running proxy (`GET /policies`, with the admin token): only the serving process knows which version
 of each file it took, which edit it holds because it widens the policy (applied only by SIGHUP) and which file
@@ -37,6 +38,19 @@ def register(sub: Any) -> None:
                         help="the proxy's admin token [env ALLOWLIST_PROXY_ADMIN_TOKEN]")
     status.add_argument("--json", action="store_true", help="print the answer as one JSON object")
     status.set_defaults(func=run_status)
+    schema = add_command(actions, "schema", help="the JSON Schema of policy files, for editors",
+                         description="Print the JSON Schema of policy files (docs/policy.schema.json), or with "
+                                     "--check FILE exit 1 when FILE is not what this version generates.",
+                         examples=["allowlist-proxy policy schema > docs/policy.schema.json",
+                                   "allowlist-proxy policy schema --check docs/policy.schema.json"])
+    schema.add_argument("--check", metavar="FILE", default=None, help="exit 1 when FILE differs from the schema")
+    schema.set_defaults(func=run_schema)
+
+
+def run_schema(args: argparse.Namespace) -> int:
+    from proxy.policy.file.json_schema import main
+
+    return main(["--check", args.check] if args.check else [])
 
 
 def _target(args: argparse.Namespace) -> tuple[str, str | None]:

@@ -46,6 +46,9 @@ def register(sub: Any) -> None:
             parser.add_argument(flag, dest=name, default=None, action=argparse.BooleanOptionalAction, help=text)
         else:
             parser.add_argument(flag, dest=name, default=None, metavar=name.upper(), help=text)
+    parser.add_argument("--no-migrate", dest="migrate_on_start", action="store_const", const=False, default=None,
+                        help="the same as --no-migrate-on-start: serve a store another proxy or `db upgrade` "
+                             "migrates (replicas); a store behind is refused")
     parser.set_defaults(func=run)
 
 
@@ -115,7 +118,7 @@ async def preflight(settings: Settings) -> None:
     from proxy.policy import default_policy_path
     from proxy.policy.file.loader import load_policy_file
     from proxy.stats.traces import TracesUnavailable, check_available
-    from proxy.store.db import create_engine, migrate
+    from proxy.store.db import create_engine, prepare_schema
 
     path = settings.policy or default_policy_path()
     if not Path(path).is_file():
@@ -134,11 +137,19 @@ async def preflight(settings: Settings) -> None:
                                     "Create it, or give another sqlite:///PATH.")
     engine = create_engine(settings.db)
     try:
-        await asyncio.wait_for(migrate(engine), timeout=30)
-    except TimeoutError:
-        raise ConfigError("db", "the database did not answer in 30 s. Is it running and reachable?") from None
+        try:
+            await asyncio.wait_for(_reach(engine), timeout=30)
+        except TimeoutError:
+            raise ConfigError("db", "the database did not answer in 30 s. Is it running and reachable?") from None
+        # Not under the 30 s: a large store's first migration (and its copy) may take minutes, logged as it goes.
+        await prepare_schema(engine, migrate_on_start=settings.migrate_on_start)
     finally:
         await engine.dispose()
+
+
+async def _reach(engine: Any) -> None:
+    async with engine.connect():
+        pass
 
 
 def run(args: argparse.Namespace) -> int:

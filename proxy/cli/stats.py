@@ -1,4 +1,5 @@
-"""`allowlist-proxy stats`: the per-model table, the reasons table and the loops, from the store.
+"""`allowlist-proxy stats`: the per-model table, blocked turns and upstream errors, the reasons table and the loops,
+from the store.
 
 Read-only: it never creates or migrates a store, so pointing it at the wrong URL says so instead of
 printing an empty table from a fresh file.
@@ -12,7 +13,6 @@ import difflib
 import json
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +57,6 @@ def sqlite_path(url: str) -> Path | None:
     return Path(path) if path and path != ":memory:" else None
 
 
-@dataclass(frozen=True, slots=True)
-class _Behind:
-    current: str | None
-    head: str
 
 
 def read_store(url: str, query: Callable[[Any], Awaitable[Any]]) -> tuple[Any, int]:
@@ -68,7 +64,7 @@ def read_store(url: str, query: Callable[[Any], Awaitable[Any]]) -> tuple[Any, i
     reason printed when the store is missing (a SQLite file is never created here) or unreadable."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from proxy.store.db import create_engine, schema_revisions
+    from proxy.store.db import SchemaState, create_engine, schema_state
 
     path = sqlite_path(url)
     if path is not None and not path.is_file():
@@ -78,19 +74,23 @@ def read_store(url: str, query: Callable[[Any], Awaitable[Any]]) -> tuple[Any, i
     async def run_query() -> Any:
         engine = create_engine(url)
         try:
-            current, head = await schema_revisions(engine)
-            if current != head:
-                return _Behind(current, head)
-            return await query(engine)
+            found = await schema_state(engine)
+            return found if found.state != "head" else await query(engine)
         finally:
             await engine.dispose()
 
     try:
         result = asyncio.run(run_query())
-        if isinstance(result, _Behind):
-            print(f"error: the store at {url.split('@')[-1]} has schema revision {result.current or 'none'}, this "
-                  f"proxy reads {result.head}: run `allowlist-proxy db upgrade` with the same --db (or start the "
-                  "proxy once) first", file=sys.stderr)
+        if isinstance(result, SchemaState):
+            where = url.split("@")[-1]
+            if result.state == "ahead":
+                print(f"error: the store at {where} has schema revision {result.current}, newer than this proxy "
+                      f"knows ({result.head}): a newer version migrated it; read it with that version "
+                      "(docs/upgrade.md)", file=sys.stderr)
+            else:
+                print(f"error: the store at {where} has schema revision {result.current or 'none'}, this "
+                      f"proxy reads {result.head}: run `allowlist-proxy db upgrade` with the same --db (or start the "
+                      "proxy once) first", file=sys.stderr)
             return None, 1
         return result, 0
     except SQLAlchemyError as exc:
@@ -99,7 +99,7 @@ def read_store(url: str, query: Callable[[Any], Awaitable[Any]]) -> tuple[Any, i
 
 
 def run(args: argparse.Namespace) -> int:
-    from proxy.stats.models import loops_table, model_stats, parse_time, reasons_table, seed_table
+    from proxy.stats.models import loops_table, model_stats, parse_time, reasons_table, seed_table, turns_table
 
     url = args.db or Settings().db
     try:
@@ -119,15 +119,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(stats, indent=2))
         return 0
     md = bool(args.markdown)
-    if not stats["models"] and args.model is not None:
-        known, _ = read_store(url, lambda engine: model_stats(engine))
-        names = [m["model"] for m in (known or {}).get("models", [])]
-        if args.model not in names:
-            close = difflib.get_close_matches(args.model, names, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            print(f"error: no model {args.model!r} in the store{hint} (models: {', '.join(names) or 'none yet'})",
-                  file=sys.stderr)
-            return 2
+    if not stats["models"] and args.model is not None and (code := _unknown(url, [args.model])):
+        return code
     if not stats["models"]:
         print("no tool calls or requests in the store for this window")
         return 0
@@ -137,12 +130,33 @@ def run(args: argparse.Namespace) -> int:
         print(reasons_table(stats, markdown=md))
         print()
     print(loops_table(stats, markdown=md))
+    print()
+    print(turns_table(stats, markdown=md))
     if args.throughput:
         from proxy.throughput.live import render_live_tables
 
         print()
         print(render_live_tables({m["model"]: m["throughput"] for m in stats["models"]}, markdown=md), end="")
     return 0
+
+
+def _unknown(url: str, models: list[str]) -> int:
+    """0 when every model named on the command line is in the store; 2 when one never was, said on stderr with
+    the nearest name and the models that are there (1: the store cannot be read, said by `read_store`)."""
+    from proxy.stats.models import model_stats
+
+    known, code = read_store(url, lambda engine: model_stats(engine))
+    if code:
+        return code
+    names = [m["model"] for m in known["models"]]
+    missing = [name for name in models if name not in names]
+    if not missing:
+        return 0
+    close = difflib.get_close_matches(missing[0], names, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    print(f"error: no model {missing[0]!r} in the store{hint} (models: {', '.join(names) or 'none yet'})",
+          file=sys.stderr)
+    return 2
 
 
 def _compare(args: argparse.Namespace, url: str, since: float | None, until: float | None) -> int:
@@ -153,6 +167,8 @@ def _compare(args: argparse.Namespace, url: str, since: float | None, until: flo
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if code := _unknown(url, list(pair)):
+        return code
     result, code = read_store(url, lambda engine: compare_models(
         engine, pair, since=since, until=until, policy=args.policy, route=args.route))
     if code:

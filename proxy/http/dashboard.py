@@ -1,5 +1,6 @@
-"""GET /dashboard: one page and its bundled files; the page itself reads `/stats/models` and `/stats/overview`,
-and lays out its per-model table by `/dashboard/columns.json` (`proxy.stats.models.MODEL_COLUMNS`).
+"""GET /dashboard (and `/`, which redirects there): one page and its bundled files; the page itself reads
+`/stats/models` and `/stats/overview`, and lays out its per-model table by `/dashboard/columns.json`
+(`proxy.stats.models.MODEL_COLUMNS`).
 
 The page holds no data, so it is served without the admin token; the data it fetches is guarded as
 usual, and the page sends the token it was opened with (`/dashboard?token=...`). A strict Content
@@ -12,8 +13,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from fastapi import APIRouter
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 
 from proxy.errors import ProxyError, error_response
 from proxy.stats.models import MODEL_COLUMNS
@@ -44,6 +45,15 @@ class _NotFound(ProxyError):
     status_code = 404
     error_type = "invalid_request_error"
     code = "not_found"
+
+
+@router.get("/", include_in_schema=False)
+async def root(request: Request) -> Response:
+    """The proxy's address opened in a browser: to the dashboard, the query (`?token=`) kept. Relative, so that
+    behind a reverse proxy that serves it under a path prefix it stays under that prefix."""
+    query = request.url.query
+    return RedirectResponse("dashboard" + (f"?{query}" if query else ""), status_code=307,
+                            headers={"referrer-policy": "no-referrer", "cache-control": "no-store"})
 
 
 @router.get("/dashboard", include_in_schema=False)

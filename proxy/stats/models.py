@@ -37,6 +37,7 @@ __all__ = [
     "seed_table",
     "session_detail",
     "top_loops",
+    "turns_table",
 ]
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
@@ -122,6 +123,9 @@ def model_entry(name: str, m: ModelFigures, live: Mapping[str, Any] | None) -> d
         "recovery_rate_session_ci95": _interval(bootstrap_ratio(m.session_recoveries)),
         "median_attempts": median_from_histogram(m.attempts),
         "ungoverned_text_actions": m.ungoverned_text,
+        "blocked_turns": m.failed.blocked,
+        "blocked_rate": _rate(m.failed.blocked, m.requests.requests),
+        "upstream_errors": m.failed.upstream_errors,
         "throughput": {**(live or empty_throughput()), "by_concurrency": m.throughput},
     }
 
@@ -290,6 +294,14 @@ def seed_table(stats: Mapping[str, Any], *, markdown: bool = False) -> str:
     rows = [[m["model"], str(m["sessions"]), str(m["tool_calls"]), str(m["errors"]),
              _percent(m["error_rate"])] for m in stats["models"]]
     return render_table(["Model", "Sessions", "Tool calls", "Errors", "Err/tool"], rows,
+                        right=[False, True, True, True, True], markdown=markdown)
+
+
+def turns_table(stats: Mapping[str, Any], *, markdown: bool = False) -> str:
+    """Per model: requests, the turns the retry budget ended (blocked) and the requests the upstream failed."""
+    rows = [[m["model"], str(m["requests"]), str(m["blocked_turns"]), _percent(m["blocked_rate"]),
+             str(m["upstream_errors"])] for m in stats["models"]]
+    return render_table(["Model", "Requests", "Blocked turns", "Blocked", "Upstream errors"], rows,
                         right=[False, True, True, True, True], markdown=markdown)
 
 

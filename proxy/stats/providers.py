@@ -20,7 +20,15 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from proxy.store import figures, queries
-from proxy.store.queries import CallCounts, Filters, LoopSummary, RequestCounts, SessionErrors, SessionRecovery
+from proxy.store.queries import (
+    CallCounts,
+    FailedTurns,
+    Filters,
+    LoopSummary,
+    RequestCounts,
+    SessionErrors,
+    SessionRecovery,
+)
 
 __all__ = ["PROVIDERS", "ModelFigures", "Provider", "gather"]
 
@@ -60,6 +68,8 @@ class ModelFigures:
     session_recoveries: list[SessionRecovery] = field(default_factory=list,
                                                       metadata=_by(figures.session_recoveries))
     ungoverned_text: int = field(default=0, metadata=_by(queries.ungoverned_text_counts))
+    # requests whose retry budget ran out (outcome `blocked`), and those the upstream failed (`upstream_error`)
+    failed: FailedTurns = field(default_factory=FailedTurns, metadata=_by(queries.failed_turn_counts))
 
 
 # figure name -> its provider, in the order they run.

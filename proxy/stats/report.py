@@ -1,9 +1,10 @@
 """The seed post's tables in one document: `allowlist-proxy report`.
 
 Rule compliance per model with both intervals, the comparison sentence of every pair of models, reason codes,
-loops and recovery, feedback variants when an experiment ran, and throughput per concurrency (from the
-proxy's live windows, or from vLLM logs given with `--vllm-log`). Text or Markdown; one `build_report` call
-collects the figures and `render_report` lays them out, so the JSON (`--json`) holds exactly what is shown.
+loops and recovery, blocked turns and upstream errors, feedback variants when an experiment ran, and throughput
+per concurrency (from the proxy's live windows, or from vLLM logs given with `--vllm-log`). Text or Markdown; one
+`build_report` call collects the figures and `render_report` lays them out, so the JSON (`--json`) holds exactly
+what is shown.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.stats.compare import compare_models
-from proxy.stats.models import loops_table, model_stats, reasons_table, render_table
+from proxy.stats.models import loops_table, model_stats, reasons_table, render_table, turns_table
 from proxy.stats.variants import variant_stats
 
 __all__ = ["build_report", "compliance_table", "render_report", "variants_table"]
@@ -89,6 +90,7 @@ def render_report(report: Mapping[str, Any], *, markdown: bool = False, vllm_tab
     if any(m["reasons"] for m in stats["models"]):
         parts += [heading("Reasons"), reasons_table(stats, markdown=markdown)]
     parts += [heading("Retry loops"), loops_table(stats, markdown=markdown)]
+    parts += [heading("Blocked turns and upstream errors"), turns_table(stats, markdown=markdown)]
     if report["variants"]["variants"]:
         parts += [heading("Feedback variants"), variants_table(report["variants"], markdown=markdown)]
     parts.append(heading("Throughput per concurrency"))

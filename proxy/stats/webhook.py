@@ -6,7 +6,9 @@ Events: `model_loop_rate_high`, `blocked_turns_high` (per model, over the reques
 at least `_MIN_REQUESTS` of them), `upstream_down`, `policy_reload_refused`, `policy_held` (a widening
 edit held until SIGHUP: what it widens and the command), `store_degraded`,
 `release_wait_high` (more than 1% of judged calls waited over 250 ms). The body carries `text` too, so a
-Slack or Mattermost incoming webhook shows it as it is.
+Slack or Mattermost incoming webhook shows it as it is, and `status`: `firing`, or `resolved` once, at the first
+check where an event that was posted no longer holds (as Alertmanager resolves an alert whose rule stopped
+matching: a rate condition with no traffic since the last check no longer holds).
 """
 
 from __future__ import annotations
@@ -98,34 +100,55 @@ class Webhook:
         self.interval_seconds = interval_seconds
         self.check_seconds = check_seconds
         self._last_sent: dict[tuple[str, str], float] = {}
+        self._firing: dict[tuple[str, str], str] = {}  # posted as firing and not yet resolved -> since when
         self._before = _snapshot()
         self._task: asyncio.Task[None] | None = None
         self._client = httpx.AsyncClient(timeout=10.0)
 
     async def check_once(self) -> list[dict[str, Any]]:
-        """Post the events that hold now and were not posted within the interval; returns what was sent."""
+        """Post the events that hold now and were not posted within the interval, and `resolved` for those posted
+        that no longer hold; returns what was sent."""
         now = _snapshot()
         sent = []
+        holding = set()
         for event, subject, detail in events(now, self._before):
             key = (event, subject)
+            holding.add(key)
             at = time.monotonic()
             if at - self._last_sent.get(key, -self.interval_seconds) < self.interval_seconds:
                 continue
             self._last_sent[key] = at
             if event == "policy_held" and self._held is not None:
                 detail = next((held_summary(e) for e in self._held() if e["file"] == subject), detail)
-            body = {"event": event, "subject": subject, "detail": detail, "proxy": __version__,
-                    "at": datetime.now(UTC).isoformat(timespec="seconds"),
-                    "text": f"allowlist-proxy: {event}{f' ({subject})' if subject else ''}: {detail}"}
-            try:
-                answer = await self._client.post(self.url, json=body)
-                answer.raise_for_status()
-            except httpx.HTTPError as exc:
-                log.warning("alert.webhook_failed", url=self.url, alert=event, error=str(exc))
-                continue
-            sent.append(body)
+            body = self._body(event, subject, "firing", detail)
+            if await self._post(body):
+                self._firing.setdefault(key, body["at"])
+                sent.append(body)
+        for key in [k for k in self._firing if k not in holding]:
+            event, subject = key
+            body = self._body(event, subject, "resolved", f"no longer holds (firing since {self._firing[key]})")
+            if await self._post(body):  # else tried again at the next check
+                del self._firing[key]
+                sent.append(body)
         self._before = now
         return sent
+
+    @staticmethod
+    def _body(event: str, subject: str, status: str, detail: str) -> dict[str, Any]:
+        said = f"{event}{f' ({subject})' if subject else ''}"
+        return {"event": event, "subject": subject, "status": status, "detail": detail, "proxy": __version__,
+                "at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "text": f"allowlist-proxy: {'resolved: ' if status == 'resolved' else ''}{said}: {detail}"}
+
+    async def _post(self, body: dict[str, Any]) -> bool:
+        try:
+            answer = await self._client.post(self.url, json=body)
+            answer.raise_for_status()
+        except httpx.HTTPError as exc:
+            log.warning("alert.webhook_failed", url=self.url, alert=body["event"], status=body["status"],
+                        error=str(exc))
+            return False
+        return True
 
     async def _loop(self) -> None:
         while True:

@@ -24,6 +24,7 @@ from sqlalchemy import (
     distinct,
     func,
     literal,
+    literal_column,
     or_,
     select,
     tuple_,
@@ -35,7 +36,9 @@ from proxy.store.tables import requests, sessions, tool_call_reasons, tool_calls
 from proxy.store.verdict_sql import is_error_sql, loop_key_sql
 
 __all__ = [
+    "FAILED_OUTCOMES",
     "CallCounts",
+    "FailedTurns",
     "Filters",
     "LoopSummary",
     "RequestCounts",
@@ -46,6 +49,7 @@ __all__ = [
     "call_conditions",
     "call_counts_from_rows",
     "conditions",
+    "failed_turn_counts",
     "primary_reason_counts_from_rows",
     "reason_counts_from_rows",
     "request_conditions",
@@ -164,6 +168,31 @@ async def ungoverned_text_counts(conn: AsyncConnection, f: Filters) -> dict[str,
     stmt = (select(r.model, func.sum(r.ungoverned_text))
             .where(r.ungoverned_text.is_not(None), *request_conditions(f)).group_by(r.model))
     return {m: int(n or 0) for m, n in await conn.execute(stmt)}
+
+
+# A request ended by its retry budget (`blocked`) or by the upstream (`upstream_error`). Written as migration
+# 0021's partial index is, so that SQLite reads that index (it needs the index's own terms in the query).
+FAILED_OUTCOMES = ("blocked", "upstream_error")
+
+
+@dataclass(frozen=True, slots=True)
+class FailedTurns:
+    blocked: int = 0
+    upstream_errors: int = 0
+
+
+async def failed_turn_counts(conn: AsyncConnection, f: Filters) -> dict[str, FailedTurns]:
+    """model -> its requests whose retry budget ran out (outcome `blocked`) and those the upstream failed (few: a
+    partial index)."""
+    r = requests.c
+    stmt = (select(r.model, r.outcome, func.count())
+            .where(r.outcome.in_([literal_column(f"'{o}'") for o in FAILED_OUTCOMES]), *request_conditions(f))
+            .group_by(r.model, r.outcome))
+    found: dict[str, dict[str, int]] = {}
+    for model, outcome, n in await conn.execute(stmt):
+        found.setdefault(model, {})[outcome] = int(n)
+    return {m: FailedTurns(blocked=by.get("blocked", 0), upstream_errors=by.get("upstream_error", 0))
+            for m, by in found.items()}
 
 
 async def session_error_rows(conn: AsyncConnection, f: Filters) -> list[SessionErrorRow]:

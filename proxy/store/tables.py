@@ -80,6 +80,8 @@ requests = Table(
     Column("ungoverned_text", Integer),
     # ix_requests_ungoverned ("model", "started_at" WHERE ungoverned_text IS NOT NULL) is migration 0015's alone:
     # a partial index's `postgresql_where` here would load Postgres' dialect into every proxy (1.3 MB on SQLite).
+    # Likewise ix_requests_failed ("model", "started_at", "outcome" WHERE outcome IN ('blocked', 'upstream_error')),
+    # migration 0021's: the blocked turns and upstream errors per model.
     Index("ix_requests_session", "session_id"),
     # Covering index of the stats' request counts, attempts and throughput (migration 0003).
     Index("ix_requests_model_stats", "model", "started_at", "session_id", "attempts", "concurrency",

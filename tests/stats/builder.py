@@ -59,16 +59,16 @@ class Session:
 
     def request(self, *, attempts: int = 1, concurrency: int = 1, completion_tokens: int | None = None,
                 duration_ms: float | None = None, ttft_ms: float | None = None,
-                at: float | None = None) -> Request:
+                at: float | None = None, outcome: str = "ok") -> Request:
         rid = uuid.uuid4().hex
         self.store.rows["requests"].append({
             "id": rid, "session_id": self.id, "model": self.model, "route": self.route,
             "upstream": "http://127.0.0.1:8000/v1", "stream": True,
             "started_at": self.store.now if at is None else at, "ttfb_ms": ttft_ms, "ttft_ms": ttft_ms,
-            "duration_ms": duration_ms, "status": 200, "outcome": "ok", "error": None,
+            "duration_ms": duration_ms, "status": 200, "outcome": outcome, "error": None,
             "prompt_tokens": None if completion_tokens is None else 100,
             "completion_tokens": completion_tokens, "cached_tokens": None, "concurrency": concurrency,
-            "attempts": attempts, "budget_exhausted": False,
+            "attempts": attempts, "budget_exhausted": outcome == "blocked",
             "policy_name": self.policy, "policy_hash": STRICT.hash, "mode": self.mode,
         })
         return Request(self, rid)
