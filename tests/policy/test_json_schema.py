@@ -11,9 +11,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from proxy.policy.file.loader import load_policy_file
 
 from proxy.policy.file.json_schema import SCHEMA_HEADER, policy_json_schema, render
+from proxy.policy.file.loader import load_policy_file
 from tests.conftest import ROOT
 
 COMMITTED = ROOT / "docs" / "policy.schema.json"
