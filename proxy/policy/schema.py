@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
+import re2
 from pydantic import (
     AliasChoices,
     BaseModel,
@@ -373,6 +374,25 @@ class ProtectedRules(_Strict):
     own_files: bool = True
 
 
+class SecretRules(_Strict):
+    """`secrets:` what the proxy does with secrets in the texts a client sends back to the model (tool results,
+    the files it inlines; proxy/enforce/secrets.py): with `redact` each is replaced by `[redacted: TYPE]` before
+    the request goes upstream. `allow`: RE2 patterns; a found secret that one of them matches is left as it is."""
+
+    redact: bool = True
+    allow: list[Annotated[str, StringConstraints(min_length=1, max_length=1000)]] = Field(default_factory=list)
+
+    @field_validator("allow")
+    @classmethod
+    def _patterns_compile(cls, value: list[str]) -> list[str]:
+        for index, pattern in enumerate(value):
+            try:
+                re2.compile(pattern.encode("utf-8"))
+            except re2.error as exc:
+                raise ValueError(f"allow[{index}] is not a pattern RE2 reads ({pattern!r}): {exc}") from None
+        return value
+
+
 class Feedback(_Strict):
     """What a rejected call is told, per capability (placeholders as in the one-string form)."""
 
@@ -408,6 +428,7 @@ class Policy(_Strict):
     other_tools: Literal["allow", "reject"] = "allow"
     urls: UrlRules = Field(default_factory=UrlRules)
     protected: ProtectedRules = Field(default_factory=ProtectedRules)
+    secrets: SecretRules = Field(default_factory=SecretRules)
     feedback: str | Feedback = Field(default_factory=Feedback)
     loop_min_attempts: int = Field(default=3, ge=2, le=100)
     examples: Examples = Field(default_factory=Examples)

@@ -60,6 +60,8 @@ class ModelFigures:
     session_recoveries: list[SessionRecovery] = field(default_factory=list,
                                                       metadata=_by(figures.session_recoveries))
     ungoverned_text: int = field(default=0, metadata=_by(queries.ungoverned_text_counts))
+    # detection rule -> secrets replaced before the model saw them (proxy/enforce/secrets.py)
+    secrets_redacted: dict[str, int] = field(default_factory=dict, metadata=_by(queries.secret_redaction_counts))
 
 
 # figure name -> its provider, in the order they run.
