@@ -359,6 +359,24 @@ DEFAULT_PROTECTED_READ: tuple[str, ...] = (
     "*.tfstate.backup", ".cargo/credentials", ".cargo/credentials.toml", ".gem/credentials",
     ".composer/auth.json", ".config/gh/hosts.yml", ".streamlit/secrets.toml", "service-account*.json",
     "credentials.json", "client_secret*.json",
+    # environment and deploy-time secrets (issue 38): direnv's `.envrc`; Terraform's variable files
+    # (`terraform.tfvars`, `*.auto.tfvars`, their JSON form); Cloudflare Wrangler's `.dev.vars`; SOPS/Helm and
+    # ASP.NET user-secrets files and the `NAME.secrets.EXT` convention; cookiecutter-django's `.envs/` tree
+    # (`.envs/.production/.django`)
+    ".envrc", "*.tfvars", "*.tfvars.json", ".dev.vars", ".dev.vars.*", "secrets.yaml", "secrets.yml",
+    "secrets.json", "*.secrets.*", ".secrets/", ".envs/",
+    # cluster and registry credentials: kubectl's config by its other names (`kubeconfig`, `kubeconfig.yaml`)
+    # and its token cache (`.kube/`), Windows' `_netrc` (curl, git), Yarn 2+'s npmAuthToken, Maven's and
+    # Gradle's repository passwords, rclone's remotes, hub's token, the AWS CLI's SSO and role caches
+    "kubeconfig*", ".kube/", "_netrc", ".yarnrc.yml", ".m2/settings.xml", ".gradle/gradle.properties",
+    ".config/rclone/rclone.conf", ".config/hub", ".aws/sso/", ".aws/cli/cache/", ".gcloud/",
+    # a submodule's remote URL with its token (`.git/modules/NAME/config`, submodules of submodules below)
+    ".git/modules/",
+    # the coding agents' own logins, read from the released clients: Codex (`~/.codex/auth.json`), Claude
+    # Code (`~/.claude/.credentials.json`), OpenCode (`~/.local/share/opencode/auth.json`), Gemini CLI and
+    # Qwen Code (`~/.gemini/oauth_creds.json`, `~/.qwen/oauth_creds.json`), GitHub Copilot's tokens
+    ".codex/auth.json", ".claude/.credentials.json", ".local/share/opencode/auth.json", ".gemini/oauth_creds.json",
+    ".qwen/oauth_creds.json", ".config/github-copilot/",
 )
 ProtectedPattern = Annotated[str, StringConstraints(min_length=1, max_length=300, pattern=r"^[^\x00]+$")]
 
