@@ -11,7 +11,8 @@ A search from above skips what no search of the project's own files needs and no
 `.git/` (the agents' search tools leave it out; a direct read of its `config`, which may hold a remote
 URL's token, is a protected read), virtual environments (a `pyvenv.cfg` beside them; protected from
 writing) and `node_modules/`. A search that targets one of them or enters it (`grep x node_modules/`,
-`.git/modules/`, a filter that names it) is judged like any other directory: they are listed then. A link counts by its name and by where it leads (some search tools follow links): a
+`.git/modules/`, a filter that names it) is judged like any other directory: they are listed then.
+A link counts by its name and by where it leads (some search tools follow links): a
 linked directory inside the project is listed, one leading out of it counts as protected. A listing is
 kept `_KEPT_SECONDS`; one with more than `_MAX_ENTRIES` entries is not finished and the search is
 refused (search a narrower directory).
