@@ -14,8 +14,8 @@ Which texts, per route (the client's own copy is never touched; lineage and judg
 
 The redacted request is spliced into the client's bytes item by item (`splice_items`): an item with no secret
 goes upstream byte for byte, one with a secret is re-encoded, the same way every time, so the next request of
-the conversation repeats the same bytes and vLLM's prefix cache keeps hitting. A request where the rules' one
-pass over its raw bytes finds nothing (the common case) is not walked at all.
+the conversation repeats the same bytes and vLLM's prefix cache keeps hitting. A request whose raw bytes hold
+none of the rules' keywords is not walked at all.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 
 from proxy.enforce.body_splice import splice_items
 from proxy.policy.schema import Policy
-from proxy.policy.secrets import compile_pattern, load_rules, redact_texts
+from proxy.policy.secrets import compile_pattern, load_rules, present_keywords, redact_texts
 
 __all__ = ["Redactions", "conversation_key", "might_hold_secrets", "redact_request"]
 
@@ -83,9 +83,9 @@ def conversation_key(route: str) -> str | None:
 
 
 def might_hold_secrets(body: bytes) -> bool:
-    """Whether any rule may match anywhere in the request's raw bytes: False for most requests, which are then
-    not walked at all. JSON escapes of ASCII characters could spell a secret the raw bytes do not show."""
-    return load_rules().gate.search(body) is not None or _ESCAPED_ASCII.search(body) is not None
+    """Whether any rule's keyword is anywhere in the request's raw bytes: where none is, the request is not
+    walked at all. JSON escapes of ASCII characters could spell a keyword the raw bytes do not show."""
+    return bool(present_keywords(body, load_rules())) or _ESCAPED_ASCII.search(body) is not None
 
 
 def redact_request(body: bytes, conversation: Any, route: str, policy: Policy, *,

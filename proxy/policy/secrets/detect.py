@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from proxy.policy.secrets.rules import Rule, RuleSet
 
-__all__ = ["Finding", "find_secrets", "shannon_entropy"]
+__all__ = ["Finding", "find_secrets", "present_keywords", "shannon_entropy"]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -32,50 +32,31 @@ def shannon_entropy(data: bytes) -> float:
     return -sum(n / size * math.log2(n / size) for n in Counter(text).values())
 
 
-# How far past the end of the line of a place the gate found a rule may still reach: a private key's block
-# (a 4096-bit RSA key is 3.3 KB) that starts inside another rule's match.
-_REACH = 8192
-
-
 def find_secrets(text: bytes, rules: RuleSet, allow: Iterable[object] = ()) -> list[Finding]:
     """The secrets in `text` (UTF-8), one finding per match that survives its checks, in order of position;
-    overlapping findings are merged into the first (the longer where they start together).
+    overlapping findings are merged into one, named by the most specific rule.
 
-    One pass of the gate finds where any rule may match; only there, from the start of that line to the end
-    of the match's line (and `_REACH` beyond, for a match that continues), does each rule whose keyword is
-    present run. A text where no rule matches costs the one pass."""
+    One pass over the text (lower case) finds which rules' keywords are in it; only those rules run, each over
+    the whole text, as gitleaks runs them. A text with no keyword costs that one pass."""
     allow = tuple(allow)
+    present = present_keywords(text, rules)
     found: list[Finding] = []
-    for start, end in _windows(text, rules):
-        lowered = text[start:end].lower()
-        for rule in rules.rules:
-            if rule.keywords and not any(keyword in lowered for keyword in rule.keywords):
-                continue
-            found.extend(_rule_findings(text, rule, rules, allow, start, min(len(text), end + _REACH), end))
-    return _merged(list(dict.fromkeys(found)), rules.priority)
+    for rule in rules.rules:
+        if rule.keywords and not present.intersection(rule.keywords):
+            continue
+        found.extend(_rule_findings(text, rule, rules, allow))
+    return _merged(found, rules.priority)
 
 
-def _windows(text: bytes, rules: RuleSet) -> list[tuple[int, int]]:
-    """The lines where the gate matched, as merged (start, end) ranges."""
-    windows: list[tuple[int, int]] = []
-    for match in rules.gate.finditer(text):
-        start = text.rfind(b"\n", 0, match.start()) + 1
-        end = text.find(b"\n", match.end())
-        end = len(text) if end < 0 else end
-        if windows and start <= windows[-1][1]:
-            windows[-1] = (windows[-1][0], max(end, windows[-1][1]))
-        else:
-            windows.append((start, end))
-    return windows
+def present_keywords(text: bytes, rules: RuleSet) -> set[bytes]:
+    """The rules' keywords that `text` holds, in any case."""
+    hits = rules.keywords.Match(text.lower())
+    return {rules.keyword_list[index] for index in hits} if hits else set()
 
 
-def _rule_findings(text: bytes, rule: Rule, rules: RuleSet, allow: tuple[object, ...], begin: int, stop: int,
-                   starts_before: int) -> Iterable[Finding]:
-    """The rule's findings among its matches in text[begin:stop] that start before `starts_before`."""
-    for match in rule.regex.finditer(text, begin, stop):
+def _rule_findings(text: bytes, rule: Rule, rules: RuleSet, allow: tuple[object, ...]) -> Iterable[Finding]:
+    for match in rule.regex.finditer(text):
         start, end = match.span()
-        if start >= starts_before:
-            break
         # gitleaks trims newlines off a match (a rule ending in `\n` or `$` takes the line break with it).
         matched = text[start:end]
         stripped = matched.strip(b"\n")

@@ -27,19 +27,18 @@ RULE_FILES = ("gitleaks.toml", "local.toml")
 # a token's own rule find the same text, the token's rule names it.
 GENERIC_RULES = frozenset({"generic-api-key", "dotenv-secret"})
 
-# How large a pattern's DFA may grow before RE2 falls back to its slower engines. A rule's states are few; the
-# gate (every rule at once) needs more: at 16 MiB it thrashes on plain source code (100 ms per 100 KB instead of
-# 0.5 ms), at 64 MiB it does not, and a process grows by about 10 MiB with it (bench/secrets_bench.py).
-_MAX_MEM = 8 << 20
-_GATE_MAX_MEM = 64 << 20
+# How large a pattern's DFA may grow before RE2 falls back to its slower engines. One rule's states are few;
+# every rule in one alternation (tried as a single pass) thrashed at 64 MiB on base64-heavy text, seconds per
+# 100 KB: the rules run one by one, each behind its keywords (bench/secrets_bench.py).
+_MAX_MEM = 32 << 20
 
 
-def compile_pattern(pattern: str, *, max_mem: int = _MAX_MEM) -> Any:
+def compile_pattern(pattern: str | bytes, *, max_mem: int = _MAX_MEM) -> Any:
     """One RE2 pattern for UTF-8 bytes; ValueError (with RE2's reason) where RE2 does not accept it."""
     options = re2.Options()
     options.max_mem = max_mem
     try:
-        return re2.compile(pattern.encode("utf-8"), options)
+        return re2.compile(pattern.encode("utf-8") if isinstance(pattern, str) else pattern, options)
     except re2.error as exc:
         raise ValueError(f"{pattern!r}: {exc}") from exc
 
@@ -52,18 +51,17 @@ class Allowlist:
 
     target: str  # secret | match | line
     regexes: Any | None  # one compiled alternation, or None
-    stopwords: tuple[bytes, ...]
+    stopwords: Any | None  # the stopwords (lower case) as one alternation of literals, or None
     needs_all: bool
     has_paths: bool
 
     def allows(self, secret: bytes, match: bytes, line: bytes) -> bool:
         subject = {"match": match, "line": line}.get(self.target, secret)
         by_regex = self.regexes is not None and bool(subject) and self.regexes.search(subject) is not None
-        lowered = secret.lower()
-        by_word = any(word in lowered for word in self.stopwords)
+        by_word = self.stopwords is not None and self.stopwords.search(secret.lower()) is not None
         if self.needs_all:
             checks = [by_regex] if self.regexes is not None else []
-            checks += [by_word] if self.stopwords else []
+            checks += [by_word] if self.stopwords is not None else []
             checks += [False] if self.has_paths else []
             return bool(checks) and all(checks)
         return by_regex or by_word
@@ -84,11 +82,16 @@ class Rule:
 class RuleSet:
     rules: tuple[Rule, ...]
     allowlists: tuple[Allowlist, ...]  # the global ones: every rule's findings go through them
-    # Every rule's regex in one alternation: one linear pass says where any rule may match (most texts: nowhere),
-    # and the rules themselves run only around those places.
-    gate: Any
+    # Every keyword of every rule (lower case), as one set of literals: one pass over a text says which are there,
+    # and only the rules with a keyword there (or with none) run.
+    keywords: Any
+    keyword_list: tuple[bytes, ...]
     priority: dict[str, int]  # rule id -> rank where findings overlap: the generic rules last
 
+
+
+def _literals(words: list[str]) -> Any | None:
+    return compile_pattern("|".join(re2.escape(w) for w in words)) if words else None
 
 
 def _allowlist(entry: dict[str, Any], where: str) -> Allowlist:
@@ -98,7 +101,7 @@ def _allowlist(entry: dict[str, Any], where: str) -> Allowlist:
         raise ValueError(f"{where}: regexTarget must be secret, match or line (got {target!r})")
     return Allowlist(target=target,
                      regexes=compile_pattern("|".join(f"(?:{r})" for r in regexes)) if regexes else None,
-                     stopwords=tuple(str(w).lower().encode() for w in entry.get("stopwords", [])),
+                     stopwords=_literals([str(w).lower() for w in entry.get("stopwords", [])]),
                      needs_all=str(entry.get("condition", "OR")).upper() == "AND",
                      has_paths=bool(entry.get("paths")))
 
@@ -143,7 +146,13 @@ def load_rules(files: tuple[str, ...] = RULE_FILES) -> RuleSet:
                 raise ValueError(f"{name}: rule {rule.id} is defined twice")
             seen.add(rule.id)
             rules.append(rule)
-    gate = compile_pattern("|".join(f"(?:{rule.pattern})" for rule in rules), max_mem=_GATE_MAX_MEM)
+    words = sorted({keyword for rule in rules for keyword in rule.keywords})
+    options = re2.Options()
+    options.max_mem = _MAX_MEM
+    found = re2.Set.SearchSet(options)
+    for word in words:
+        found.Add(re2.escape(word))
+    found.Compile()
     ranked = sorted(rules, key=lambda rule: rule.id in GENERIC_RULES)
-    return RuleSet(rules=tuple(rules), allowlists=tuple(allowlists), gate=gate,
+    return RuleSet(rules=tuple(rules), allowlists=tuple(allowlists), keywords=found, keyword_list=tuple(words),
                    priority={rule.id: rank for rank, rule in enumerate(ranked)})
