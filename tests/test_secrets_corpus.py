@@ -73,3 +73,26 @@ def test_an_allow_pattern_lets_a_secret_through() -> None:
 
 def test_replacement_names_the_rule() -> None:
     assert replacement("github-pat") == "[redacted: github-pat]"
+
+
+def test_turning_redaction_off_or_allowing_more_is_a_widening_edit() -> None:
+    from proxy.policy.file.widening import widenings
+    from proxy.policy.schema import Policy
+
+    on = Policy.model_validate({"name": "p"})
+    assert on.secrets.redact is True and on.secrets.allow == []
+    off = Policy.model_validate({"name": "p", "secrets": {"redact": False}})
+    allowing = Policy.model_validate({"name": "p", "secrets": {"allow": ["^sk_test_"]}})
+    assert widenings(on, off) == ["secrets.redact: on -> off"]
+    assert widenings(on, allowing) == ["secrets.allow: added '^sk_test_'"]
+    assert widenings(off, on) == [] and widenings(allowing, on) == []
+
+
+def test_an_allow_pattern_re2_cannot_read_is_refused_with_its_key() -> None:
+    import pydantic
+    import pytest
+
+    from proxy.policy.schema import Policy
+
+    with pytest.raises(pydantic.ValidationError, match=r"allow\[0\] is not a pattern RE2 reads"):
+        Policy.model_validate({"name": "p", "secrets": {"allow": ["(?<=x)y"]}})
