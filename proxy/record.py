@@ -10,6 +10,7 @@ import uuid
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
+from proxy import telemetry
 from proxy.policy.judge import call_command
 from proxy.policy.schema import Policy
 from proxy.policy.tools.profiles import ToolSet
@@ -114,6 +115,9 @@ class RequestRecord:
     profiles: str | None = None  # the tool profiles chosen for the request's tools, comma-separated
     project_root: str | None = None  # the roots its absolute paths were judged under (pinned or learned)
     ungoverned_text: int = 0  # a text-acting client's turns whose actions passed unread or unjudged
+    # Secrets replaced in what went upstream (proxy/enforce/secrets.py): (call id, type) -> how many. Never the
+    # secret, nor anything computed from it.
+    redactions: dict[tuple[str, str], int] = field(default_factory=dict)
     # The rejected calls of the last attempt when the retry budget ran out: what the log line shows.
     blocked: list[dict[str, Any]] | None = None
     saved: bool = False
@@ -136,6 +140,15 @@ class RequestRecord:
         self.error = error
         if status is not None:
             self.status = status
+
+    def note_redactions(self, counts: dict[tuple[str, str], int]) -> None:
+        """The secrets this request's redaction replaced, per (call id, type); counted as events too."""
+        self.redactions = dict(counts)
+        by_type: dict[str, int] = {}
+        for (_, kind), count in counts.items():
+            by_type[kind] = by_type.get(kind, 0) + count
+        for kind, count in sorted(by_type.items()):
+            telemetry.emit(telemetry.SecretsRedacted(self.model, kind, count))
 
     def note_blocked(self, judged: list[JudgedCall], policy: Policy, tools: ToolSet | None = None) -> None:
         """The retry budget ran out on these verdicts: kept for the log and the error column."""

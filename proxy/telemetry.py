@@ -13,9 +13,9 @@ from dataclasses import dataclass
 __all__ = [
     "AttemptRetried", "BudgetSpent", "CallJudged", "ConnectionLimited", "InFlight", "ModelNotFound", "ModelsServed",
     "PassthroughAnswered", "PolicyFileHeld", "PolicyFileLoaded", "PolicyFileRefused", "ReleaseWaited",
-    "ReleasedUnrecorded", "StoreHealth", "StoreQueue", "StoreRefused", "StoreRowLost", "StoreRowRepaired",
-    "StoreWriteFailed", "UngovernedRequest", "UngovernedText", "UpstreamAttempt", "UpstreamProbed", "emit",
-    "subscribe", "unsubscribe",
+    "ReleasedUnrecorded", "SecretsRedacted", "StoreHealth", "StoreQueue", "StoreRefused", "StoreRowLost",
+    "StoreRowRepaired", "StoreWriteFailed", "UngovernedRequest", "UngovernedText", "UpstreamAttempt", "UpstreamProbed",
+    "emit", "subscribe", "unsubscribe",
 ]
 
 Listener = Callable[[object], None]
@@ -76,6 +76,15 @@ class UngovernedText:
 
     model: str
     client: str
+
+
+@dataclass(frozen=True, slots=True)
+class SecretsRedacted:
+    """Secrets of one type replaced in a request before it went upstream (never the secrets themselves)."""
+
+    model: str
+    type: str  # the detection rule's id
+    count: int
 
 
 @dataclass(frozen=True, slots=True)

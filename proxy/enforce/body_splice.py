@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+__all__ = ["splice_body", "splice_items"]
+
 _DECODER = json.JSONDecoder()
 _WHITESPACE = " \t\n\r"
 
@@ -107,3 +109,34 @@ def splice_body(original: bytes, payload: dict[str, Any], append_to: str | None 
                    for n, key in enumerate(added)]
     pieces.append(text[cursor:])
     return "".join(pieces).encode("utf-8")
+
+
+def splice_items(original: bytes, key: str, replaced: dict[int, Any]) -> bytes | None:
+    """The client's bytes with the items of its top-level array `key` at the positions `replaced` names
+    re-encoded as given; every other byte as the client sent it. None where that cannot be done in place (the
+    caller re-encodes the payload then)."""
+    try:
+        text = original.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    members = _members(text)
+    span = next(((start, end) for name, value, start, end in (members or []) if name == key
+                 and isinstance(value, list)), None)
+    if span is None:
+        return None
+    pieces: list[str] = []
+    cursor, index, position = span[0] + 1, _skip(text, span[0] + 1), 0
+    try:
+        while text[index] != "]":
+            _, end = _DECODER.raw_decode(text, index)
+            if position in replaced:
+                pieces += [text[cursor:index], _encode(replaced[position])]
+                cursor = end
+            position += 1
+            index = _skip(text, end)
+            if text[index] == ",":
+                index = _skip(text, index + 1)
+    except (ValueError, IndexError):
+        return None
+    pieces.append(text[cursor:])
+    return (text[:span[0] + 1] + "".join(pieces)).encode("utf-8")

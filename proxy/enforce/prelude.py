@@ -11,6 +11,7 @@ from starlette.requests import Request
 from proxy import tracing
 from proxy.enforce.exchange import Exchange, edited_bytes
 from proxy.enforce.payload import normalize_stream, read_body, read_payload
+from proxy.enforce.secrets import conversation_key, might_hold_secrets, redact_request
 from proxy.enforce.text_clients import TextClient, prompt_text, recognise, recognise_text
 from proxy.errors import BadRequest
 from proxy.record import RequestRecord
@@ -79,6 +80,10 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
     tools, offered = shape.tools(payload)
     if changed and refused is None:
         body = edited_bytes(body, payload)  # the bytes sent: the client's, with the proxy's top-level changes
+    # The turns are kept past the waits below only where the rules' one pass over the bytes found something:
+    # their secrets are replaced once the policy is known (proxy/enforce/secrets.py).
+    turns_key = conversation_key(shape.route)
+    turns = payload.get(turns_key) if turns_key is not None and might_hold_secrets(body) else None
     # A route that re-asks reads its conversation again from the bytes when it retries; one that does not
     # (a raw prompt) keeps it.
     dropped = shape.history_key if shape.reasks else None
@@ -88,11 +93,21 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
     if refused is not None:
         raise refused
     policy = state.policy_for(request.headers)
+    if turns is not None:
+        # The client's own copy and the lineage keep what it sent; upstream gets the redacted bytes (in observe
+        # mode only counted).
+        body, redactions = redact_request(body, turns, shape.route, policy.policy,
+                                          apply=policy.policy.mode == "enforce")
+        del turns
+    else:
+        redactions = None
     session = await state.sessions.finish(lineage)  # replicas share the lineage
     record = RequestRecord(session=session, model=upstream_model, route=shape.route, upstream=state.upstream.base_url,
                            stream=stream, concurrency=state.enter(upstream_model))
     record.policy_name, record.policy_hash, record.mode = policy.name, policy.hash, policy.policy.mode
     tracing.begin(record, request.headers, headers)  # nothing while tracing is off
+    if redactions:
+        record.note_redactions(redactions.counts)
     return (make or Exchange)(state=state, record=record, payload=payload, original_body=body, body_changed=False,
                               headers=headers, policy=policy, tools=tools, offered=offered,
                               client_wants_usage=client_wants_usage, history_key=dropped, client=request,

@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
+import re2
 from pydantic import (
     AliasChoices,
     BaseModel,
@@ -358,6 +359,24 @@ DEFAULT_PROTECTED_READ: tuple[str, ...] = (
     "*.tfstate.backup", ".cargo/credentials", ".cargo/credentials.toml", ".gem/credentials",
     ".composer/auth.json", ".config/gh/hosts.yml", ".streamlit/secrets.toml", "service-account*.json",
     "credentials.json", "client_secret*.json",
+    # environment and deploy-time secrets (issue 38): direnv's `.envrc`; Terraform's variable files
+    # (`terraform.tfvars`, `*.auto.tfvars`, their JSON form); Cloudflare Wrangler's `.dev.vars`; SOPS/Helm and
+    # ASP.NET user-secrets files and the `NAME.secrets.EXT` convention; cookiecutter-django's `.envs/` tree
+    # (`.envs/.production/.django`)
+    ".envrc", "*.tfvars", "*.tfvars.json", ".dev.vars", ".dev.vars.*", "secrets.yaml", "secrets.yml",
+    "secrets.json", "*.secrets.*", ".secrets/", ".envs/",
+    # cluster and registry credentials: kubectl's config by its other names (`kubeconfig`, `kubeconfig.yaml`)
+    # and its token cache (`.kube/`), Windows' `_netrc` (curl, git), Yarn 2+'s npmAuthToken, Maven's and
+    # Gradle's repository passwords, rclone's remotes, hub's token, the AWS CLI's SSO and role caches
+    "kubeconfig*", ".kube/", "_netrc", ".yarnrc.yml", ".m2/settings.xml", ".gradle/gradle.properties",
+    ".config/rclone/rclone.conf", ".config/hub", ".aws/sso/", ".aws/cli/cache/", ".gcloud/",
+    # a submodule's remote URL with its token (`.git/modules/NAME/config`, submodules of submodules below)
+    ".git/modules/",
+    # the coding agents' own logins, read from the released clients: Codex (`~/.codex/auth.json`), Claude
+    # Code (`~/.claude/.credentials.json`), OpenCode (`~/.local/share/opencode/auth.json`), Gemini CLI and
+    # Qwen Code (`~/.gemini/oauth_creds.json`, `~/.qwen/oauth_creds.json`), GitHub Copilot's tokens
+    ".codex/auth.json", ".claude/.credentials.json", ".local/share/opencode/auth.json", ".gemini/oauth_creds.json",
+    ".qwen/oauth_creds.json", ".config/github-copilot/",
 )
 ProtectedPattern = Annotated[str, StringConstraints(min_length=1, max_length=300, pattern=r"^[^\x00]+$")]
 
@@ -371,6 +390,25 @@ class ProtectedRules(_Strict):
     read: list[ProtectedPattern] = Field(default_factory=lambda: list(DEFAULT_PROTECTED_READ))
     scripts_dir: bool = True
     own_files: bool = True
+
+
+class SecretRules(_Strict):
+    """`secrets:` what the proxy does with secrets in the texts a client sends back to the model (tool results,
+    the files it inlines; proxy/enforce/secrets.py): with `redact` each is replaced by `[redacted: TYPE]` before
+    the request goes upstream. `allow`: RE2 patterns; a found secret that one of them matches is left as it is."""
+
+    redact: bool = True
+    allow: list[Annotated[str, StringConstraints(min_length=1, max_length=1000)]] = Field(default_factory=list)
+
+    @field_validator("allow")
+    @classmethod
+    def _patterns_compile(cls, value: list[str]) -> list[str]:
+        for index, pattern in enumerate(value):
+            try:
+                re2.compile(pattern.encode("utf-8"))
+            except re2.error as exc:
+                raise ValueError(f"allow[{index}] is not a pattern RE2 reads ({pattern!r}): {exc}") from None
+        return value
 
 
 class Feedback(_Strict):
@@ -408,6 +446,7 @@ class Policy(_Strict):
     other_tools: Literal["allow", "reject"] = "allow"
     urls: UrlRules = Field(default_factory=UrlRules)
     protected: ProtectedRules = Field(default_factory=ProtectedRules)
+    secrets: SecretRules = Field(default_factory=SecretRules)
     feedback: str | Feedback = Field(default_factory=Feedback)
     loop_min_attempts: int = Field(default=3, ge=2, le=100)
     examples: Examples = Field(default_factory=Examples)

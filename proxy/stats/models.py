@@ -126,6 +126,7 @@ def model_entry(name: str, m: ModelFigures, live: Mapping[str, Any] | None) -> d
         "blocked_turns": m.failed.blocked,
         "blocked_rate": _rate(m.failed.blocked, m.requests.requests),
         "upstream_errors": m.failed.upstream_errors,
+        "secrets_redacted": _by_count(m.secrets_redacted),
         "throughput": {**(live or empty_throughput()), "by_concurrency": m.throughput},
     }
 
@@ -189,6 +190,7 @@ async def session_detail(
         roots = await queries.session_project_roots(conn, session_id)
         request_rows = await queries.session_requests(conn, session_id)
         own = await queries.session_row(conn, session_id)
+        redactions = await queries.session_redactions(conn, session_id)
     loop_numbers: dict[int, int] = {}  # run number -> loop number, in order of the loops' first calls
     loops: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
@@ -231,6 +233,8 @@ async def session_detail(
         "errors": sum(is_error(c["decision"]) for c in calls),
         "loops": loops,
         "calls": calls,
+        # Secrets replaced before the model saw them: per tool call and detection rule, never the secret.
+        "secrets_redacted": redactions,
     }
 
 

@@ -134,6 +134,11 @@ REQUEST_LATENCY = Histogram(
 UNGOVERNED_TEXT = Counter("allowlist_proxy_ungoverned_text_actions",
                           "Turns of a recognised text-acting client holding actions the proxy could not read or judge",
                           [*_MODEL, "client"])
+SECRETS_REDACTED = Counter(
+    "allowlist_proxy_secrets_redacted",
+    "Secrets replaced by [redacted: TYPE] in requests before they went upstream (tool results, inlined files), by "
+    "detection rule; a secret re-sent in a later request of the conversation is replaced, and counted, again",
+    [*_MODEL, "type"])
 BLOCKED_TURNS = Counter("allowlist_proxy_blocked_turns",
                         "Client requests answered with a block message: the retry budget ran out", _MODEL)
 POLICY_RELOAD_FAILURES = Counter("allowlist_proxy_policy_reload_failures", "Policy files refused at load or reload",
@@ -266,6 +271,7 @@ _HANDLERS: dict[type, Callable[[Any], None]] = {
     telemetry.AttemptRetried: lambda e: RETRIES.labels(e.model).inc(),
     telemetry.BudgetSpent: lambda e: BUDGET_EXHAUSTED.labels(e.model).inc(),
     telemetry.UngovernedText: lambda e: UNGOVERNED_TEXT.labels(e.model, e.client).inc(),
+    telemetry.SecretsRedacted: lambda e: SECRETS_REDACTED.labels(e.model, e.type).inc(e.count),
     telemetry.UngovernedRequest: lambda e: UNGOVERNED_REQUESTS.labels(e.model).inc(),
     telemetry.InFlight: _in_flight,
     telemetry.PassthroughAnswered: lambda e: REQUESTS.labels("", e.route, str(e.status)).inc(),

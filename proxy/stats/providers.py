@@ -70,6 +70,8 @@ class ModelFigures:
     ungoverned_text: int = field(default=0, metadata=_by(queries.ungoverned_text_counts))
     # requests whose retry budget ran out (outcome `blocked`), and those the upstream failed (`upstream_error`)
     failed: FailedTurns = field(default_factory=FailedTurns, metadata=_by(queries.failed_turn_counts))
+    # detection rule -> secrets replaced before the model saw them (proxy/enforce/secrets.py)
+    secrets_redacted: dict[str, int] = field(default_factory=dict, metadata=_by(queries.secret_redaction_counts))
 
 
 # figure name -> its provider, in the order they run.

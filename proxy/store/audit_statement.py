@@ -33,7 +33,7 @@ from proxy.store import pending_rollups, tables
 __all__ = ["INSERT_OR_IGNORE", "AuditStatement", "audit_statement"]
 
 # Rows of these tables may be written again by another request or replica: first one wins.
-INSERT_OR_IGNORE = frozenset({"sessions", "session_lineage", "request_journal"})
+INSERT_OR_IGNORE = frozenset({"sessions", "session_lineage", "request_journal", "secret_redactions"})
 
 Row = Mapping[str, Any]
 # A batch's shape: each table's name and the columns it writes, and whether journal entries are deleted.

@@ -32,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.selectable import CTE
 
-from proxy.store.tables import requests, sessions, tool_call_reasons, tool_calls
+from proxy.store.tables import requests, secret_redactions, sessions, tool_call_reasons, tool_calls
 from proxy.store.verdict_sql import is_error_sql, loop_key_sql
 
 __all__ = [
@@ -54,12 +54,14 @@ __all__ = [
     "reason_counts_from_rows",
     "request_conditions",
     "request_counts_from_rows",
+    "secret_redaction_counts",
     "session_calls",
     "session_error_counts_from_rows",
     "session_error_rows",
     "session_exists",
     "session_profiles",
     "session_project_roots",
+    "session_redactions",
     "session_request_count",
     "ungoverned_text_counts",
     "variant_calls",
@@ -193,6 +195,29 @@ async def failed_turn_counts(conn: AsyncConnection, f: Filters) -> dict[str, Fai
         found.setdefault(model, {})[outcome] = int(n)
     return {m: FailedTurns(blocked=by.get("blocked", 0), upstream_errors=by.get("upstream_error", 0))
             for m, by in found.items()}
+
+
+async def secret_redaction_counts(conn: AsyncConnection, f: Filters) -> dict[str, dict[str, int]]:
+    """model -> detection rule -> secrets replaced in what went upstream (each tool result counted once, by the
+    request that first carried it)."""
+    s = secret_redactions.c
+    conds: list[Any] = conditions(Filters(since=f.since, until=f.until, model=f.model), s.created_at, None, s.model,
+                                  None)
+    if f.policy is not None or f.route is not None:
+        conds.append(s.request_id.in_(select(requests.c.id).where(*request_conditions(f))))
+    stmt = select(s.model, s.type, func.sum(s.count)).where(*conds).group_by(s.model, s.type)
+    found: dict[str, dict[str, int]] = {}
+    for model, kind, count in await conn.execute(stmt):
+        found.setdefault(model, {})[kind] = int(count or 0)
+    return found
+
+
+async def session_redactions(conn: AsyncConnection, session_id: str) -> list[dict[str, Any]]:
+    """What was redacted in a session's requests: per tool call and rule, how many, in order."""
+    s = secret_redactions.c
+    stmt = (select(s.call_id, s.type, s.count, s.request_id, s.created_at).where(s.session_id == session_id)
+            .order_by(s.created_at, s.call_id, s.type))
+    return [dict(row._mapping) for row in await conn.execute(stmt)]
 
 
 async def session_error_rows(conn: AsyncConnection, f: Filters) -> list[SessionErrorRow]:

@@ -86,7 +86,16 @@ def queue_request(writer: StoreWriter, record: RequestRecord) -> None:
         record.duration_ms = record.elapsed_ms()
     # A request whose calls were released queued its session's row with its journal entry already.
     sessions = [] if record.journaled else _session_rows(record)
-    writer.put_many([*sessions, (tables.requests, request_row(record))])
+    writer.put_many([*sessions, (tables.requests, request_row(record)), *_redaction_rows(record)])
+
+
+def _redaction_rows(record: RequestRecord) -> Rows:
+    """What the request's redaction replaced, per tool call and rule; a row already there (an earlier request of
+    the conversation carried the same result) is kept as it is."""
+    return [(tables.secret_redactions, {"session_id": record.session.id, "call_id": cut(call, 256), "type": kind,
+                                        "request_id": record.id, "model": record.model, "count": count,
+                                        "created_at": record.started_at})
+            for (call, kind), count in sorted(record.redactions.items())]
 
 
 def queue_lineage(writer: StoreWriter, session_id: str, digests: Iterable[str]) -> None:

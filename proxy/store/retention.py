@@ -46,6 +46,7 @@ def prune(conn: Connection, before: float) -> dict[str, int]:
     remove(t.tool_calls, t.tool_calls.c.created_at < cut)
     remove(t.requests, t.requests.c.started_at < cut)
     remove(t.throughput_windows, t.throughput_windows.c.window_start < cut)
+    remove(t.secret_redactions, t.secret_redactions.c.created_at < cut)
     inspector = inspect(conn)
     for table in ROLLUP_TABLES:
         if inspector.has_table(table.name):

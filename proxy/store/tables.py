@@ -331,3 +331,21 @@ stats_latency_totals = Table(
     Column("high", Float, nullable=False),
 )
 __all__ += ["stats_latency_totals", "stats_session_totals"]
+
+# -- secrets stopped by content (migration 0019) ------------------------------------------------------------
+# What the request-side redaction replaced (proxy/enforce/secrets.py): one row per tool call (or inlined file) and
+# detection rule of a session, written once, by the first request that carried it (a conversation re-sends its
+# tool results with every request: the later ones find the row there). Never the secret, nor a hash of it.
+secret_redactions = Table(
+    "secret_redactions",
+    metadata,
+    Column("session_id", String(128), primary_key=True),
+    Column("call_id", String(256), primary_key=True),  # the tool call whose result held it, or `<role>#<turn>`
+    Column("type", String(128), primary_key=True),  # the detection rule's id
+    Column("request_id", String(64), nullable=False),
+    Column("model", String(256), nullable=False),
+    Column("count", Integer, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Index("ix_secret_redactions_model_created", "model", "created_at"),
+)
+__all__ += ["secret_redactions"]

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.each_database
 MODEL_KEYS = {"model", "sessions", "requests", "tool_calls", "errors", "error_rate", "reasons",
               "primary_reasons", "loops", "recovery_rate", "median_attempts", "throughput",
               "error_rate_ci95", "error_rate_session_ci95", "recovery_rate_ci95", "recovery_rate_session_ci95",
-              "ungoverned_text_actions", "blocked_turns", "blocked_rate", "upstream_errors"}
+              "ungoverned_text_actions", "blocked_turns", "blocked_rate", "upstream_errors", "secrets_redacted"}
 
 
 async def test_seed_table_is_exact(engine, store: Store):

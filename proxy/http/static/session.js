@@ -58,6 +58,9 @@
     fact(facts, "Requests", detail.requests);
     fact(facts, "Tool calls", `${detail.tool_calls} (${detail.errors} refused)`);
     fact(facts, "Loops", detail.loops.length);
+    // Secrets replaced before the request went upstream (tool results, inlined files): type x count, per call.
+    const redacted = (detail.secrets_redacted || []).map((r) => `${r.type} x${r.count} (${r.call_id})`);
+    fact(facts, "Secrets redacted", redacted.join(", "), "none");
     const byRequest = new Map();
     for (const call of detail.calls) {
       if (!byRequest.has(call.request_id)) byRequest.set(call.request_id, []);

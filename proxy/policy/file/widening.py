@@ -6,12 +6,12 @@ maps a client's shell tool to nothing allow more while every probe judges the sa
 read here by its meaning, and a key whose direction is not known counts as widening (fail closed):
 
 - lists that allow (`urls.allow_hosts`, `urls.schemes`, `paths.project_root`, `repair`, `passthrough_routes`,
-  a script's `flags`, `shell.tools`-like lists ...): an added item widens, a removed one narrows;
+  a script's `flags`, `secrets.allow`, `shell.tools`-like lists ...): an added item widens, a removed one narrows;
 - lists that refuse (`urls.deny_hosts`, `protected.write`, `protected.read`): a removed item widens;
 - maps that allow (`shell.scripts`): an added key widens, a removed one narrows, a kept one is compared by
   the rules of its own keys;
-- switches: `mode` enforce -> observe, `other_tools` reject -> allow, a `protected.*` switch or
-  `urls.resolve` turned off, a longer `shell.max_command_length`;
+- switches: `mode` enforce -> observe, `other_tools` reject -> allow, a `protected.*` switch,
+  `urls.resolve` or `secrets.redact` turned off, a longer `shell.max_command_length`;
 - text the model reads or names (`name`, `description`, `feedback`, `feedback_variants`, `examples`,
   `retry_budget`, `loop_min_attempts`, a script's `description` / `instead_of`) change nothing allowed;
 - anything else that changed (`profiles`, `builtin_profiles`, `shell.scripts_dir`, `shell.scripts_path`,
@@ -35,10 +35,10 @@ __all__ = ["widenings"]
 _NEUTRAL = ("name", "description", "feedback", "feedback.*", "feedback_variants", "examples", "retry_budget",
             "loop_min_attempts", "bash.scripts.*.description", "bash.scripts.*.instead_of")
 _ALLOW_LISTS = ("urls.allow_hosts", "urls.schemes", "paths.project_root", "repair", "passthrough_routes",
-                "bash.scripts.*.flags")
+                "bash.scripts.*.flags", "secrets.allow")
 _DENY_LISTS = ("urls.deny_hosts", "protected.write", "protected.read")
 _ALLOW_MAPS = ("bash.scripts",)
-_ON_NARROWS = ("protected.*", "urls.resolve")  # a switch that protects when on
+_ON_NARROWS = ("protected.*", "urls.resolve", "secrets.redact")  # a switch that protects when on
 
 
 def _matches(key: str, patterns: tuple[str, ...]) -> bool:

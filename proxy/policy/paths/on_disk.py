@@ -7,10 +7,12 @@ when its filter selects one; an ordinary `grep pattern .` in a project without s
 `src/`, passes. Where the directory cannot be seen (no root known, the agent on another machine), the
 search is judged by its names only (a documented limit, docs/policy.md).
 
-The listing skips what no search of the project's own files needs and no tool can place a secret into:
+A search from above skips what no search of the project's own files needs and no tool can place a secret into:
 `.git/` (the agents' search tools leave it out; a direct read of its `config`, which may hold a remote
 URL's token, is a protected read), virtual environments (a `pyvenv.cfg` beside them; protected from
-writing) and `node_modules/`. A link counts by its name and by where it leads (some search tools follow links): a
+writing) and `node_modules/`. A search that targets one of them or enters it (`grep x node_modules/`,
+`.git/modules/`, a filter that names it) is judged like any other directory: they are listed then.
+A link counts by its name and by where it leads (some search tools follow links): a
 linked directory inside the project is listed, one leading out of it counts as protected. A listing is
 kept `_KEPT_SECONDS`; one with more than `_MAX_ENTRIES` entries is not finished and the search is
 refused (search a narrower directory).
@@ -37,7 +39,8 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def _listing(protected: Protected, directory: str, root: str) -> tuple[str, ...] | None:
+def _listing(protected: Protected, directory: str, root: str, entered: frozenset[str] = frozenset()) -> \
+        tuple[str, ...] | None:
     """The protected reads below `directory` (paths relative to it), or None when there are too many
     entries to list. A file is protected by its own path and by the path a link leads to; a linked
     directory inside the project is listed where it leads (a search tool may follow it), one leading out
@@ -74,10 +77,10 @@ def _listing(protected: Protected, directory: str, root: str) -> tuple[str, ...]
                     target = os.path.relpath(real, root)
                     if search(fold(target)):
                         found.append(relative)
-                    elif os.path.isdir(real) and real not in seen and not _skipped(real):
+                    elif os.path.isdir(real) and real not in seen and not _skipped(real, entered):
                         seen.add(real)
                         pending.append((real, target, relative + "/"))
-                elif entry.is_dir() and not _skipped(entry.path):
+                elif entry.is_dir() and not _skipped(entry.path, entered):
                     seen.add(entry.path)
                     pending.append((entry.path, fold(os.path.relpath(entry.path, root)), relative + "/"))
             except OSError:
@@ -85,19 +88,41 @@ def _listing(protected: Protected, directory: str, root: str) -> tuple[str, ...]
     return tuple(found)
 
 
-def _skipped(directory: str) -> bool:
-    return os.path.basename(directory) in _SKIPPED or os.path.exists(os.path.join(directory, "pyvenv.cfg"))
+def _skipped(directory: str, entered: frozenset[str] = frozenset()) -> bool:
+    """A directory a search from above leaves out, unless the search entered its kind (`entered`: `.git`,
+    `node_modules`, `venv` for a virtual environment)."""
+    name = os.path.basename(directory)
+    if name in _SKIPPED:
+        return name not in entered
+    return "venv" not in entered and os.path.exists(os.path.join(directory, "pyvenv.cfg"))
 
 
-def _kept_listing(protected: Protected, directory: str, root: str) -> tuple[str, ...] | None:
+def _entered(place: str, root: str, filters: Iterable[str]) -> frozenset[str]:
+    """The skipped kinds this search enters: the searched directory is one or lies inside one, or a filter
+    names one."""
+    relative = os.path.relpath(place, root)
+    parts = set(fold(relative).split("/"))
+    entered = {name for name in _SKIPPED if name in parts or any(name in fold(text) for text in filters)}
+    current = place
+    while _inside(current, root) and current != root:
+        if os.path.exists(os.path.join(current, "pyvenv.cfg")):
+            entered.add("venv")
+            break
+        current = os.path.dirname(current)
+    return frozenset(entered)
+
+
+def _kept_listing(protected: Protected, directory: str, root: str, entered: frozenset[str]) -> \
+        tuple[str, ...] | None:
     now = time.monotonic()
-    kept = protected.inventories.get(directory)
+    key = directory if not entered else f"{directory}\0{','.join(sorted(entered))}"
+    kept = protected.inventories.get(key)
     if kept is not None and now - kept[0] < _KEPT_SECONDS:
         return kept[1]
-    listing = _listing(protected, directory, root)
+    listing = _listing(protected, directory, root, entered)
     if len(protected.inventories) >= _KEPT_DIRECTORIES:
         protected.inventories.clear()
-    protected.inventories[directory] = (now, listing)
+    protected.inventories[key] = (now, listing)
     return listing
 
 
@@ -117,6 +142,7 @@ def searched_secret(protected: Protected, directory: str, filters: Iterable[str]
 
 
 def _searched_secret(protected: Protected, directory: str, filters: Iterable[str], roots: tuple[str, ...]) -> bool:
+    filters = tuple(filters)
     globs = [compile_glob(text) for text in filters]
     for root in roots:
         if not os.path.isdir(root):
@@ -125,7 +151,7 @@ def _searched_secret(protected: Protected, directory: str, filters: Iterable[str
         place = os.path.realpath(directory if directory.startswith("/") else os.path.join(root, directory))
         if not _inside(place, real_root) or not os.path.isdir(place):
             continue  # a file is judged by the read rules; a missing directory holds nothing to read
-        listing = _kept_listing(protected, place, real_root)
+        listing = _kept_listing(protected, place, real_root, _entered(place, real_root, filters))
         if listing is None:
             return True
         for path in listing:

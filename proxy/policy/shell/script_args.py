@@ -4,6 +4,8 @@ A positional or a flag's value may be ruled `path` (inside the project), `url` (
 its own lists), `int`, `any`, `{enum: [...]}` or `{regex: ...}`. Without a rule a value is still refused
 when it is, whole, a path outside the project (absolute outside the roots, `..`, `~`, `file://`) or a URL
 the policy refuses: the allowlist is about what runs, and an allowed script given `/etc/shadow` reads it.
+Inside the project too: an unruled value that names a protected read (`.env`, `.git/config`) is
+`protected_path`, as a read tool's would be (`uv run scripts/summarize.py .env` reads the secret).
 """
 
 from __future__ import annotations
@@ -22,6 +24,20 @@ _INT = re.compile(r"[+-]?[0-9]+")
 _WILDCARDS = re.compile(r"[*?\[{]")
 
 
+def _free_problem(value: str, policy: Policy, roots: tuple[str, ...]) -> str | None:
+    """An unruled value: a path outside the project or a refused URL (`value_problem`), or the name of a
+    protected read inside it. Text with spaces or line breaks is a query, not a name."""
+    problem = value_problem(value, roots, policy.urls)
+    if problem is not None:
+        return problem
+    stripped = value.strip()
+    if not stripped or any(c.isspace() for c in stripped) or "://" in stripped:
+        return None
+    return protected_problem(policy, stripped, roots, write=False)
+
+
+def _reasons(problem: str) -> tuple[str, ...]:
+    return ("argument",) if problem == "argument" else ("argument", problem)
 
 
 def _rule_problem(rule: ArgRule, value: str, policy: Policy, roots: tuple[str, ...]) -> str | None:
@@ -67,9 +83,9 @@ def argument_problem(policy: Policy, argv: list[str], roots: tuple[str, ...]) ->
         if word.startswith("-"):
             flag, eq, value = word.partition("=")
             if flag not in ruled_flags:
-                problem = value_problem(value, roots, policy.urls) if eq else None
+                problem = _free_problem(value, policy, roots) if eq else None
                 if problem is not None:
-                    return ("argument", problem), f"argument:{script}.{flag}"
+                    return _reasons(problem), f"argument:{script}.{flag}"
                 continue
             rule, label = ruled_flags[flag], flag
             if not eq:
@@ -87,7 +103,7 @@ def argument_problem(policy: Policy, argv: list[str], roots: tuple[str, ...]) ->
                 rule = positional
             position += 1
         problem = (_rule_problem(rule, value, policy, roots) if rule is not None
-                   else value_problem(value, roots, policy.urls))
+                   else _free_problem(value, policy, roots))
         if problem is not None:
-            return ("argument", problem) if problem != "argument" else ("argument",), f"argument:{script}.{label}"
+            return _reasons(problem), f"argument:{script}.{label}"
     return None
