@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         with ServerThread(upstream.app) as upstream_server:
             upstream.url = upstream_server.url + "/v1"
             db = args.db or f"sqlite:///{Path(tmp) / 'demo.db'}"
-            settings = Settings(upstream=upstream.url, upstreams=[], db=db, log_level="warning", port=args.port)
+            settings = Settings.of(upstream=upstream.url, upstreams=[], db=db, log_level="warning", port=args.port)
             app = create_app(settings)
             with _server_on(app, args.port) as proxy_server:
                 print(f"proxy on {proxy_server.url}/v1 in front of a scripted upstream; {args.sessions} "

@@ -34,7 +34,7 @@ _SWITCH_SECONDS = 0.001
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.telemetry.log_level, settings.telemetry.log_format)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -48,7 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.proxy = services
             app.state.live = services.live
             app.state.loop = asyncio.get_running_loop()  # lets tests and the CLI reach the writer
-            host, port = getattr(app.state, "listen", (settings.host, settings.port))
+            host, port = getattr(app.state, "listen", (settings.http.host, settings.http.port))
             report = await startup_report(services, host=host, port=port)
             if getattr(app.state, "print_banner", False):
                 print(render(report), file=sys.stderr, flush=True)
@@ -121,7 +121,7 @@ async def _health(request: Request) -> JSONResponse:
     if errors := services.policies.status()["errors"]:
         first = errors[0]
         reasons["policy"] = f"{first['file']}:{first['line']}: {first['message']} (the last good policy serves)"
-    stop_sending = "store" in reasons and services.settings.on_store_failure == "refuse"
+    stop_sending = "store" in reasons and services.settings.store.on_failure == "refuse"
     body = {"status": "degraded" if reasons else "ok", "reasons": reasons, "upstream": services.upstream.base_url,
             "upstream_reachable": reachable, "policy": services.policies.current().name,
             "store_queue": services.writer.depth, "store_rows_lost": services.writer.rows_lost,
