@@ -21,7 +21,7 @@ target_metadata = metadata
 
 def _url() -> str:
     x_args = context.get_x_argument(as_dictionary=True)
-    return normalize_db_url(x_args.get("db") or Settings().db)
+    return normalize_db_url(x_args.get("db") or Settings().store.url)
 
 
 def _run(connection: Connection) -> None:

@@ -14,10 +14,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from proxy import __version__
-from proxy.config import Settings
+from proxy.config import Settings, flat_settings
 from proxy.services import Services
 
-__all__ = ["config_warnings", "is_loopback", "render", "startup_report"]
+__all__ = ["changed_settings", "config_warnings", "is_loopback", "render", "startup_report"]
 
 
 def is_loopback(host: str) -> bool:
@@ -40,9 +40,9 @@ def upstream_warnings(url: str) -> list[str]:
 
 
 def config_warnings(settings: Settings) -> list[str]:
-    warnings = [w for u in settings.upstream_list() for w in upstream_warnings(u.url)]
-    if not is_loopback(settings.host) and not settings.admin_token:
-        warnings.append(f"listening on {settings.host} beyond this machine without admin_token: anyone who "
+    warnings = [w for u in settings.upstream.routes() for w in upstream_warnings(u.url)]
+    if not is_loopback(settings.http.host) and not settings.http.admin_token:
+        warnings.append(f"listening on {settings.http.host} beyond this machine without admin_token: anyone who "
                         "reaches the port reads /stats, /policies and /metrics (set ALLOWLIST_PROXY_ADMIN_TOKEN)")
     return warnings
 
@@ -71,9 +71,27 @@ async def startup_report(state: Services, *, host: str, port: int) -> dict[str, 
         "upstreams": upstreams,
         "policy": {"name": policy.name, "mode": policy.mode, "file": _shown_path(policy.path)},
         "policy_errors": policy_errors,
-        "store": _safe_db_url(settings.db),
+        "store": _safe_db_url(settings.store.url),
+        "settings": changed_settings(settings),
         "warnings": warnings,
     }
+
+
+_SECRET = ("token", "api_key", "upstreams")
+
+
+def changed_settings(settings: Settings) -> dict[str, dict[str, str]]:
+    """The settings away from their defaults, by group and flat name; secrets shown as `***`."""
+    changed: dict[str, dict[str, str]] = {}
+    for flat, group, name, info in flat_settings():
+        value = getattr(getattr(settings, group), name)
+        if value == info.get_default(call_default_factory=True):
+            continue
+        if flat in ("upstream", "db", "policy"):
+            continue  # on lines of their own
+        shown = "***" if any(word in flat for word in _SECRET) and value else str(value)
+        changed.setdefault(group, {})[flat] = shown
+    return changed
 
 
 def _shown_path(path: Path | None) -> str | None:
@@ -107,6 +125,10 @@ def render(report: dict[str, Any]) -> str:
     policy = report["policy"]
     lines.append(f"  policy      {policy['name']} ({policy['mode']}) from {policy['file'] or 'the package'}")
     lines.append(f"  store       {report['store']}")
+    groups = report.get("settings") or {}
+    if groups:  # what the operator set, grouped as `serve --help` groups it
+        lines.append("  settings    " + "; ".join(
+            f"{group}: " + ", ".join(f"{k}={v}" for k, v in values.items()) for group, values in groups.items()))
     if report.get("xml_rules"):  # how XML calls in content are read, where the proxy knows the upstream's vLLM
         lines.append(f"  xml rules   {report['xml_rules']}")
     lines += [f"  warning: {w}" for w in report["warnings"]]

@@ -57,7 +57,7 @@ class Services:
     # Called with every finished request (throughput windows, metrics); must not block.
     listeners: list[Callable[[RequestRecord], None]] = field(default_factory=list)
     live: LiveWindows | None = None
-    # Where the stats routes' figures are computed, when not in this process (`Settings.figures_process`).
+    # Where the stats routes' figures are computed, when not in this process (`settings.stats.figures_process`).
     figures: FiguresProcess | None = None
     # The OpenTelemetry exporter while tracing is on (proxy/stats/traces.py), else None.
     traces: Any = None
@@ -82,12 +82,12 @@ class Services:
 
     @classmethod
     async def _start(cls, settings: Settings, closers: AsyncExitStack, own_process: bool) -> Services:
-        policies = PolicyManager(settings.policy or default_policy_path())
-        engine = create_engine(settings.db)
+        policies = PolicyManager(settings.policy.file or default_policy_path())
+        engine = create_engine(settings.store.url)
         closers.push_async_callback(engine.dispose)
-        await prepare_schema(engine, migrate_on_start=settings.migrate_on_start)
-        writer = StoreWriter(engine, batch_size=settings.store_batch_size,
-                             flush_seconds=settings.store_flush_seconds, max_queue=settings.store_max_queue)
+        await prepare_schema(engine, migrate_on_start=settings.store.migrate_on_start)
+        writer = StoreWriter(engine, batch_size=settings.store.batch_size,
+                             flush_seconds=settings.store.flush_seconds, max_queue=settings.store.max_queue)
         owner_lock = OwnerLock(engine, writer.owner)
         await owner_lock.acquire()
         closers.push_async_callback(owner_lock.release)
@@ -102,41 +102,43 @@ class Services:
         closers.push_async_callback(upstream.aclose)
         services = cls(
             settings=settings, upstream=upstream, engine=engine, writer=writer, policies=policies,
-            models=ModelCatalog(upstream, ttl=settings.models_cache_seconds, aliases=settings.model_aliases),
-            sessions=SessionResolver(settings.session_header, engine=engine, writer=writer),
-            vllm=UpstreamVllm(vllm_version=settings.vllm_version, tool_parser=settings.tool_parser,
+            models=ModelCatalog(upstream, ttl=settings.upstream.models_cache_seconds,
+                                aliases=settings.upstream.model_aliases),
+            sessions=SessionResolver(settings.policy.session_header, engine=engine, writer=writer),
+            vllm=UpstreamVllm(vllm_version=settings.upstream.vllm_version, tool_parser=settings.upstream.tool_parser,
                               upstream=upstream),
-            probe=UpstreamProbe(upstream.all, interval_seconds=settings.upstream_probe_seconds),
+            probe=UpstreamProbe(upstream.all, interval_seconds=settings.upstream.probe_seconds),
             _closers=closers,
         )
         await services.probe.start()
         closers.push_async_callback(services.probe.stop)
         await services.vllm.detect()
         live = services.live = LiveWindows(engine, services.in_flight,
-                                           window_seconds=settings.throughput_window_seconds)
+                                           window_seconds=settings.stats.throughput_window_seconds)
         services.listeners += [live.observe, observe_request]
         await policies.start()
         closers.push_async_callback(policies.stop)
         await live.start()
         closers.push_async_callback(live.stop)
-        if settings.retention_days is not None:
-            retention = Retention(engine, settings.retention_days)
+        if settings.store.retention_days is not None:
+            retention = Retention(engine, settings.store.retention_days)
             await retention.start()
             closers.push_async_callback(retention.stop)
-        if (settings.figures_process or (settings.figures_process is None and own_process)) and \
+        if (settings.stats.figures_process or (settings.stats.figures_process is None and own_process)) and \
                 FiguresProcess.can_share(engine):
-            figures = services.figures = FiguresProcess(settings.db)
+            figures = services.figures = FiguresProcess(settings.store.url)
             closers.push_async_callback(figures.close)
         try:
-            traces = services.traces = start_traces(settings.otel_endpoint)  # None unless an endpoint is set
+            traces = services.traces = start_traces(settings.telemetry.otel_endpoint)  # None unless an endpoint is set
         except TracesUnavailable as exc:
             raise ConfigError("otel_endpoint", str(exc)) from None
         if traces is not None:
             traces.start()
             services.listeners.append(traces.finish)
             closers.push_async_callback(asyncio.to_thread, traces.close)
-        if settings.alert_webhook_url:
-            webhook = Webhook(settings.alert_webhook_url, interval_seconds=settings.alert_webhook_interval_seconds,
+        if settings.stats.alert_webhook_url:
+            webhook = Webhook(settings.stats.alert_webhook_url,
+                              interval_seconds=settings.stats.alert_webhook_interval_seconds,
                               held=policies.held)
             await webhook.start()
             closers.push_async_callback(webhook.stop)
@@ -151,8 +153,8 @@ class Services:
     def policy_for(self, headers: Mapping[str, str]) -> LoadedPolicy:
         """The request's policy (`PolicyManager.pick`). In enforce mode with `on_store_failure: refuse`, while
         the store cannot record, no request starts (the GPU would answer for nothing the client may receive)."""
-        policy = self.policies.pick(headers.get("x-allowlist-policy"), by_header=self.settings.policy_header)
-        if policy.policy.mode == "enforce" and self.settings.on_store_failure == "refuse" and \
+        policy = self.policies.pick(headers.get("x-allowlist-policy"), by_header=self.settings.policy.header)
+        if policy.policy.mode == "enforce" and self.settings.store.on_failure == "refuse" and \
                 (reason := self.writer.health()) is not None:
             raise StoreUnavailable(f"the proxy cannot record calls now, so it serves none: {reason}")
         return policy

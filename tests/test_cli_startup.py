@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from proxy.banner import changed_settings
 from proxy.cli import main
-from proxy.config import Settings
+from proxy.config import FLAT, ConfigError, Settings
 from tests.conftest import ROOT, STRICT_POLICY
 
 
@@ -79,19 +80,19 @@ def test_config_file_then_environment_then_flags(monkeypatch, tmp_path):
         "port: 9001\nlog_level: warning\nupstreams:\n"
         "  - {url: 'http://a:8000/v1/', models: [qwen3.5-27b]}\n  - {url: 'http://b:8000/v1', api_key: k}\n")
     settings = Settings()
-    assert settings.port == 9001 and settings.log_level == "warning"
-    assert [(u.url, u.models, u.api_key) for u in settings.upstream_list()] == [
+    assert settings.http.port == 9001 and settings.telemetry.log_level == "warning"
+    assert [(u.url, u.models, u.api_key) for u in settings.upstream.routes()] == [
         ("http://a:8000/v1", ["qwen3.5-27b"], None), ("http://b:8000/v1", "auto", "k")]
     monkeypatch.setenv("ALLOWLIST_PROXY_PORT", "9002")
-    assert Settings().port == 9002
-    assert Settings(port=9003).port == 9003
+    assert Settings().http.port == 9002
+    assert Settings.of(port=9003).http.port == 9003
 
 
 def test_every_setting_is_a_serve_flag(capsys):
     with pytest.raises(SystemExit):
         main(["serve", "--help"])
     text = capsys.readouterr().out
-    for name in Settings.model_fields:
+    for name in (*FLAT, "config"):
         assert f"--{name.replace('_', '-')}" in text, name
     assert "examples:" in text
 
@@ -179,8 +180,8 @@ def test_a_switch_sets_the_setting(monkeypatch):
     from proxy.cli.serve import settings_from
 
     parser = __import__("proxy.cli", fromlist=["build_parser"]).build_parser()
-    assert settings_from(parser.parse_args(["serve", "--no-policy-header"])).policy_header is False
-    assert settings_from(parser.parse_args(["serve", "--policy-header"])).policy_header is True
+    assert settings_from(parser.parse_args(["serve", "--no-policy-header"])).policy.header is False
+    assert settings_from(parser.parse_args(["serve", "--policy-header"])).policy.header is True
 
 
 def test_a_mistyped_setting_in_the_config_file_gets_a_suggestion(capsys, tmp_path):
@@ -231,3 +232,34 @@ def test_help_is_wrapped_to_the_terminal(capsys, monkeypatch, command):
     assert max(len(line) for line in text.splitlines()) <= 100, text
     for internal in ("seed", "lineage", "rollups)", "_pool", "journal"):
         assert internal not in text, internal
+
+
+def test_settings_are_grouped_and_the_flat_names_still_work(monkeypatch, tmp_path):
+    """Six groups in the code (`settings.store.release_timeout_seconds`), the flat names operators know in the
+    environment, the config file and the flags; a group may also be written whole in the config file."""
+    monkeypatch.setenv("ALLOWLIST_PROXY_STORE_RELEASE_TIMEOUT_SECONDS", "7")
+    monkeypatch.setenv("ALLOWLIST_PROXY_MAX_BODY_BYTES", "1234")
+    (tmp_path / "allowlist-proxy.yaml").write_text("store:\n  batch_size: 200\n  on_store_failure: continue\n"
+                                                   "upstream: http://gpu:8000/v1\nlog_format: console\n")
+    monkeypatch.chdir(tmp_path)
+    settings = Settings()
+    assert settings.store.release_timeout_seconds == 7 and settings.http.max_body_bytes == 1234
+    assert settings.store.batch_size == 200 and settings.store.on_failure == "continue"
+    assert settings.upstream.url == "http://gpu:8000/v1" and settings.telemetry.log_format == "console"
+    assert Settings.of(store_batch_size=9).store.batch_size == 9  # a flag, by its flat name
+    (tmp_path / "allowlist-proxy.yaml").write_text("store:\n  batch_sise: 200\n")
+    with pytest.raises(ConfigError, match="did you mean 'batch_size'"):
+        Settings()
+
+
+def test_help_and_banner_group_the_settings(capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = capsys.readouterr().out
+    order = [text.index(f"{group} settings:") for group in ("upstream", "store", "http", "policy", "stats",
+                                                            "telemetry")]
+    assert order == sorted(order)
+    section = text[text.index("store settings:"):text.index("http settings:")]
+    assert "--store-release-timeout-seconds" in section and "--max-body-bytes" not in section
+    changed = changed_settings(Settings.of(admin_token="s3cret", retention_days=30, max_connections=10))
+    assert changed == {"store": {"retention_days": "30.0"}, "http": {"admin_token": "***", "max_connections": "10"}}

@@ -55,9 +55,9 @@ def chromium_path() -> str | None:
     return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 
 
-class LiveSettings(Settings):
-    # The proxy reads `throughput_window_seconds` when Settings has it; 1 s windows keep this test short.
-    throughput_window_seconds: float = 1.0
+def LiveSettings(**flat: object) -> Settings:
+    # 1 s throughput windows keep this test short.
+    return Settings.of(throughput_window_seconds=1.0, **flat)
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from proxy.config import Settings
+from proxy.config import Settings, flat_settings
 from proxy.errors import BadRequest, UpstreamTimeout
 from tests.conftest import ROOT
 
@@ -16,12 +16,13 @@ def _readme_settings() -> dict[str, str]:
 
 def test_every_setting_is_in_the_readme():
     documented = _readme_settings()
-    assert set(Settings.model_fields) == set(documented)
+    assert {name for name, *_ in flat_settings()} | {"config"} == set(documented)
 
 
 def test_readme_defaults_are_the_real_defaults():
     documented = _readme_settings()
-    for name, info in Settings.model_fields.items():
+    every = [(name, info) for name, _, _, info in flat_settings()] + [("config", Settings.model_fields["config"])]
+    for name, info in every:
         default = info.get_default(call_default_factory=True)
         shown = documented[name].strip("`")
         if default is None:
@@ -49,6 +50,6 @@ def test_environment_variables_configure_settings(monkeypatch):
     monkeypatch.setenv("ALLOWLIST_PROXY_PORT", "9999")
     monkeypatch.setenv("ALLOWLIST_PROXY_MODEL_ALIASES", '{"a": "b"}')
     settings = Settings()
-    assert settings.port == 9999 and settings.model_aliases == {"a": "b"}
+    assert settings.http.port == 9999 and settings.upstream.model_aliases == {"a": "b"}
     monkeypatch.setenv("ALLOWLIST_PROXY_SESSION_HEADER", "X-Run-Id, x-session-id")
-    assert Settings().session_header == ["x-run-id", "x-session-id"]
+    assert Settings().policy.session_header == ["x-run-id", "x-session-id"]

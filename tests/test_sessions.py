@@ -127,5 +127,5 @@ def test_serve_flags_name_session_headers_and_the_root_header():
     args = parser.parse_args(["serve", "--session-header", "X-Run-Id,x-session-id",
                               "--project-root-header", "x-project-root"])
     settings = serve.settings_from(args)
-    assert settings.session_header == ["x-run-id", "x-session-id"]
-    assert settings.project_root_header == "x-project-root"
+    assert settings.policy.session_header == ["x-run-id", "x-session-id"]
+    assert settings.policy.project_root_header == "x-project-root"

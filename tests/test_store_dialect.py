@@ -55,7 +55,7 @@ def test_every_backend_implements_every_operation(name: str) -> None:
 def test_every_url_the_settings_accept_has_a_backend() -> None:
     assert sorted(TESTED) == sorted(TESTED_BACKENDS)
     for url, name in URLS.items():
-        assert Settings(db=url).db == url
+        assert Settings.of(db=url).store.url == url
         assert backend_for_url(url).name == name
         assert normalize_db_url(url).startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://"))
     assert {w for b in BACKENDS.values() for w in b.url_schemes} == {u.split("//")[0] + "//" for u in URLS}

@@ -186,7 +186,7 @@ def test_tracing_is_off_unless_an_endpoint_is_given(upstream, start_proxy, monke
     assert traces_endpoint(None, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318/"}) == "http://c:4318/v1/traces"
     assert traces_endpoint(None, {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/x"}) == "http://c:4318/x"
     assert traces_endpoint(None, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SDK_DISABLED": "true"}) is None
-    named = Settings(otel_endpoint="http://collector:4318").otel_endpoint
+    named = Settings.of(otel_endpoint="http://collector:4318").telemetry.otel_endpoint
     assert traces_endpoint(named, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://other:4318"}) == \
         "http://collector:4318/v1/traces"
 

@@ -130,7 +130,7 @@ def parse_date(text: str) -> float:
 
 
 def _url(args: argparse.Namespace) -> str:
-    return args.db or Settings().db
+    return args.db or Settings().store.url
 
 
 def _where(url: str) -> str:

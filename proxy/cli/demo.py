@@ -66,9 +66,9 @@ def run(args: argparse.Namespace) -> int:
             db = args.db or f"sqlite:///{Path(tmp) / 'demo.db'}"
             # The demo's refusals are its point, shown in its tables: its log says only what went wrong
             # (`error`), unless ALLOWLIST_PROXY_LOG_LEVEL asks for more.
-            settings = Settings(upstream=upstream.url, upstreams=[], db=db, port=args.port)
+            settings = Settings.of(upstream=upstream.url, upstreams=[], db=db, port=args.port)
             if not os.environ.get("ALLOWLIST_PROXY_LOG_LEVEL"):
-                settings.log_level = "error"
+                settings.telemetry.log_level = "error"
             app = create_app(settings)
             with _server_on(app, args.port) as proxy_server:
                 print(f"proxy on {proxy_server.url}/v1 in front of a scripted upstream; {args.sessions} "

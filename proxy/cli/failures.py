@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from pydantic_settings import SettingsError
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 
-from proxy.config import ConfigError
+from proxy.config import FLAT, ConfigError
 from proxy.policy.errors import PolicyError
 from proxy.store.db import StoreError
 
@@ -23,10 +23,21 @@ def _flag(setting: str) -> str:
     return f"--{setting.replace('_', '-')} / ALLOWLIST_PROXY_{setting.upper()}"
 
 
+def _flat_name(loc: tuple[int | str, ...]) -> str:
+    """A validation error's place as the setting's flat name (`("store", "batch_size")` is `store_batch_size`),
+    with any place inside the value after it (`upstreams.0.url`)."""
+    parts = [str(part) for part in loc]
+    if len(parts) >= 2:
+        flat = next((name for name, (group, field) in FLAT.items() if (group, field) == (parts[0], parts[1])), None)
+        if flat is not None:
+            return ".".join([flat, *parts[2:]])
+    return ".".join(parts) or "settings"
+
+
 def _validation(exc: ValidationError) -> str:
     lines = []
     for error in exc.errors()[:2]:
-        setting = ".".join(str(part) for part in error["loc"]) or "settings"
+        setting = _flat_name(error["loc"])
         message = error["msg"].removeprefix("Value error, ")
         given = error.get("input")
         got = f" (got {given!r})" if isinstance(given, str | int | float) and repr(given) not in message else ""

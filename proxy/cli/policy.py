@@ -61,12 +61,12 @@ def _target(args: argparse.Namespace) -> tuple[str, str | None]:
     from proxy.config import Settings
 
     settings = Settings()
-    host = settings.host
+    host = settings.http.host
     if host in ("0.0.0.0", "::", ""):
         host = "127.0.0.1"
     elif ":" in host:
         host = f"[{host}]"
-    return f"http://{host}:{settings.port}", token or settings.admin_token
+    return f"http://{host}:{settings.http.port}", token or settings.http.admin_token
 
 
 def run_status(args: argparse.Namespace) -> int:

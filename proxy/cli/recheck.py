@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    url = args.db or Settings().db
+    url = args.db or Settings().store.url
 
     result, code = read_store(url, lambda engine: recheck(engine, loaded, since=since, until=until,
                                                             model=args.model, limit=args.limit))

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"error: cannot read a vLLM log: {exc}", file=sys.stderr)
             return 2
-    report, code = read_store(args.db or Settings().db, lambda engine: build_report(
+    report, code = read_store(args.db or Settings().store.url, lambda engine: build_report(
         engine, since=since, until=until, loop_min_attempts=args.loop_min_attempts))
     if code:
         return code

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from proxy.cli.command import HelpFormatter
-from proxy.config import LOG_FORMATS, LOG_LEVELS, ConfigError, Settings
+from proxy.config import FLAT, GROUPS, LOG_FORMATS, LOG_LEVELS, ConfigError, Settings, flat_settings
 
 __all__ = ["bind", "register", "settings_from"]
 
@@ -32,23 +32,30 @@ _CHOICES = {"log_level": tuple(LOG_LEVELS), "log_format": tuple(LOG_FORMATS)}
 def register(sub: Any) -> None:
     parser = sub.add_parser("serve", help="run the proxy", description="Run the proxy in front of an upstream.",
                             epilog=EXAMPLES, formatter_class=HelpFormatter)
-    for name, info in Settings.model_fields.items():
+    config = Settings.model_fields["config"]
+    parser.add_argument("--config", dest="config", default=None, metavar="CONFIG",
+                        help=f"{config.description} [env ALLOWLIST_PROXY_CONFIG; default unset]")
+    sections = {group: parser.add_argument_group(f"{group} settings", (model.__doc__ or "").strip())
+                for group, model in GROUPS.items()}
+    for name, group, _, info in flat_settings():
         default = info.get_default(call_default_factory=True)
         shown = "unset" if default in (None, [], {}) else _shown(default)
         flag = f"--{name.replace('_', '-')}"
         text = f"{info.description} [env ALLOWLIST_PROXY_{name.upper()}; default {shown}]"
         kind = _plain(info.annotation)
         choices = _CHOICES.get(name) or (typing.get_args(kind) if typing.get_origin(kind) is Literal else None)
+        section = sections[group]
         if choices:  # listed in the usage; the settings check the value, so a wrong one is the usual one line
-            parser.add_argument(flag, dest=name, default=None, metavar="{" + ",".join(map(str, choices)) + "}",
-                                help=text)
+            section.add_argument(flag, dest=name, default=None, metavar="{" + ",".join(map(str, choices)) + "}",
+                                 help=text)
         elif kind is bool:  # a switch: --flag / --no-flag
-            parser.add_argument(flag, dest=name, default=None, action=argparse.BooleanOptionalAction, help=text)
+            section.add_argument(flag, dest=name, default=None, action=argparse.BooleanOptionalAction, help=text)
         else:
-            parser.add_argument(flag, dest=name, default=None, metavar=name.upper(), help=text)
-    parser.add_argument("--no-migrate", dest="migrate_on_start", action="store_const", const=False, default=None,
-                        help="the same as --no-migrate-on-start: serve a store another proxy or `db upgrade` "
-                             "migrates (replicas); a store behind is refused")
+            section.add_argument(flag, dest=name, default=None, metavar=name.upper(), help=text)
+    sections["store"].add_argument(
+        "--no-migrate", dest="migrate_on_start", action="store_const", const=False, default=None,
+        help="the same as --no-migrate-on-start: serve a store another proxy or `db upgrade` migrates (replicas); "
+             "a store behind is refused")
     parser.set_defaults(func=run)
 
 
@@ -65,17 +72,19 @@ def _shown(value: Any) -> str:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    overrides = {name: getattr(args, name) for name in Settings.model_fields if getattr(args, name, None) is not None}
-    settings = Settings(**overrides)
+    names = ("config", *FLAT)
+    overrides = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
+    settings = Settings.of(**overrides)
     check_exposure(settings)
     return settings
 
 
 def check_exposure(settings: Settings) -> None:
     """Off loopback, anyone who reaches the port could read every session's commands: an admin token is required."""
-    if settings.admin_token or _loopback(settings.host):
+    if settings.http.admin_token or _loopback(settings.http.host):
         return
-    raise ConfigError("admin_token", f"listening on {settings.host} (not a loopback address) needs an admin token: "
+    host = settings.http.host
+    raise ConfigError("admin_token", f"listening on {host} (not a loopback address) needs an admin token: "
                                      "set ALLOWLIST_PROXY_ADMIN_TOKEN (or --admin-token), or listen on 127.0.0.1.")
 
 
@@ -120,29 +129,29 @@ async def preflight(settings: Settings) -> None:
     from proxy.stats.traces import TracesUnavailable, check_available
     from proxy.store.db import create_engine, prepare_schema
 
-    path = settings.policy or default_policy_path()
+    path = settings.policy.file or default_policy_path()
     if not Path(path).is_file():
         raise ConfigError("policy", f"{path} does not exist. Give a policy file with --policy "
                                     "(policies/strict.yaml in the repository, or leave it unset for the packaged one).")
     load_policy_file(path)
     try:
-        check_available(settings.otel_endpoint)
+        check_available(settings.telemetry.otel_endpoint)
     except TracesUnavailable as exc:
         raise ConfigError("otel_endpoint", str(exc)) from None
-    if settings.db.startswith("sqlite"):
-        file = make_url(settings.db).database
+    if settings.store.url.startswith("sqlite"):
+        file = make_url(settings.store.url).database
         parent = Path(file).parent if file and file != ":memory:" else None
         if parent is not None and not parent.is_dir():
             raise ConfigError("db", f"the directory {parent} of the SQLite file does not exist. "
                                     "Create it, or give another sqlite:///PATH.")
-    engine = create_engine(settings.db)
+    engine = create_engine(settings.store.url)
     try:
         try:
             await asyncio.wait_for(_reach(engine), timeout=30)
         except TimeoutError:
             raise ConfigError("db", "the database did not answer in 30 s. Is it running and reachable?") from None
         # Not under the 30 s: a large store's first migration (and its copy) may take minutes, logged as it goes.
-        await prepare_schema(engine, migrate_on_start=settings.migrate_on_start)
+        await prepare_schema(engine, migrate_on_start=settings.store.migrate_on_start)
     finally:
         await engine.dispose()
 
@@ -164,19 +173,19 @@ def run(args: argparse.Namespace) -> int:
 
     settings = settings_from(args)
     # What the checks before the server log (a migration, say) is said under the banner, as the app's start is.
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.telemetry.log_level, settings.telemetry.log_format)
     hold_logs()
     try:
         asyncio.run(preflight(settings))
-        sock = bind(settings.host, settings.port)
+        sock = bind(settings.http.host, settings.http.port)
     except BaseException:
         release_logs()
         raise
     app = create_app(settings)
-    app.state.listen = (settings.host, sock.getsockname()[1])
+    app.state.listen = (settings.http.host, sock.getsockname()[1])
     app.state.print_banner = True
     app.state.own_process = True
-    raise_open_file_limit(settings.max_connections)
+    raise_open_file_limit(settings.http.max_connections)
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=30,
                             **server_options(settings))
     server = TicklessServer(config)

@@ -101,7 +101,7 @@ def read_store(url: str, query: Callable[[Any], Awaitable[Any]]) -> tuple[Any, i
 def run(args: argparse.Namespace) -> int:
     from proxy.stats.models import loops_table, model_stats, parse_time, reasons_table, seed_table, turns_table
 
-    url = args.db or Settings().db
+    url = args.db or Settings().store.url
     try:
         since, until = parse_time(args.since), parse_time(args.until)
     except ValueError as exc:

@@ -195,7 +195,7 @@ def _sum_usage(usage: dict[str, Any], total: Any) -> None:
 
 def _convert_content_calls(ex: Exchange, obj: dict[str, Any], results: list[Any]) -> bool:
     """Calls the model wrote into `content` become proper `tool_calls`; returns whether obj changed."""
-    if not ex.scan_content or not (ex.state.settings.convert_content_tool_calls or ex.enforce):
+    if not ex.scan_content or not (ex.state.settings.upstream.convert_content_tool_calls or ex.enforce):
         return False
     changed = False
     for choice, result in zip(obj.get("choices") or [], results, strict=False):
@@ -448,7 +448,7 @@ class _StreamRelay(EventReader, StreamedAttempts):
             content_calls = any(not c.structured for c in completed)
             if not same_text or (ex.enforce and (delta.get("tool_calls") or finish)):
                 passthrough = False
-            if content_calls and (ex.enforce or ex.state.settings.convert_content_tool_calls):
+            if content_calls and (ex.enforce or ex.state.settings.upstream.convert_content_tool_calls):
                 passthrough = False
             if choice.held_ids:
                 passthrough = False  # the held ids go out first, with this chunk (`_rebuild`)
@@ -486,7 +486,7 @@ class _StreamRelay(EventReader, StreamedAttempts):
             if not ex.enforce:
                 tool_deltas.extend(delta.get("tool_calls") or [])
                 choice.emitted_tools = _tool_count(choice.emitted_tools, delta)
-                if ex.state.settings.convert_content_tool_calls:
+                if ex.state.settings.upstream.convert_content_tool_calls:
                     for e in events:
                         if isinstance(e, CompletedCall) and not e.call.structured:
                             tool_deltas.append(openai_call_delta(e.call, choice.emitted_tools))

@@ -28,7 +28,7 @@ async def list_models(request: Request, state: Services) -> Response:
 
 
 async def forward(request: Request, state: Services, path: str) -> Response:
-    body = await read_body(request, state.settings.max_body_bytes)
+    body = await read_body(request, state.settings.http.max_body_bytes)
     headers = state.upstream.headers(request.headers)
     response = await state.upstream.open_stream(request.method, path, headers=headers, content=body or None,
                                                 params=request.query_params)

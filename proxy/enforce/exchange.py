@@ -80,7 +80,7 @@ class Exchange:
     def __post_init__(self) -> None:
         stated = self.state.sessions.project_root(self.record.session, self.stated)
         self.toolset = request_tools(self.policy, self.record, self.payload, self.headers,
-                                     root_header=getattr(self.state.settings, "project_root_header", None),
+                                     root_header=self.state.settings.policy.project_root_header,
                                      stated_root=stated)
 
     @property
@@ -182,8 +182,8 @@ class Exchange:
         settings = self.state.settings
         try:
             await release_calls(self.state.writer, self.record, self.policy, attempt, judged,
-                                on_store_failure=settings.on_store_failure,
-                                timeout=settings.store_release_timeout_seconds, tools=self.toolset)
+                                on_store_failure=settings.store.on_failure,
+                                timeout=settings.store.release_timeout_seconds, tools=self.toolset)
         finally:
             self._count(judged)
 

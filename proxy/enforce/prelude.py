@@ -48,8 +48,9 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
                         make: Callable[..., Exchange] | None = None, **extra: Any) -> Any:
     """The one request prelude of every judged route: the body read and checked, the model resolved, the
     policy and the session picked, the `stream` decided, the request counted in and its record begun."""
-    body = await read_body(request, state.settings.max_body_bytes)
-    payload = await read_payload(body, max_tools=state.settings.max_tools, max_messages=state.settings.max_messages,
+    http = state.settings.http
+    body = await read_body(request, http.max_body_bytes)
+    payload = await read_payload(body, max_tools=http.max_tools, max_messages=http.max_messages,
                                  counted=shape.counted_keys)
     model = payload.get("model")
     if not isinstance(model, str) or not model:

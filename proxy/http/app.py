@@ -37,7 +37,7 @@ _SWITCH_SECONDS = 0.001
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.telemetry.log_level, settings.telemetry.log_format)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -58,13 +58,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.proxy = services
             app.state.live = services.live
             app.state.loop = asyncio.get_running_loop()  # lets tests and the CLI reach the writer
-            host, port = getattr(app.state, "listen", (settings.host, settings.port))
+            host, port = getattr(app.state, "listen", (settings.http.host, settings.http.port))
             report = await startup_report(services, host=host, port=port)
             if banner:
                 print(render(report), file=sys.stderr, flush=True)
                 release_logs()
             # On a terminal the banner said it all; a log read by machines gets the record.
-            said = banner and settings.log_format == "auto" and on_terminal()
+            said = banner and settings.telemetry.log_format == "auto" and on_terminal()
             (log.debug if said else log.info)("proxy.started", xml_rules=services.vllm.rules.label, **report)
             if own_process:
                 # What start-up built (modules, the policy, the tool catalogues) lives as long as the process: out
@@ -137,7 +137,7 @@ async def _health(request: Request) -> JSONResponse:
         reasons["policy"] = f"{first['file']}:{first['line']}: {first['message']} (the last good policy serves)"
     if held := services.policies.held():
         reasons["policy_held"] = "; ".join(held_summary(entry) for entry in held)
-    stop_sending = "store" in reasons and services.settings.on_store_failure == "refuse"
+    stop_sending = "store" in reasons and services.settings.store.on_failure == "refuse"
     body = {"status": "degraded" if reasons else "ok", "reasons": reasons, "upstream": probed[0].url,
             "upstream_reachable": not down, "upstreams": [result.describe() for result in probed],
             "policy": services.policies.current().name,

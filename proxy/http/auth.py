@@ -14,7 +14,7 @@ __all__ = ["ADMIN", "require_admin"]
 
 def require_admin(request: Request) -> None:
     """Passes when no admin token is configured, or the request carries `Authorization: Bearer <token>`."""
-    token = request.app.state.proxy.settings.admin_token
+    token = request.app.state.proxy.settings.http.admin_token
     if not token:
         return
     given = request.headers.get("authorization", "")

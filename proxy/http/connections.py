@@ -51,10 +51,10 @@ def _base_protocol() -> type[asyncio.Protocol]:
 def guarded_protocol(settings: Settings) -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol class with the limits of `settings`."""
     base: Any = _base_protocol()
-    header_timeout = settings.header_timeout_seconds
-    body_timeout = settings.body_timeout_seconds
-    max_connections = max(1, settings.max_connections)
-    per_client = max(1, settings.max_connections_per_client)
+    header_timeout = settings.http.header_timeout_seconds
+    body_timeout = settings.http.body_timeout_seconds
+    max_connections = max(1, settings.http.max_connections)
+    per_client = max(1, settings.http.max_connections_per_client)
 
     class GuardedProtocol(base):
         def connection_made(self, transport: Any) -> None:
@@ -194,4 +194,4 @@ def raise_open_file_limit(wanted: int) -> None:
 
 def server_options(settings: Settings) -> dict[str, Any]:
     """Keyword arguments of uvicorn.Config that carry the connection limits."""
-    return {"http": guarded_protocol(settings), "timeout_keep_alive": settings.keepalive_timeout_seconds}
+    return {"http": guarded_protocol(settings), "timeout_keep_alive": settings.http.keepalive_timeout_seconds}

@@ -116,11 +116,12 @@ class HostOriginGuard:
 
     def __init__(self, app: ASGIApp, settings: Settings) -> None:
         self.app = app
-        self.allowed_hosts = [h.strip().lower() for h in settings.allowed_hosts]
-        self.allowed_origins = [o.strip().lower().rstrip("/") for o in settings.allowed_origins]
+        self.allowed_hosts = [h.strip().lower() for h in settings.http.allowed_hosts]
+        self.allowed_origins = [o.strip().lower().rstrip("/") for o in settings.http.allowed_origins]
         # Headers the proxy reads one value of while the upstream (or the proxy's forwarding) may take another.
-        self.single = {h.encode() for h in (*_SINGLE_HEADERS, *settings.session_header,
-                                            *([settings.project_root_header] if settings.project_root_header else []))}
+        named = settings.policy
+        self.single = {h.encode() for h in (*_SINGLE_HEADERS, *named.session_header,
+                                            *([named.project_root_header] if named.project_root_header else []))}
 
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
                        send: Callable[[Message], Awaitable[None]]) -> None:

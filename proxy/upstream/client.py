@@ -122,12 +122,12 @@ _NO_COOKIES = _NoCookies()
 
 class Upstream:
     def __init__(self, settings: Settings, *, url: str | None = None, api_key: str | None = None) -> None:
-        self.base_url = url.rstrip("/") if url else settings.upstream
-        self._api_key = api_key if url else settings.upstream_api_key
+        self.base_url = url.rstrip("/") if url else settings.upstream.url
+        self._api_key = api_key if url else settings.upstream.api_key
         self.failures = 0  # requests that failed on the way (connect, read, protocol errors)
         self.client = _UpstreamClient(
-            timeout=httpx.Timeout(connect=settings.connect_timeout, read=settings.read_timeout,
-                                  write=settings.read_timeout, pool=settings.read_timeout),
+            timeout=httpx.Timeout(connect=settings.upstream.connect_timeout, read=settings.upstream.read_timeout,
+                                  write=settings.upstream.read_timeout, pool=settings.upstream.read_timeout),
             # vLLM's uvicorn closes an idle keep-alive connection after 5 s: reusing one that old races with
             # that close and fails the request, so idle connections are dropped first.
             # (retries: a failed connect is tried once more.)
@@ -137,8 +137,8 @@ class Upstream:
         )
         # Answers read whole go on connections of their own where they can (proxy/upstream/whole.py): through
         # httpx such an answer cost half of what a bare passthrough spends on it.
-        self._whole = WholeAnswers(self.base_url, connect_timeout=settings.connect_timeout,
-                                   read_timeout=settings.read_timeout,
+        self._whole = WholeAnswers(self.base_url, connect_timeout=settings.upstream.connect_timeout,
+                                   read_timeout=settings.upstream.read_timeout,
                                    default_headers={"accept-encoding": "identity"}) \
             if usable_for(self.base_url) else None
         # Parsed once per path rather than per request: the routes that carry traffic are a handful, and
@@ -291,7 +291,7 @@ class Upstreams:
     (by `ModelCatalog.resolve`), else to the first."""
 
     def __init__(self, settings: Settings) -> None:
-        self.configs = settings.upstream_list()
+        self.configs = settings.upstream.routes()
         self.all = [Upstream(settings, url=c.url, api_key=c.api_key) for c in self.configs]
 
     @property

@@ -30,9 +30,9 @@ from tests.databases import database_url
 pytestmark = pytest.mark.each_database
 
 
-class LiveSettings(Settings):
-    # The proxy reads `throughput_window_seconds` when Settings has it; 1 s windows keep this test short.
-    throughput_window_seconds: float = 1.0
+def LiveSettings(**flat: object) -> Settings:
+    # 1 s throughput windows keep this test short.
+    return Settings.of(throughput_window_seconds=1.0, **flat)
 
 
 def _record(model: str, started: float, ttft_s: float | None, duration_s: float, prompt: int, completion: int,

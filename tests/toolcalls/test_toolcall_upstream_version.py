@@ -113,8 +113,8 @@ def test_versions_belong_to_the_family_whose_rules_they_run(version: str, family
 
 
 def test_settings_refuse_what_is_not_a_version_or_a_parser() -> None:
-    assert Settings(vllm_version="0.23").vllm_version == "0.23"
-    assert Settings().vllm_version == "auto" and Settings().tool_parser == "qwen3_coder"
+    assert Settings.of(vllm_version="0.23").upstream.vllm_version == "0.23"
+    assert Settings().upstream.vllm_version == "auto" and Settings().upstream.tool_parser == "qwen3_coder"
     with pytest.raises(ValueError, match="vllm_version"):
         Settings(vllm_version="latest")
     with pytest.raises(ValueError):
