@@ -8,7 +8,7 @@
 set -uo pipefail
 
 cache="${AGENT_CLIS_CACHE:-$HOME/.cache/allowlist-proxy-e2e-clients}"
-# The releases the suite was written against (DESIGN.md "Facts about the clients").
+# The releases the suite was written against (docs/peers.md).
 packages=(
   "@qwen-code/qwen-code@0.15.10"
   "@openai/codex@0.171.0"

@@ -19,7 +19,7 @@ def _tool(name: str, properties: dict[str, Any], required: list[str]) -> dict[st
         "type": "object", "properties": properties, "required": required, "additionalProperties": False}}}
 
 
-# The tools OpenCode 1.18 offers (DESIGN.md, facts section), with their JSON schema types.
+# The tools OpenCode 1.18 offers (docs/peers.md), with their JSON schema types.
 OPENCODE_TOOLS = [
     _tool("bash", {"command": {"type": "string"}, "timeout": {"type": "number"},
                    "workdir": {"type": "string"}, "description": {"type": "string"}}, ["command"]),

@@ -30,7 +30,7 @@ __all__ = [
     "opencode_config",
 ]
 
-OPENCODE_SERIES = "1.18."  # the client DESIGN.md measured; scripts/install-opencode.sh pins the patch
+OPENCODE_SERIES = "1.18."  # the client docs/peers.md measured; scripts/install-opencode.sh pins the patch
 DOCS_CONFIG = Path(__file__).resolve().parents[2] / "docs" / "opencode.json"
 PROVIDER = "allowlist-proxy"  # the provider id in docs/opencode.json
 

@@ -1,5 +1,5 @@
 """Tool profiles against the tools the real clients offer (tests/policy/client_tools/*.json, captured from
-Qwen Code 0.15.10, Codex 0.171.0, Claude Code 2.1.197 and Cline 3.0.65; OpenCode's from DESIGN.md).
+Qwen Code 0.15.10, Codex 0.171.0, Claude Code 2.1.197 and Cline 3.0.65; OpenCode's from docs/peers.md).
 
 Each client's request picks its own profile; its shell tool is judged by the shell rules, its file tools
 by the path rules; an absolute path passes only under the project root."""

@@ -1,6 +1,6 @@
 """Opt-in safe repair: a rejected shell call delivered in its repaired form, when the policy says so.
 
-A policy's `repair:` lists the transformations an operator accepts (DESIGN.md "Safe repair"):
+A policy's `repair:` lists the transformations an operator accepts (docs/decisions/0023):
 - `output_filters`: drop trailing `| head ...`, `| tail ...`, `| grep ...` (and the other filters of core.py);
 - `stderr_redirect`: drop `2>&1`;
 - `timeout`: drop a leading `timeout N`;

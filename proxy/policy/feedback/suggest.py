@@ -1,6 +1,6 @@
 """The nearest allowed command for a rejected call, computed by the policy engine and judged again.
 
-Three kinds, tried in this order (DESIGN.md "Feedback that points at the allowed way"):
+Three kinds, tried in this order (docs/decisions/0022):
 1. `core`: the command wraps an allowed script call in output filters, redirects, wrappers or `cd DIR &&`;
    the suggestion is that call alone (`core.py` peels the layers). A script run another way
    (`python3 scripts/search.py x`, `uv run search.py x`) is also given as `uv run scripts/search.py x`.
