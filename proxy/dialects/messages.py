@@ -191,6 +191,12 @@ class MessagesDialect(StructuredDialect, route="messages", path="/messages", his
     def is_text_item(self, item: Any) -> bool:
         return isinstance(item, dict) and item.get("type") in _TEXT_BLOCKS
 
+    def append_note(self, items: list[Any], line: str) -> bool:
+        texts = [b for b in items if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)]
+        if texts:
+            texts[-1]["text"] += line
+        return bool(texts)
+
     def note_item(self, text: str) -> dict[str, Any]:
         return {"type": "text", "text": text}
 
@@ -245,6 +251,8 @@ class _HeldBlock:
 
 
 class _MessagesStream(DialectStream[_HeldBlock]):
+    answer_kind = "text"
+
     def __init__(self, ex: DialectExchange) -> None:
         super().__init__(ex)
         self.closing: tuple[dict[str, Any], bytes] | None = None  # message_delta
@@ -370,6 +378,16 @@ class _MessagesStream(DialectStream[_HeldBlock]):
                 obj = _with_text(obj, text[taken:])
             out.append(obj)
         return out
+
+    def with_note(self, events: list[dict[str, Any]], line: str) -> list[dict[str, Any]] | None:
+        starts = [obj.get("index") for obj in events if obj.get("type") == "content_block_start"
+                  and isinstance(obj.get("content_block"), dict) and obj["content_block"].get("type") == "text"]
+        stop = next((k for k, obj in enumerate(events) if starts and obj.get("index") == starts[-1]
+                     and obj.get("type") == "content_block_stop"), None)
+        if stop is None:
+            return None
+        delta = {"type": "content_block_delta", "index": starts[-1], "delta": {"type": "text_delta", "text": line}}
+        return [*events[:stop], delta, *events[stop:]]
 
     def note_events(self, text: str) -> list[bytes]:
         return self._text_block(text, ("note", self.attempt))

@@ -257,6 +257,15 @@ class ResponsesDialect(StructuredDialect, route="responses", path="/responses", 
     def is_text_item(self, item: Any) -> bool:
         return isinstance(item, dict) and item.get("type") in _TEXT_ITEMS
 
+    def append_note(self, items: list[Any], line: str) -> bool:
+        parts = [p for i in items if isinstance(i, dict) and i.get("type") == "message"
+                 and isinstance(i.get("content"), list)
+                 for p in i["content"] if isinstance(p, dict) and p.get("type") == "output_text"
+                 and isinstance(p.get("text"), str)]
+        if parts:
+            parts[-1]["text"] += line
+        return bool(parts)
+
     def note_item(self, text: str) -> dict[str, Any]:
         return _message_item(text)
 
@@ -328,6 +337,8 @@ class _HeldCall:
 
 
 class _ResponsesStream(DialectStream[_HeldCall]):
+    answer_kind = "message"
+
     def __init__(self, ex: DialectExchange) -> None:
         super().__init__(ex)
         self.sequence = 0  # the next sequence_number the client sees
@@ -528,6 +539,23 @@ class _ResponsesStream(DialectStream[_HeldCall]):
             kept.append(obj)
         # Every other place a client reads a cut item's text from says the text that is left.
         return [_retold(obj, left.get(_item_key(obj), {})) if _item_key(obj) in cut_items else obj for obj in kept]
+
+    def with_note(self, events: list[dict[str, Any]], line: str) -> list[dict[str, Any]] | None:
+        messages = [_item_key(obj) for obj in events if obj.get("type") == "response.output_item.added"
+                    and isinstance(obj.get("item"), dict) and obj["item"].get("type") == "message"]
+        deltas = [k for k, obj in enumerate(events) if messages and _item_key(obj) == messages[-1]
+                  and obj.get("type") == "response.output_text.delta"]
+        if not deltas:
+            return None
+        key, last = messages[-1], events[deltas[-1]]
+        texts: dict[Any, str] = {}
+        for k in deltas:
+            index = events[k].get("content_index", 0)
+            texts[index] = texts.get(index, "") + events[k]["delta"]
+        # The line goes into the part the last delta wrote to, and so into every place that spells that part.
+        texts[last.get("content_index", 0)] += line
+        out = [*events[:deltas[-1] + 1], {**last, "delta": line}, *events[deltas[-1] + 1:]]
+        return [_retold(obj, texts) if _item_key(obj) == key else obj for obj in out]
 
     def note_events(self, text: str) -> list[bytes]:
         return self._message_events(text, ("note", self.attempt))

@@ -77,14 +77,21 @@ class StructuredDialect(Dialect, ABC):
         return judged_json(obj)
 
     def add_note(self, ex: DialectExchange, obj: dict[str, Any]) -> None:
-        # An answer item or block of its own, after the text ones and before the calls (as a stream sends it).
+        # At the end of the last answer item or block (clients that show one, the last, show it with the answer),
+        # else in one of its own, after the text ones and before the calls (as a stream sends it).
         items = obj.get(self.output_key)
         held = self.text(obj)
         note = ex.refusal_note(held) if isinstance(items, list) else ""
         if note:
             assert isinstance(items, list)
-            place = next((k for k, item in enumerate(items) if not self.is_text_item(item)), len(items))
-            items.insert(place, self.note_item(line_break(held) + note))
+            line = line_break(held) + note
+            if not self.append_note(items, line):
+                place = next((k for k, item in enumerate(items) if not self.is_text_item(item)), len(items))
+                items.insert(place, self.note_item(line))
+
+    @abstractmethod
+    def append_note(self, items: list[Any], line: str) -> bool:
+        """Add the refusal line to the text of the last answer item of a whole response; False where there is none."""
 
     @abstractmethod
     def is_text_item(self, item: Any) -> bool:
@@ -136,6 +143,8 @@ HeldT = TypeVar("HeldT", bound=HeldCall)
 class DialectStream(EventReader, StreamedAttempts, Generic[HeldT]):
     """Reads one request's server-sent events, attempt after attempt, and says what the client gets; its attempts
     run in the one loop (`StreamedAttempts.run`)."""
+
+    answer_kind: ClassVar[str]  # the `text_kind` of the answer's text (not the thinking's)
 
     def __init__(self, ex: DialectExchange) -> None:
         self.ex: DialectExchange = ex
@@ -197,6 +206,11 @@ class DialectStream(EventReader, StreamedAttempts, Generic[HeldT]):
         text from (deltas, `.done` events, the closing item) says the text that is left."""
 
     @abstractmethod
+    def with_note(self, events: list[dict[str, Any]], line: str) -> list[dict[str, Any]] | None:
+        """Released text events with the refusal line added to the text of their last answer item or block (every
+        place a client reads that text from says it); None where they hold none."""
+
+    @abstractmethod
     def note_events(self, text: str) -> list[bytes]:
         """The refusal line as an answer item or block of its own, placed after everything sent so far."""
 
@@ -207,7 +221,9 @@ class DialectStream(EventReader, StreamedAttempts, Generic[HeldT]):
     def released_text(self) -> list[bytes]:
         """The held text of a delivered attempt, encoded now (numbered and placed after everything sent so far)
         without what the client already has of each kind (proxy/enforce/retry_text.py: an item or block of its own
-        needs no break); after a refusal, then the line that says what was refused."""
+        needs no break); after a refusal, the line that says what was refused ends the last answer item or block it
+        releases (clients that show only the last one, as Claude Code's print mode and `codex exec` do, show it with
+        the answer), else stands in one of its own."""
         said: dict[str, str] = {}
         for kind, obj in self.narration:
             text = self.event_text(obj)
@@ -219,12 +235,17 @@ class DialectStream(EventReader, StreamedAttempts, Generic[HeldT]):
         for kind, text in said.items():
             self.sent_text[kind] = self.sent_text.get(kind, "") + text[skip[kind]:]
         self.narration = []
+        line = ""
+        if self.attempt > 1:
+            held = self.client_text() + said.get(self.answer_kind, "")[skip.get(self.answer_kind, 0):]
+            note = self.ex.refusal_note(held)
+            # A paragraph of its own: clients that join a turn's text (the SDKs' `output_text`) show it apart too.
+            line = line_break(held) + note if note else ""
+            inside = self.with_note(events, line) if line else None
+            if inside is not None:
+                events, line = inside, ""
         out = [self.encode(obj) for obj in events]
-        held = self.client_text()
-        note = self.ex.refusal_note(held) if self.attempt > 1 else ""
-        # A line of its own in an item or block of its own: clients that join a turn's text (the SDKs'
-        # `output_text`) still show it apart.
-        return out + (self.note_events(line_break(held) + note) if note else [])
+        return out + (self.note_events(line) if line else [])
 
     @abstractmethod
     def encode(self, obj: dict[str, Any]) -> bytes:
