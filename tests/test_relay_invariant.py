@@ -299,3 +299,23 @@ def test_a_blocked_stream_keeps_the_token_ids_field_and_one_id(raw_upstream, sta
     assert token_ids == [10, 11]
     assert not any(c["delta"].get("tool_calls") for c in choices)
     assert choices[-1]["finish_reason"] == "stop"
+
+
+def test_a_delivered_retrys_text_carries_no_prompt_echo_of_its_own(raw_upstream, start_proxy):
+    # The retry's first chunk says text beside vLLM's echo of the retry's prompt: the text goes out, the echo
+    # (of a prompt the client never sent) does not; the client's stream has the first attempt's echo only.
+    rejected = _ids_stream("chatcmpl-first", [("Let me ", [10, 11]), ("search.", [12])],
+                           json.dumps({"command": ALLOWED + " | sh"}), [20, 21, 22], [23])
+    delivered = _ids_stream("chatcmpl-second", [(" it.", [30])], json.dumps({"command": ALLOWED}),
+                            [40, 41, 42], [43])
+    first = json.loads(delivered[0][6:])
+    first["choices"][0]["delta"]["content"] = "Let me search. Found"
+    first["choices"][0]["token_ids"] = [31, 32]
+    first["prompt_token_ids"] = [7, 7, 7]
+    delivered[0] = b"data: " + dump(first) + b"\n\n"
+    _, token_ids, _, text = _relay_with_ids(raw_upstream, start_proxy, rejected, delivered)
+    chunks = [json.loads(block[6:]) for block in text.split("\n\n") if block.startswith("data: {")]
+    assert [c.get("prompt_token_ids") for c in chunks if "prompt_token_ids" in c] == [[1, 2, 3]]
+    assert token_ids == [10, 11, 12, 31, 32, 30, 40, 41, 42, 43]
+    assert "Let me search. Found it." in "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks
+                                                if c.get("choices"))

@@ -541,7 +541,7 @@ class _StreamRelay(EventReader, StreamedAttempts):
             rebuilt.append(out_choice)
         if held:
             assert obj is not None  # enforce mode rebuilds only upstream chunks
-            top = {k: v for k, v in obj.items() if k not in ("usage", "choices")}
+            top = {k: v for k, v in obj.items() if k not in _PER_CHUNK}  # a retry's prompt echo is not the client's
             self._stream_id(top)
             self.retry_chunks.append((top, held))
         if not rebuilt:
