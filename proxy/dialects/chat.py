@@ -589,15 +589,17 @@ class _StreamRelay(EventReader, StreamedAttempts):
         whose text the client already has are dropped (those it holds came with the first attempt's); a chunk
         only partly new keeps its ids whole (tokens do not split at characters); the proxy's own text (a
         paragraph break, the line) carries no ids, as the blocked turn's explanation does."""
-        said: dict[tuple[int, str], str] = {}
+        pieces: dict[tuple[int, str], list[str]] = {}
         for _, choices in self.retry_chunks:
             for out_choice, _, _ in choices:
                 for name in _TEXT_FIELDS:
                     text = out_choice["delta"].get(name)
                     if isinstance(text, str) and text:
-                        key = (out_choice["index"], name)
-                        said[key] = said.get(key, "") + text
+                        pieces.setdefault((out_choice["index"], name), []).append(text)
+        said = {key: "".join(parts) for key, parts in pieces.items()}
         plan = {key: continuation(self.sent.get(key, ""), text) for key, text in said.items()}
+        for key, text in said.items():  # what the client holds once these go out
+            self.sent[key] = self.sent.get(key, "") + plan[key].separator + text[plan[key].skip:]
         skip = {key: found.skip for key, found in plan.items()}
         out: list[bytes] = []
         pending: dict[int, list[Any]] = {}
@@ -620,7 +622,6 @@ class _StreamRelay(EventReader, StreamedAttempts):
                         out.append(self._proxy_text(index, name, separator))
                         plan[key] = plan[key]._replace(separator="")
                     delta[name] = text[cut:]
-                    self.sent[key] = self.sent.get(key, "") + separator + delta[name]
                 ids = [*pending.pop(index, []), *before]
                 if not delta:
                     pending[index] = ids  # the ids of the silent chunks before it wait on

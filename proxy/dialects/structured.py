@@ -160,9 +160,9 @@ class DialectStream(EventReader, StreamedAttempts, Generic[HeldT]):
         self.positions = IndexMap()
         self.held: dict[Hashable, HeldT] = {}  # the attempt's calls by the upstream's position, in order
         self.attempt_text = ""  # the attempt's visible text: the held turn's content in a retry
-        # The text the client holds of this turn per kind (`text_kind`): what a delivered retry's text of that
-        # kind is compared with (proxy/enforce/retry_text.py).
-        self.sent_text: dict[str, str] = {}
+        # The text the client holds of this turn per kind (`text_kind`), in pieces joined when needed: what a
+        # delivered retry's text of that kind is compared with (proxy/enforce/retry_text.py).
+        self.sent_text: dict[str, list[str]] = {}
 
     @property
     def enforce(self) -> bool:
@@ -185,7 +185,7 @@ class DialectStream(EventReader, StreamedAttempts, Generic[HeldT]):
         if self.attempt == 1 and not self.ex.acts_on_text:  # a text-acting client's text is its actions: held
             text = self.event_text(obj)
             if text and kind is not None:
-                self.sent_text[kind] = self.sent_text.get(kind, "") + text
+                self.sent_text.setdefault(kind, []).append(text)
             return self.encode(obj)
         self.narration.append((kind, obj))
         return None
@@ -229,11 +229,11 @@ class DialectStream(EventReader, StreamedAttempts, Generic[HeldT]):
             text = self.event_text(obj)
             if kind is not None and text:
                 said[kind] = said.get(kind, "") + text
-        skip = {kind: continuation(self.sent_text.get(kind, ""), text, separate=False).skip
+        skip = {kind: continuation("".join(self.sent_text.get(kind, ())), text, separate=False).skip
                 for kind, text in said.items()}
         events = self.trim(self.narration, skip) if any(skip.values()) else [obj for _, obj in self.narration]
         for kind, text in said.items():
-            self.sent_text[kind] = self.sent_text.get(kind, "") + text[skip[kind]:]
+            self.sent_text.setdefault(kind, []).append(text[skip[kind]:])
         self.narration = []
         line = ""
         if self.attempt > 1:
