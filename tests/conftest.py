@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -211,6 +212,15 @@ def sse_events(raw: bytes) -> list[str]:
 
 def sse_json(raw: bytes) -> list[dict[str, Any]]:
     return [json.loads(e) for e in sse_events(raw) if e != "[DONE]"]
+
+
+# The line a turn delivered after a refusal ends with (proxy/enforce/feedback_turns.py `refusal_note`), as it stands
+# in a JSON string of a body or an event: it quotes the refused calls, which reach the client nowhere else.
+REFUSAL_LINE = re.compile(rb'allowlist-proxy refused in this turn: (?:[^"\\]|\\.)*')
+
+
+def without_refusal_line(raw: bytes) -> bytes:
+    return REFUSAL_LINE.sub(b"", raw)
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:

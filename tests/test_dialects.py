@@ -109,6 +109,11 @@ ROUTES: dict[str, tuple[str, Callable[..., dict[str, Any]], Callable[[bytes, boo
 CASES = [(route, stream) for route in ROUTES for stream in (False, True)]
 
 
+def refusal_line(*commands: str, reason: str = "pipe") -> str:
+    """The line a turn delivered after refused shell commands ends with."""
+    return "allowlist-proxy refused in this turn: " + "; ".join(f"`{c}` ({reason})" for c in commands) + "."
+
+
 def ask(proxy, route: str, *, stream: bool, session: str = "ses_dialect", **extra: Any):
     path, body, _, _ = ROUTES[route]
     with proxy.client() as client:
@@ -192,8 +197,12 @@ def test_a_piped_command_never_reaches_the_client(upstream, proxy, route, stream
     upstream.responder = looping()
     response = ask(proxy, route, stream=stream)
     assert response.status_code == 200
-    assert b"| head" not in response.content and b"| tail" not in response.content
-    _, _, calls, _ = ROUTES[route]
+    _, _, calls, text = ROUTES[route]
+    # Its text reaches the client only quoted in the line that says it was refused (the model said nothing else).
+    note = text(response.content, stream)
+    assert note.startswith("allowlist-proxy refused in this turn: `" + PIPED) and "\n" not in note
+    rest = response.content.replace(json.dumps(note, ensure_ascii=False)[1:-1].encode(), b"")
+    assert b"| head" not in rest and b"| tail" not in rest
     delivered = calls(response.content, stream)
     assert [(c["name"], c["arguments"]) for c in delivered] == [("bash", {"command": ALLOWED})]
     assert len(upstream.requests) == 4
@@ -225,10 +234,11 @@ def test_responses_stream_is_one_response_across_attempts(upstream, proxy):
     assert added == list(range(len(added)))  # each attempt's text, then the call, each at the next position
     completed = events[-1][1]["response"]
     assert completed["id"] == events[0][1]["response"]["id"]
-    # The retry's text is not sent again: the client has this turn's narration from the first attempt.
-    assert [i["type"] for i in completed["output"]] == ["message", "function_call"]
+    # The retry's text is not sent again (the client has this turn's narration from the first attempt); the
+    # refusal line is a message item of its own, before the call.
+    assert [i["type"] for i in completed["output"]] == ["message", "message", "function_call"]
     assert completed["usage"]["input_tokens"] == 24  # both attempts
-    assert responses_text(response.content, True) == "Searching. "
+    assert responses_text(response.content, True) == "Searching. \n\n" + refusal_line(PIPED)
 
 
 @SQLITE_ONLY
@@ -239,8 +249,9 @@ def test_messages_stream_is_one_message_across_attempts(upstream, proxy):
     names = [n for n, _ in events]
     assert names.count("message_start") == 1 and names[-2:] == ["message_delta", "message_stop"]
     starts = [d for n, d in events if n == "content_block_start"]
-    assert [s["index"] for s in starts] == [0, 1]
-    assert [s["content_block"]["type"] for s in starts] == ["text", "tool_use"]
+    assert [s["index"] for s in starts] == [0, 1, 2]
+    assert [s["content_block"]["type"] for s in starts] == ["text", "text", "tool_use"]
+    assert messages_text(response.content, True) == "Searching. \n\n" + refusal_line(PIPED)
     assert events[-2][1]["delta"]["stop_reason"] == "tool_use" and events[-2][1]["usage"]["input_tokens"] == 24
 
 
@@ -291,19 +302,19 @@ def _reasoning(raw: bytes, route: str) -> str:
 
 @SQLITE_ONLY
 @pytest.mark.parametrize("route", list(ROUTES))
-def test_one_narration_per_turn_on_dialect_streams(upstream, proxy, route):
-    """The first attempt's text streams live; a retry's text and reasoning never reach the client once it has this
-    turn's text of that kind (the delivered attempt's neither), and the stream stays one valid response."""
+def test_a_refused_retrys_text_never_reaches_the_client_on_dialect_streams(upstream, proxy, route):
+    """The first attempt's text streams live; a refused retry's text and reasoning never reach the client, the
+    delivered attempt's do (in items or blocks of their own), then the refusal line; the stream stays one valid
+    response."""
     upstream.script(Reply(content="First try. ", reasoning="Thought 1. ", tool_calls=[("bash", {"command": PIPED})]),
                     Reply(content="Second try. ", reasoning="Thought 2. ",
                           tool_calls=[("bash", {"command": PIPED + " -n"})]),
                     Reply(content="Third try. ", reasoning="Thought 3. ", tool_calls=[("bash", {"command": ALLOWED})]))
     response = ask(proxy, route, stream=True)
     _, _, calls, text = ROUTES[route]
-    assert text(response.content, True) == "First try. "
-    assert _reasoning(response.content, route) == "Thought 1. "
-    assert b"try" not in response.content.replace(b"First try", b"")
-    assert b"Thought 2" not in response.content and b"Thought 3" not in response.content
+    assert text(response.content, True) == "First try. Third try. \n\n" + refusal_line(PIPED, PIPED + " -n")
+    assert _reasoning(response.content, route) == "Thought 1. Thought 3. "
+    assert b"Second try" not in response.content and b"Thought 2" not in response.content
     assert [c["arguments"] for c in calls(response.content, True)] == [{"command": ALLOWED}]
     assert_valid_stream(route, response.content)
     assert len(upstream.requests) == 3
@@ -400,7 +411,8 @@ def test_unknown_tool_is_rejected_on_both_dialects(upstream, proxy):
     for route in ROUTES:
         upstream.script(Reply(tool_calls=[("shell", {"cmd": "ls"})]), Reply(content="ok, no tools"))
         response = ask(proxy, route, stream=False)
-        assert ROUTES[route][3](response.content, False) == "ok, no tools"
+        assert ROUTES[route][3](response.content, False) == ("ok, no tools\n\nallowlist-proxy refused in this turn: "
+                                                             '`shell {"cmd": "ls"}` (unknown_tool).')
     rows = proxy.rows("SELECT route, primary_reason FROM tool_calls ORDER BY created_at")
     assert [tuple(r) for r in rows] == [("responses", "unknown_tool"), ("messages", "unknown_tool")]
 

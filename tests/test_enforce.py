@@ -8,7 +8,7 @@ import pytest
 
 from proxy.testing.characters import OPENCODE_TOOLS, bash_sequence, looping, switching
 from proxy.testing.scripted_upstream import Reply
-from tests.conftest import ROOT, chat, sse_json
+from tests.conftest import ROOT, chat, sse_json, without_refusal_line
 
 OBSERVE_POLICY = ROOT / "policies" / "observe.yaml"
 ALLOWED = 'uv run scripts/search.py "rust async"'
@@ -40,7 +40,8 @@ def test_looping_model_reaches_the_client_only_with_the_allowed_call(upstream, p
     upstream.responder = looping()
     response = _ask(proxy, stream=stream)
     assert response.status_code == 200
-    assert b"| head" not in response.content and b"| tail" not in response.content
+    rest = without_refusal_line(response.content)  # the refused calls are quoted there, and nowhere else
+    assert b"| head" not in rest and b"| tail" not in rest
     if stream:
         deltas, finishes, _ = _streamed_calls(response.content)
         assert len(deltas) == 1
@@ -139,7 +140,7 @@ def test_observe_mode_changes_no_byte(upstream, start_proxy):
 def test_qwen_xml_in_content_is_judged_and_converted(upstream, proxy, stream):
     upstream.responder = bash_sequence([ALLOWED + " 2>&1", ALLOWED], content="I will search.\n", xml=True)
     response = _ask(proxy, stream=stream)
-    assert b"2>&1" not in response.content and b"<tool_call>" not in response.content
+    assert b"2>&1" not in without_refusal_line(response.content) and b"<tool_call>" not in response.content
     if stream:
         deltas, finishes, content = _streamed_calls(response.content)
         arguments = [json.loads(d["function"]["arguments"]) for d in deltas]
@@ -198,7 +199,8 @@ def test_upstream_failure_during_a_retry_ends_with_an_error_chunk(upstream, prox
 def test_unknown_tool_is_rejected(upstream, proxy):
     upstream.script(Reply(tool_calls=[("shell", {"cmd": "ls"})]), Reply(content="ok, no tools"))
     response = _ask(proxy, stream=False)
-    assert response.json()["choices"][0]["message"]["content"] == "ok, no tools"
+    assert response.json()["choices"][0]["message"]["content"] == (
+        'ok, no tools\n\nallowlist-proxy refused in this turn: `shell {"cmd": "ls"}` (unknown_tool).')
     assert proxy.rows("SELECT primary_reason FROM tool_calls")[0][0] == "unknown_tool"
 
 

@@ -153,9 +153,9 @@ def test_responses_action_items_are_judged_by_the_policy(raw_upstream, start_pro
             assert first["reasons"] == "unjudgeable"
 
 
-def test_one_narration_per_turn(upstream, proxy):
-    """The first attempt's text streams live; a retry's text never reaches the client once it has this turn's
-    text (the delivered attempt's neither: text a client has received is never sent to it again)."""
+def test_a_refused_retrys_text_never_reaches_the_client_the_delivered_ones_does(upstream, proxy):
+    """The first attempt's text streams live; a refused retry's text never reaches the client; the delivered
+    attempt's does, then the line that says what was refused."""
     piped = ALLOWED + " | head -5"
     upstream.script(Reply(content="First try. ", tool_calls=[("bash", {"command": piped})]),
                     Reply(content="Second try. ", tool_calls=[("bash", {"command": piped + " -n"})]),
@@ -164,7 +164,8 @@ def test_one_narration_per_turn(upstream, proxy):
         response = client.post("/v1/chat/completions", json=chat(stream=True, tools=TOOLS))
     chunks = [json.loads(line[6:]) for line in response.text.split("\n\n") if line.startswith("data: {")]
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
-    assert text == "First try. "
+    assert text == ("First try. Third try. \n\nallowlist-proxy refused in this turn: "
+                    f"`{piped}` (pipe); `{piped} -n` (pipe).")
     calls = [t for c in chunks if c.get("choices") for t in c["choices"][0]["delta"].get("tool_calls") or []]
     assert [json.loads(t["function"]["arguments"]) for t in calls] == [{"command": ALLOWED}]
 
@@ -181,9 +182,11 @@ def test_a_blocked_turn_ends_with_the_explanation_alone_after_the_first_attempt(
 
 
 def test_narration_is_never_sent_twice_and_the_delivered_turn_is_what_the_client_got(upstream, proxy):
-    """The exact bytes of a streamed turn whose first attempt was rejected: the first attempt's text once, the
-    allowed call, the finish; a retry whose first attempt said nothing sends its own text."""
+    """The exact pieces of a streamed turn whose first attempt was rejected: the first attempt's text once (a
+    retry that repeats it sends none of it), the refusal line, the allowed call, the finish; a retry whose first
+    attempt said nothing sends its own text."""
     piped = ALLOWED + " | head -5"
+    note = f"\n\nallowlist-proxy refused in this turn: `{piped}` (pipe)."
     for first, expected in (("I will run a tool.", "I will run a tool."), ("", "Now allowed.")):
         upstream.script(Reply(content=first, tool_calls=[("bash", {"command": piped})]),
                         Reply(content=first or "Now allowed.", tool_calls=[("bash", {"command": ALLOWED})]))
@@ -192,11 +195,11 @@ def test_narration_is_never_sent_twice_and_the_delivered_turn_is_what_the_client
                                    headers={"x-session-id": "ses_narration"})
         chunks = [json.loads(line[6:]) for line in response.text.split("\n\n") if line.startswith("data: {")]
         deltas = [c["choices"][0]["delta"] for c in chunks if c.get("choices")]
-        assert "".join(d.get("content") or "" for d in deltas) == expected
+        assert "".join(d.get("content") or "" for d in deltas) == expected + note
         # Each piece of text exactly once, in the upstream's own cuts: the first attempt's live (the retry's
-        # identical pieces never follow), or the retry's when the first attempt said nothing.
-        assert [d["content"] for d in deltas if d.get("content")] == [expected[k:k + 4]
-                                                                     for k in range(0, len(expected), 4)]
+        # identical pieces never follow), or the retry's when the first attempt said nothing; then the line.
+        assert [d["content"] for d in deltas if d.get("content")] == [
+            *(expected[k:k + 4] for k in range(0, len(expected), 4)), note]
         calls = [t for d in deltas for t in d.get("tool_calls") or []]
         assert [json.loads(t["function"]["arguments"]) for t in calls] == [{"command": ALLOWED}]
         assert response.text.endswith("data: [DONE]\n\n")
@@ -247,19 +250,30 @@ def test_every_token_id_of_a_held_call_reaches_the_client(raw_upstream, start_pr
     assert token_ids == [10, 11, 12, 20, 21, 22, 23]
 
 
-def test_a_retried_stream_has_one_id_and_the_token_ids_of_what_the_client_holds(raw_upstream, start_proxy):
-    # The client holds the first attempt's streamed text and the delivered attempt's call and finish: those
-    # are the ids it gets; the retry's own narration (never sent: the client has this turn's) drops its ids.
+@pytest.mark.parametrize(("retry_text", "expected_ids", "new_text"), [
+    # New text: sent with its ids, after a paragraph break of the proxy's (no ids).
+    ([("Trying again.", [30, 31])], [30, 31], "\n\nTrying again."),
+    # The narration again, then more: the repeated pieces and their ids are dropped, a piece partly new keeps its.
+    ([("Let me ", [30, 31]), ("search.", [32]), (" Found", [33]), (" it.", [34])], [33, 34], " Found it."),
+    ([("Let me ", [30, 31]), ("search. Found", [32, 33]), (" it.", [34])], [32, 33, 34], " Found it."),
+    # Only the narration again: nothing of the retry's text, none of its ids.
+    ([("Let me search.", [30, 31])], [], ""),
+])
+def test_a_retried_stream_has_one_id_and_the_token_ids_of_what_the_client_holds(raw_upstream, start_proxy,
+                                                                                 retry_text, expected_ids, new_text):
+    # The client holds the first attempt's streamed text, what the delivered attempt says that it lacked, the
+    # proxy's refusal line (no ids: no model output) and the delivered call and finish: those are the ids it gets.
     rejected = _ids_stream("chatcmpl-first", [("Let me ", [10, 11]), ("search.", [12])],
                            json.dumps({"command": ALLOWED + " | sh"}), [20, 21, 22], [23])
-    delivered = _ids_stream("chatcmpl-second", [("Trying again.", [30, 31])],
-                            json.dumps({"command": ALLOWED}), [40, 41, 42], [43])
-    ids, token_ids, choices, text = _relay_with_ids(raw_upstream, start_proxy, rejected, delivered)
+    delivered = _ids_stream("chatcmpl-second", retry_text, json.dumps({"command": ALLOWED}), [40, 41, 42], [43])
+    ids, token_ids, choices, _ = _relay_with_ids(raw_upstream, start_proxy, rejected, delivered)
     assert ids == {"chatcmpl-first"}
-    assert token_ids == [10, 11, 12, 40, 41, 42, 43]
+    assert token_ids == [10, 11, 12, *expected_ids, 40, 41, 42, 43]
     calls = [t for c in choices for t in c["delta"].get("tool_calls") or []]
     assert [json.loads(t["function"]["arguments"])["command"] for t in calls] == [ALLOWED]
-    assert "Trying again" not in text
+    text = "".join(c["delta"].get("content") or "" for c in choices)
+    assert text == (f"Let me search.{new_text}\n\nallowlist-proxy refused in this turn: `{ALLOWED} | sh` "
+                    "(pipe, wrapper).")
 
 
 def test_token_ids_of_a_call_written_in_content_go_out_with_the_call(raw_upstream, start_proxy):
@@ -285,3 +299,23 @@ def test_a_blocked_stream_keeps_the_token_ids_field_and_one_id(raw_upstream, sta
     assert token_ids == [10, 11]
     assert not any(c["delta"].get("tool_calls") for c in choices)
     assert choices[-1]["finish_reason"] == "stop"
+
+
+def test_a_delivered_retrys_text_carries_no_prompt_echo_of_its_own(raw_upstream, start_proxy):
+    # The retry's first chunk says text beside vLLM's echo of the retry's prompt: the text goes out, the echo
+    # (of a prompt the client never sent) does not; the client's stream has the first attempt's echo only.
+    rejected = _ids_stream("chatcmpl-first", [("Let me ", [10, 11]), ("search.", [12])],
+                           json.dumps({"command": ALLOWED + " | sh"}), [20, 21, 22], [23])
+    delivered = _ids_stream("chatcmpl-second", [(" it.", [30])], json.dumps({"command": ALLOWED}),
+                            [40, 41, 42], [43])
+    first = json.loads(delivered[0][6:])
+    first["choices"][0]["delta"]["content"] = "Let me search. Found"
+    first["choices"][0]["token_ids"] = [31, 32]
+    first["prompt_token_ids"] = [7, 7, 7]
+    delivered[0] = b"data: " + dump(first) + b"\n\n"
+    _, token_ids, _, text = _relay_with_ids(raw_upstream, start_proxy, rejected, delivered)
+    chunks = [json.loads(block[6:]) for block in text.split("\n\n") if block.startswith("data: {")]
+    assert [c.get("prompt_token_ids") for c in chunks if "prompt_token_ids" in c] == [[1, 2, 3]]
+    assert token_ids == [10, 11, 12, 31, 32, 30, 40, 41, 42, 43]
+    assert "Let me search. Found it." in "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks
+                                                if c.get("choices"))

@@ -255,15 +255,16 @@ def test_profiled_shells_are_repaired_in_their_own_argument_shape(tmp_path, tool
 
 @pytest.mark.parametrize("route", ["responses", "messages"])
 def test_a_retry_repaired_on_a_dialect_stream_goes_out_with_its_narration(upstream, start_proxy, tmp_path, route):
-    """The repaired retry's call goes out; its text does not, the client having had this turn's text already."""
+    """The repaired retry's call goes out with its text, then the line that says what was refused."""
     proxy = start_proxy(upstream.url, policy=str(_policy_file(tmp_path, REPAIRS)))
     upstream.script(Reply(content="Fetching. ", tool_calls=[("bash", {"command": "curl -s https://example.com"})]),
                     Reply(content="Searching. ", tool_calls=[("bash", {"command": f"{ALLOWED} | head -5"})]))
     response = ask(proxy, route, stream=True)
     _, _, calls, text = ROUTES[route]
-    assert text(response.content, True) == "Fetching. "
+    assert text(response.content, True) == ("Fetching. Searching. \n\nallowlist-proxy refused in this turn: "
+                                            "`curl -s https://example.com` (program).")
     assert [c["arguments"] for c in calls(response.content, True)] == [{"command": ALLOWED}]
-    assert b"head -5" not in response.content and b"curl" not in response.content
+    assert b"head -5" not in response.content
     assert_valid_stream(route, response.content)
     rows = proxy.rows("SELECT attempt, decision, delivered FROM tool_calls ORDER BY attempt")
     assert [tuple(r) for r in rows] == [(1, "reject", 0), (2, "repaired", 1)]

@@ -177,7 +177,8 @@ def session_sizes(proxy: Any) -> list[int]:
 @pytest.mark.parametrize("route", ["chat", "responses", "messages"])
 def test_a_rejection_in_the_first_streamed_turn_keeps_one_session(upstream, proxy, route, named):
     """Three conversations whose first streamed turn had a rejection: three sessions, with and without a header;
-    the client never got the narration twice."""
+    the client never got the narration twice (the retry repeats it), and got the line that says what was
+    refused."""
     upstream.responder = agent
     conversations = [Conversation(route, headers={"x-session-id": f"ses_{k}"} if named else None) for k in range(3)]
     for conversation in conversations:
@@ -185,9 +186,10 @@ def test_a_rejection_in_the_first_streamed_turn_keeps_one_session(upstream, prox
     assert session_sizes(proxy) == [3, 3, 3]
     said = {"chat": lambda h: h[2]["content"], "messages": lambda h: [b["text"] for b in h[1]["content"]
                                                                        if b["type"] == "text"],
-            "responses": lambda h: [i["content"][0]["text"] for i in h[1:] if i.get("type") == "message"][:1]}
+            "responses": lambda h: [i["content"][0]["text"] for i in h[1:] if i.get("type") == "message"][:2]}
     told = said[route](conversations[0].history)
-    assert told in ("I will run a tool.", ["I will run a tool."])
+    note = "\n\nallowlist-proxy refused in this turn: `uv run scripts/search.py \"rust async\" | head -5` (pipe)."
+    assert told in ("I will run a tool." + note, ["I will run a tool.", note])
 
 
 @SQLITE_ONLY

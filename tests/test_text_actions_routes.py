@@ -32,6 +32,15 @@ ALLOWED = 'uv run scripts/search.py "rust async"'
 PIPED = "cat /etc/passwd | head"
 
 
+def refused(*calls: str) -> str:
+    """The line a turn delivered after a refusal ends with; a text-acting client's names the refused actions
+    without quoting them."""
+    return "allowlist-proxy refused in this turn: " + "; ".join(calls) + "."
+
+
+MSWEA_PIPE = refused("the `mswea_bash_command` action (pipe)")
+
+
 def block(command: str) -> str:
     return f"THOUGHT: go.\n\n```mswea_bash_command\n{command}\n```\n"
 
@@ -108,7 +117,7 @@ def retried(route: str, body: dict[str, Any]) -> tuple[str, str]:
 def test_a_rejected_text_action_is_reprompted_and_never_delivered(upstream, proxy, route, stream):
     upstream.script(Reply(content=block(PIPED)), Reply(content=block(ALLOWED)))
     text = said(route, ask(proxy, route, MSWEA_SYSTEM, stream), stream)
-    assert text == block(ALLOWED) and "passwd" not in text
+    assert text == block(ALLOWED) + "\n" + MSWEA_PIPE and "passwd" not in text
     assert len(upstream.requests) == 2
     held, note = retried(route, upstream.requests[1])
     assert held == block(PIPED) and "pipe" in note and "Not run" in note
@@ -143,7 +152,7 @@ def test_an_allowed_text_action_is_delivered_once(upstream, proxy, route, stream
 def test_cline_tags_are_judged_on_the_structured_routes(upstream, proxy, route, stream):
     upstream.script(Reply(content=cline(PIPED)), Reply(content=cline(ALLOWED)))
     text = said(route, ask(proxy, route, CLINE_SYSTEM, stream), stream)
-    assert text == cline(ALLOWED)
+    assert text == cline(ALLOWED) + "\n\n" + refused("the `execute_command` action (pipe)")
     rows = proxy.rows("SELECT tool_name, decision FROM tool_calls ORDER BY attempt")
     assert [tuple(r) for r in rows] == [("execute_command", "reject"), ("execute_command", "allow")]
 
@@ -163,7 +172,7 @@ def test_the_first_attempts_text_is_held_for_a_text_client(upstream, proxy, rout
     """Streamed: nothing of a rejected attempt's text reaches the client, not even before the verdict."""
     upstream.script(Reply(content=block(PIPED)), Reply(content=block(ALLOWED)))
     response = ask(proxy, route, MSWEA_SYSTEM, True)
-    assert b"passwd" not in response.content and said(route, response, True) == block(ALLOWED)
+    assert b"passwd" not in response.content and said(route, response, True) == block(ALLOWED) + "\n" + MSWEA_PIPE
 
 
 # ---------------------------------------------------------------- every spelling of the text is the one judged
@@ -202,7 +211,8 @@ def test_a_responses_text_spelt_otherwise_where_a_client_reads_it_is_refused(raw
     with ServerThread(app) as server:
         proxy = RunningProxy(server, app, f"sqlite:///{tmp_path / 'store.db'}")
         response = ask(proxy, "responses", MSWEA_SYSTEM, True)
-        assert b"passwd" not in response.content and said("responses", response, True) == block(ALLOWED)
+        assert b"passwd" not in response.content
+        assert said("responses", response, True) == block(ALLOWED) + "\n" + refused("the `message` call (unjudgeable)")
         rows = proxy.rows("SELECT decision, reasons FROM tool_calls WHERE delivered = 0")
     assert ("reject", "unjudgeable") in [tuple(r) for r in rows]
 
@@ -254,7 +264,8 @@ def test_a_cline_spelling_its_releases_read_differently_is_refused(upstream, pro
     `/etc/passwd`. The proxy judges neither reading: the action is unjudgeable and never reaches Cline."""
     ambiguous = "<read_file><path>a.txt</parameter><path>/etc/passwd</path></read_file>"
     upstream.script(Reply(content=ambiguous), Reply(content=cline(ALLOWED)))
-    assert said(route, ask(proxy, route, CLINE_SYSTEM, True), True) == cline(ALLOWED)
+    assert said(route, ask(proxy, route, CLINE_SYSTEM, True), True) == (
+        cline(ALLOWED) + "\n\n" + refused("the `read_file` action (unjudgeable)"))
     rows = proxy.rows("SELECT tool_name, decision, reasons FROM tool_calls ORDER BY attempt")
     assert [tuple(r) for r in rows] == [("read_file", "reject", "unjudgeable"), ("execute_command", "allow", "")]
 
@@ -273,7 +284,8 @@ def test_roo_code_is_recognised_and_its_own_tags_judged(upstream, proxy, route):
     elsewhere = f"<execute_command><command>{ALLOWED}</command><cwd>/etc</cwd></execute_command>"
     plain = f"<execute_command><command>{ALLOWED}</command></execute_command>"
     upstream.script(Reply(content=protected), Reply(content=elsewhere), Reply(content=plain))
-    assert said(route, ask(proxy, route, ROO_SYSTEM, False), False) == plain
+    assert said(route, ask(proxy, route, ROO_SYSTEM, False), False) == plain + "\n\n" + refused(
+        "the `apply_diff` action (protected_path)", "the `execute_command` action (absolute_path)")
     rows = proxy.rows("SELECT tool_name, decision, reasons FROM tool_calls ORDER BY attempt")
     assert [tuple(r) for r in rows] == [("apply_diff", "reject", "protected_path"),
                                         ("execute_command", "reject", "absolute_path"),

@@ -41,7 +41,9 @@ def test_a_rejected_text_action_is_reprompted_and_never_reaches_the_client(upstr
     upstream.script(Reply(content=_block("cat /etc/passwd | head")), Reply(content=_block(ALLOWED)))
     response = _ask(proxy, MSWEA_SYSTEM, stream)
     said = _text(response, stream)
-    assert said == _block(ALLOWED) and "passwd" not in said
+    # After it the line that says what was refused, naming the action without quoting it.
+    assert said == _block(ALLOWED) + "\nallowlist-proxy refused in this turn: the `mswea_bash_command` action (pipe)."
+    assert "passwd" not in said
     assert len(upstream.requests) == 2
     retry = upstream.requests[1]["messages"]
     assert retry[-2] == {"role": "assistant", "content": _block("cat /etc/passwd | head")}

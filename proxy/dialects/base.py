@@ -11,9 +11,11 @@ reasons appended to the conversation in the route's own shape, within the policy
 => a text answer that explains the block. `Dialect.complete` is the one whole-answer attempt loop;
 `StreamedAttempts` (proxy/enforce/relay.py) the one streamed one, fed its steps by chat's relay and by
 `DialectStream`, which holds the calls, text and renumbering of the structured-call routes (Responses,
-Messages: proxy/dialects/structured.py). One narration per turn: the first attempt's text streams live, a retry's text
-is held with its calls until the attempt is judged and goes out only with a delivered turn (a blocked turn
-ends with the explaining answer alone). A delivered turn's calls are the judged call objects: a repaired call
+Messages: proxy/dialects/structured.py). Every answer reaches the user (invariant 12): the first attempt's text
+streams live, a retry's text is held with its calls until the attempt is judged and goes out with a delivered turn,
+without what the client already has of it (proxy/enforce/retry_text.py); a turn delivered after a refusal, streamed
+or whole, ends with one line that says what was refused (`add_note`); a blocked turn ends with the explaining
+answer alone. A delivered turn's calls are the judged call objects: a repaired call
 is re-encoded from its judged arguments, never relayed as the upstream wrote it (proxy/enforce/judging.py).
 The upstream attempts themselves are the Exchange's (proxy/enforce/exchange.py); the reasons a model reads
 come from the one `retry_messages`, translated into the route's items.
@@ -128,6 +130,11 @@ class Dialect(ABC):
         """Turn a whole response into one plain text answer."""
         raise NotImplementedError
 
+    def add_note(self, ex: DialectExchange, obj: dict[str, Any]) -> None:
+        """A whole answer delivered after a refusal: give it the line that says what was refused
+        (`Exchange.refusal_note`), where its text does not carry it already."""
+        raise NotImplementedError
+
     def retry_items(self, turn: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """`retry_messages`' chat turn (assistant with tool_calls, one tool message per call) in this route."""
         raise NotImplementedError
@@ -232,7 +239,7 @@ PIECES: dict[str, tuple[str, ...]] = {
 # What a route that re-asks declares beyond them; one that does not has its own `complete`.
 REASK_PIECES: dict[str, tuple[str, ...]] = {
     "feedback and retry body": ("retry_items",),
-    "re-encoding": ("delivered", "set_blocked", "set_usage", "reply"),
+    "re-encoding": ("delivered", "set_blocked", "set_usage", "reply", "add_note"),
 }
 
 

@@ -24,6 +24,7 @@ from proxy.enforce.exchange import Exchange
 from proxy.enforce.feedback_turns import blocked_message, retry_messages
 from proxy.enforce.judging import apply_repairs
 from proxy.enforce.relay import StreamedAttempts
+from proxy.enforce.retry_text import continuation, line_break
 from proxy.enforce.serve import judged_json
 from proxy.errors import BadRequest, error_body
 from proxy.logs import get_logger
@@ -130,6 +131,17 @@ class ChatDialect(Dialect, route="chat", path="/chat/completions", history_key="
         obj["choices"] = [{"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
                            "logprobs": None, "finish_reason": "stop"}]
 
+    def add_note(self, ex: DialectExchange, obj: dict[str, Any]) -> None:
+        for choice in obj.get("choices") or []:
+            message = choice.get("message") if isinstance(choice, dict) else None
+            if not isinstance(message, dict):
+                continue
+            found = message.get("content")
+            content = found if isinstance(found, str) else ""
+            note = ex.refusal_note(content)
+            if note:
+                message["content"] = content + line_break(content) + note
+
     def reply(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
         choices = obj.get("choices") or []
         reply = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
@@ -145,6 +157,7 @@ class ChatDialect(Dialect, route="chat", path="/chat/completions", history_key="
                 changed = apply_repairs(choice.get("message") or {}, judged) or changed
         if attempt > 1:
             self.set_usage(obj, ex.record.usage)
+            self.add_note(ex, obj)  # only enforce mode re-asks
         ex.remember(self.reply(obj))
         if ex.enforce:  # what the client gets is the proxy's encoding of what it judged
             return judged_json(obj)
@@ -221,6 +234,7 @@ class _Choice:
 
     stream: ChoiceStream
     content: list[str] = field(default_factory=list)  # joined once at the end: += would copy per chunk
+    thinking: dict[str, list[str]] = field(default_factory=dict)  # the thinking's field -> its text, likewise
     pending: list[ToolCall] = field(default_factory=list)
     emitted_tools: int = 0
     finish_reason: str | None = None
@@ -255,13 +269,14 @@ class _StreamRelay(EventReader, StreamedAttempts):
         self.attempt = 1
         self.attempt_usage: Any = None
         self.upstream_error = False
-        self.reply_content = ""  # text the client got after the first attempt's (a retry's, a blocked turn's)
+        # The text the client holds of this turn, per choice and text field, once the first attempt is over: what
+        # a delivered retry's text is compared with (proxy/enforce/retry_text.py), and what the lineage records.
+        self.sent: dict[tuple[int, str], str] = {}
         self.reply_calls: list[dict[str, Any]] = []
-        # Text fields the client received live in the first attempt, and that content: a retry's text of such
-        # a field is never sent (the client has this turn's narration), so what the client holds is the first
-        # attempt's text, the delivered attempt's calls and what the lineage records.
-        self.sent_fields: set[str] = set()
-        self.first_content = ""
+        # A retry's chunks, held until its verdict as the chunk and its choices, each with the ids of the
+        # silent chunks before it and its own (`_held_retry`); sent, trimmed of what the client has, only with a
+        # delivered turn (`_released_retry`).
+        self.retry_chunks: list[tuple[dict[str, Any], list[tuple[dict[str, Any], list[Any], Any]]]] = []
         self.late_calls: list[ToolCall] = []  # the attempt's output the proxy could not judge
         self.done_seen = False  # [DONE] came in this attempt
         self.done = False
@@ -269,17 +284,21 @@ class _StreamRelay(EventReader, StreamedAttempts):
     # -- the attempt loop's steps (proxy/enforce/relay.py)
 
     def hold_pieces(self) -> bool:
-        # One narration per turn: the first attempt streams live; a retry's text waits for its verdict and goes
-        # out only with a delivered turn.
+        # The first attempt streams live; a retry's text waits for its verdict and goes out only with a delivered
+        # turn, as what of it the client does not have yet (`_released_retry`).
         # A text-acting client's actions are in the text: every attempt's text waits for its verdict.
         return (self.attempt > 1 or self.ex.acts_on_text) and self.ex.enforce
 
     def deliver(self, judged: list[JudgedCall]) -> list[bytes]:
-        if self.attempt > 1 and "content" not in self.sent_fields:
-            self.reply_content += self._content()  # released with the delivered turn
-        return self._release() if self.ex.enforce else []
+        if self.attempt == 1:
+            self.sent = self._attempt_text()  # streamed live, or (a text-acting client) released with the turn
+        if not self.ex.enforce:
+            return []
+        return (self._released_retry() if self.attempt > 1 else []) + self._release()
 
     def block(self, judged: list[JudgedCall]) -> list[bytes]:
+        if self.attempt == 1:
+            self.sent = self._first_sent()
         return [self._blocked(judged)]
 
     def retry_turn(self, judged: list[JudgedCall]) -> list[dict[str, Any]]:
@@ -287,8 +306,9 @@ class _StreamRelay(EventReader, StreamedAttempts):
 
     def begin_attempt(self) -> None:
         if self.attempt == 1:
-            self.first_content = self._content()
+            self.sent = self._first_sent()
         self.attempt += 1
+        self.retry_chunks = []
         self.choices = {}
         self.late_calls = []
         self.done_seen = False
@@ -395,9 +415,8 @@ class _StreamRelay(EventReader, StreamedAttempts):
             if not choice.stream.releases_as_is(text):
                 return None
             choice.content.append(text)
-        # Thinking is never scanned for calls (ChoiceStream.feed releases it as it stands).
-        if not self.hold_pieces():
-            self.sent_fields.add(frame.field)
+        else:  # thinking is never scanned for calls (ChoiceStream.feed releases it as it stands)
+            choice.thinking.setdefault(frame.field, []).append(text)
         record = self.ex.record
         if record.ttft_ms is None:
             record.mark_first_token()
@@ -437,12 +456,13 @@ class _StreamRelay(EventReader, StreamedAttempts):
             for e in events:
                 if isinstance(e, TextDelta):
                     released[e.field] = released.get(e.field, "") + e.text
-                    if e.text and not self.hold_pieces():
-                        self.sent_fields.add(e.field)  # text that goes out live (the first attempt's)
                 elif isinstance(e, CompletedCall):
                     completed.append(e.call)
-            if "content" in released:
-                choice.content.append(released["content"])
+            for name, text in released.items():
+                if name == "content":
+                    choice.content.append(text)
+                elif text:
+                    choice.thinking.setdefault(name, []).append(text)
             choice.pending.extend(completed)
             same_text = all(released.get(f, "") == (delta.get(f) or "") for f in _TEXT_FIELDS)
             content_calls = any(not c.structured for c in completed)
@@ -473,14 +493,16 @@ class _StreamRelay(EventReader, StreamedAttempts):
         """The chunk again with what may be released now: text, and in observe mode the tool deltas.
         Every other field stays where the upstream put it, once; a finish is held in enforce mode."""
         ex = self.ex
+        retry = self.attempt > 1 and ex.enforce  # its chunks wait for the verdict (`_held_retry`)
         rebuilt: list[dict[str, Any]] = []
+        held: list[tuple[dict[str, Any], list[Any], Any]] = []
         for index, choice, raw_choice, events in items:
             delta = raw_choice.get("delta") or {}
             new_delta = {k: v for k, v in delta.items() if k not in _TEXT_FIELDS and k != "tool_calls"}
             if self.attempt > 1:
                 new_delta.pop("role", None)
             for e in events:
-                if isinstance(e, TextDelta) and not (self.attempt > 1 and e.field in self.sent_fields):
+                if isinstance(e, TextDelta):
                     new_delta[e.field] = new_delta.get(e.field, "") + e.text
             tool_deltas: list[dict[str, Any]] = []
             if not ex.enforce:
@@ -500,23 +522,28 @@ class _StreamRelay(EventReader, StreamedAttempts):
                 emit_finish = "tool_calls"
             ids = raw_choice.get("token_ids")
             if not new_delta and not emit_finish:
-                # Nothing of the chunk goes out now: its ids wait for the choice's next released chunk, unless
-                # all it held is a retry's text the client already has from the first attempt (then the ids
-                # of what the client holds are the first attempt's).
-                suppressed = self.attempt > 1 and not delta.get("tool_calls") and any(
-                    isinstance(e, TextDelta) and e.text and e.field in self.sent_fields for e in events)
-                if isinstance(ids, list) and not suppressed and not (ex.enforce and finish):
+                # Nothing of the chunk goes out now: its ids wait for the choice's next released chunk.
+                if isinstance(ids, list) and not (ex.enforce and finish):
                     choice.held_ids.extend(ids)
                 continue
             out_choice = {**raw_choice, "index": index, "delta": new_delta, "finish_reason": emit_finish}
-            if choice.held_ids:
-                out_choice["token_ids"] = [*choice.held_ids, *(ids if isinstance(ids, list) else [])]
-                choice.held_ids = []
             if ex.enforce and finish:
                 out_choice.pop("stop_reason", None)  # it goes out with the held finish
                 if choice.finish_fields is not None:
-                    choice.finish_fields.pop("token_ids", None)  # went out with this chunk's text
+                    choice.finish_fields.pop("token_ids", None)  # goes out with this chunk's text
+            if retry:
+                held.append((out_choice, choice.held_ids, ids))
+                choice.held_ids = []
+                continue
+            if choice.held_ids:
+                out_choice["token_ids"] = [*choice.held_ids, *(ids if isinstance(ids, list) else [])]
+                choice.held_ids = []
             rebuilt.append(out_choice)
+        if held:
+            assert obj is not None  # enforce mode rebuilds only upstream chunks
+            top = {k: v for k, v in obj.items() if k not in _PER_CHUNK}  # a retry's prompt echo is not the client's
+            self._stream_id(top)
+            self.retry_chunks.append((top, held))
         if not rebuilt:
             return None
         if obj is None:
@@ -540,6 +567,85 @@ class _StreamRelay(EventReader, StreamedAttempts):
 
     def _content(self) -> str:
         return "".join(part for ch in self.choices.values() for part in ch.content)
+
+    def _attempt_text(self) -> dict[tuple[int, str], str]:
+        """The current attempt's text per choice and text field."""
+        out: dict[tuple[int, str], str] = {}
+        for index, choice in self.choices.items():
+            for name, parts in (("content", choice.content), *choice.thinking.items()):
+                text = "".join(parts)
+                if text:
+                    out[index, name] = text
+        return out
+
+    def _first_sent(self) -> dict[tuple[int, str], str]:
+        """What the client holds of the first attempt once it is over: its text went out live, unless it was
+        held for its verdict (a text-acting client's) and refused."""
+        return {} if self.hold_pieces() else self._attempt_text()
+
+    def _released_retry(self) -> list[bytes]:
+        """A delivered retry's held chunks, each text field cut to what the client does not have yet
+        (proxy/enforce/retry_text.py), then the line that says what was refused before it. The ids of a chunk
+        whose text the client already has are dropped (those it holds came with the first attempt's); a chunk
+        only partly new keeps its ids whole (tokens do not split at characters); the proxy's own text (a
+        paragraph break, the line) carries no ids, as the blocked turn's explanation does."""
+        pieces: dict[tuple[int, str], list[str]] = {}
+        for _, choices in self.retry_chunks:
+            for out_choice, _, _ in choices:
+                for name in _TEXT_FIELDS:
+                    text = out_choice["delta"].get(name)
+                    if isinstance(text, str) and text:
+                        pieces.setdefault((out_choice["index"], name), []).append(text)
+        said = {key: "".join(parts) for key, parts in pieces.items()}
+        plan = {key: continuation(self.sent.get(key, ""), text) for key, text in said.items()}
+        for key, text in said.items():  # what the client holds once these go out
+            self.sent[key] = self.sent.get(key, "") + plan[key].separator + text[plan[key].skip:]
+        skip = {key: found.skip for key, found in plan.items()}
+        out: list[bytes] = []
+        pending: dict[int, list[Any]] = {}
+        for top, choices in self.retry_chunks:
+            kept: list[dict[str, Any]] = []
+            for out_choice, before, own in choices:
+                index = out_choice["index"]
+                delta = dict(out_choice["delta"])
+                for name in _TEXT_FIELDS:
+                    text = delta.get(name)
+                    if not isinstance(text, str) or not text:
+                        continue
+                    key = (index, name)
+                    cut, skip[key] = min(skip[key], len(text)), max(0, skip[key] - len(text))
+                    if cut == len(text):
+                        del delta[name]
+                        continue
+                    separator = plan[key].separator
+                    if separator:
+                        out.append(self._proxy_text(index, name, separator))
+                        plan[key] = plan[key]._replace(separator="")
+                    delta[name] = text[cut:]
+                ids = [*pending.pop(index, []), *before]
+                if not delta:
+                    pending[index] = ids  # the ids of the silent chunks before it wait on
+                    continue
+                if ids or isinstance(own, list):
+                    out_choice = {**out_choice, "token_ids": [*ids, *(own if isinstance(own, list) else [])]}
+                kept.append({**out_choice, "delta": delta})
+            if kept:
+                out.append(strict.encode_event({**top, "choices": kept}))
+        self.retry_chunks = []
+        for index, choice in self.choices.items():
+            choice.held_ids = [*pending.pop(index, []), *choice.held_ids]
+        for index in sorted(self.choices):
+            held = self.sent.get((index, "content"), "")
+            note = self.ex.refusal_note(held)
+            if note:
+                out.append(self._proxy_text(index, "content", line_break(held) + note))
+                self.sent[index, "content"] = held + line_break(held) + note
+        return out
+
+    def _proxy_text(self, index: int, name: str, text: str) -> bytes:
+        """Text the proxy writes into a choice's field: no model output, so no ids (where the stream has them)."""
+        ids: dict[str, Any] = {"token_ids": []} if any(c.returns_ids for c in self.choices.values()) else {}
+        return self._encode([{"index": index, "delta": {name: text}, "logprobs": None, "finish_reason": None, **ids}])
 
     def _release(self) -> list[bytes]:
         """Enforce mode, all allowed: each call as one whole delta, then the finish chunks."""
@@ -565,7 +671,7 @@ class _StreamRelay(EventReader, StreamedAttempts):
 
     def _blocked(self, judged: list[JudgedCall]) -> bytes:
         text = blocked_message(self.ex.policy, judged, self.attempt)
-        self.reply_content += text
+        self.sent[0, "content"] = self.sent.get((0, "content"), "") + text
         # The proxy's explanation is no model output: no ids, but the field is there for clients that read it.
         ids: dict[str, Any] = {"token_ids": []} if any(c.returns_ids for c in self.choices.values()) else {}
         return (self._encode([{"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None,
@@ -593,9 +699,9 @@ class _StreamRelay(EventReader, StreamedAttempts):
         return out
 
     def _reply(self) -> dict[str, Any]:
-        """The turn as the client holds it: the text it received (the first attempt's, live; a retry's only for a
-        field the first attempt left empty; the blocked turn's explanation) and the calls delivered."""
-        content = (self._content() if self.attempt == 1 else self.first_content) + self.reply_content
+        """The turn as the client holds it: the text it received (the first attempt's, live; what a delivered
+        retry added, and the refusal line; the blocked turn's explanation) and the calls delivered."""
+        content = "".join(text for (_, name), text in sorted(self.sent.items()) if name == "content")
         return {"role": "assistant", "content": content, "tool_calls": self.reply_calls}
 
     def _encode(self, choices: list[dict[str, Any]], top: dict[str, Any] | None = None) -> bytes:

@@ -7,10 +7,12 @@ an object), whole in `content` or streamed as `content_block_start` (the block, 
 the assistant turn with its `tool_use` blocks and a user message of `tool_result` blocks with `is_error: true`.
 
 Streaming in enforce mode: the first attempt's text and thinking blocks pass live; a `tool_use` block's
-events, a retry's text and thinking blocks (one narration per turn) and the closing `message_delta` /
-`message_stop` are held until the attempt is judged. Clients file a block under its `index` in the order
-blocks start, so indexes count on across attempts and are given when a block's events are sent: blocks held
-and released later, or dropped with a rejected attempt, leave no gap. A retry's `message_start` is dropped.
+events, a retry's text and thinking blocks and the closing `message_delta` / `message_stop` are held until the
+attempt is judged; a delivered retry's blocks go out without the text the client already has (a block of it
+all dropped, one cut in part rewritten), then a text block of the proxy's that says what was refused. Clients
+file a block under its `index` in the order blocks start, so indexes count on across attempts and are given
+when a block's events are sent: blocks held and released later, or dropped with a rejected attempt, leave no
+gap. A retry's `message_start` is dropped.
 A repaired call's block carries its judged input, in one `input_json_delta`.
 Errors on this route, the proxy's own included, have Anthropic's shape: `{"type": "error", "error": {"type",
 "message"}}`.
@@ -27,7 +29,7 @@ from starlette.responses import JSONResponse, Response
 
 from proxy import strict
 from proxy.dialects.base import DialectExchange
-from proxy.dialects.structured import DialectStream, StructuredDialect
+from proxy.dialects.structured import DialectStream, StructuredDialect, cuts
 from proxy.enforce.actions import unjudgeable_call
 from proxy.enforce.feedback_turns import blocked_message
 from proxy.errors import BadRequest, BlockedTurn, ProxyError
@@ -55,6 +57,19 @@ def anthropic_error_type(status: int) -> str:
 def anthropic_error(message: str, status: int) -> JSONResponse:
     return JSONResponse({"type": "error", "error": {"type": anthropic_error_type(status), "message": message}},
                         status_code=status)
+
+
+# The key of a text delta's text, by the delta's type.
+_TEXT_KEYS = {"text_delta": "text", "thinking_delta": "thinking"}
+
+
+def _with_text(obj: dict[str, Any], text: str) -> dict[str, Any]:
+    """A text event (a text or thinking delta, a block started with text) saying `text` instead."""
+    delta = obj.get("delta")
+    if isinstance(delta, dict):
+        return {**obj, "delta": {**delta, _TEXT_KEYS[delta["type"]]: text}}
+    block = obj["content_block"]
+    return {**obj, "content_block": {**block, block["type"]: text}}
 
 
 def _sse(obj: dict[str, Any]) -> bytes:
@@ -173,6 +188,18 @@ class MessagesDialect(StructuredDialect, route="messages", path="/messages", his
     def reply(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
         return message_chat({"role": "assistant", "content": obj.get("content")})
 
+    def is_text_item(self, item: Any) -> bool:
+        return isinstance(item, dict) and item.get("type") in _TEXT_BLOCKS
+
+    def append_note(self, items: list[Any], line: str) -> bool:
+        texts = [b for b in items if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)]
+        if texts:
+            texts[-1]["text"] += line
+        return bool(texts)
+
+    def note_item(self, text: str) -> dict[str, Any]:
+        return {"type": "text", "text": text}
+
     def repaired_fields(self, call: ToolCall) -> dict[str, Any]:
         return {"input": call.arguments}
 
@@ -224,6 +251,8 @@ class _HeldBlock:
 
 
 class _MessagesStream(DialectStream[_HeldBlock]):
+    answer_kind = "text"
+
     def __init__(self, ex: DialectExchange) -> None:
         super().__init__(ex)
         self.closing: tuple[dict[str, Any], bytes] | None = None  # message_delta
@@ -327,12 +356,54 @@ class _MessagesStream(DialectStream[_HeldBlock]):
         index = obj.get("index")
         return self.started.get(index) if isinstance(index, int) else None
 
-    def carries_text(self, obj: dict[str, Any]) -> bool:
-        delta = obj.get("delta")
-        if isinstance(delta, dict):
-            return bool(delta.get("text") or delta.get("thinking"))
-        block = obj.get("content_block")
-        return isinstance(block, dict) and bool(block.get("text") or block.get("thinking") or block.get("data"))
+    def event_text(self, obj: dict[str, Any]) -> str:
+        delta, block = obj.get("delta"), obj.get("content_block")
+        found = delta.get(_TEXT_KEYS.get(str(delta.get("type")), "")) if isinstance(delta, dict) else \
+            block.get(str(block.get("type"))) if isinstance(block, dict) else None
+        return found if isinstance(found, str) else ""
+
+    def trim(self, events: list[tuple[str | None, dict[str, Any]]], skip: dict[str, int]) -> list[dict[str, Any]]:
+        taken_out = cuts(((obj.get("index"), kind, self.event_text(obj)) for kind, obj in events), skip)
+        out: list[dict[str, Any]] = []
+        for _, obj in events:
+            cut = taken_out.get(obj.get("index"))
+            if cut is None:  # a block the client has all of: dropped whole
+                continue
+            text = self.event_text(obj)
+            if text and cut[0]:
+                taken = min(cut[0], len(text))
+                cut[0] -= taken
+                if taken == len(text) and obj.get("type") == "content_block_delta":
+                    continue
+                obj = _with_text(obj, text[taken:])
+            out.append(obj)
+        return out
+
+    def with_note(self, events: list[dict[str, Any]], line: str) -> list[dict[str, Any]] | None:
+        starts = [obj.get("index") for obj in events if obj.get("type") == "content_block_start"
+                  and isinstance(obj.get("content_block"), dict) and obj["content_block"].get("type") == "text"]
+        stop = next((k for k, obj in enumerate(events) if starts and obj.get("index") == starts[-1]
+                     and obj.get("type") == "content_block_stop"), None)
+        if stop is None:
+            return None
+        delta = {"type": "content_block_delta", "index": starts[-1], "delta": {"type": "text_delta", "text": line}}
+        return [*events[:stop], delta, *events[stop:]]
+
+    def note_events(self, text: str) -> list[bytes]:
+        return self._text_block(text, ("note", self.attempt))
+
+    def client_text(self) -> str:
+        return self.text_sent
+
+    def _text_block(self, text: str, key: Any) -> list[bytes]:
+        """A text block of the proxy's own, at a client index of its own after everything sent so far."""
+        index = self.positions.client(key)
+        self.text_sent += text
+        return [
+            _sse({"type": "content_block_start", "content_block": {"type": "text", "text": ""}, "index": index}),
+            _sse({"type": "content_block_delta", "delta": {"type": "text_delta", "text": text}, "index": index}),
+            _sse({"type": "content_block_stop", "index": index}),
+        ]
 
     def encode(self, obj: dict[str, Any]) -> bytes:
         delta, block = obj.get("delta"), obj.get("content_block")
@@ -357,7 +428,7 @@ class _MessagesStream(DialectStream[_HeldBlock]):
     # -- the end of an attempt
 
     def release(self, judged: list[JudgedCall]) -> list[bytes]:
-        out = self.released_narration()
+        out = self.released_text()
         for held, item in zip(self.held.values(), judged, strict=False):  # calls() lists the held blocks first
             events = held.repaired(item.call) if item.repaired else [obj for obj, _ in held.events]
             out += [self._send(obj, None) for obj in events]
@@ -381,15 +452,8 @@ class _MessagesStream(DialectStream[_HeldBlock]):
         return _sse(obj)
 
     def blocked(self, text: str) -> list[bytes]:
-        index = self.positions.client(("blocked", self.attempt))
-        self.text_sent += text
-        return [
-            _sse({"type": "content_block_start", "content_block": {"type": "text", "text": ""}, "index": index}),
-            _sse({"type": "content_block_delta", "delta": {"type": "text_delta", "text": text}, "index": index}),
-            _sse({"type": "content_block_stop", "index": index}),
-            self._closing("end_turn", replace=True),
-            _sse({"type": "message_stop"}),
-        ]
+        return [*self._text_block(text, ("blocked", self.attempt)), self._closing("end_turn", replace=True),
+                _sse({"type": "message_stop"})]
 
     def refuse(self, judged: list[JudgedCall]) -> list[bytes]:
         # Anthropic's stream error event, typed by the status a whole answer would have (BlockedTurn, 422).

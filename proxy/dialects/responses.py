@@ -7,8 +7,10 @@ response. A rejected call goes back to the model as the `function_call` item its
 `function_call_output` item with the reasons, appended to `input`.
 
 Streaming in enforce mode: events of the first attempt's text and reasoning items pass live; the events of a
-`function_call` item, a retry's text and reasoning events (one narration per turn) and the closing
-`response.completed` are held until the attempt is judged. The client must see one response, so its
+`function_call` item, a retry's text and reasoning events and the closing `response.completed` are held until
+the attempt is judged; a delivered retry's items go out without the text the client already has (an item of it
+all dropped; one cut in part says the rest in its deltas, `.done` events and closing item), then a message item
+of the proxy's that says what was refused. The client must see one response, so its
 `sequence_number` and `output_index` count on across attempts: both are given when an event is sent, so
 events held and released later, or dropped with a rejected attempt, leave no gap; a retry's
 `response.created` / `response.in_progress` are dropped, and the closing `response.completed` lists the
@@ -28,7 +30,7 @@ from typing import Any
 from proxy import strict
 from proxy.dialects.base import DialectExchange
 from proxy.dialects.shapes import parts_text
-from proxy.dialects.structured import DialectStream, StructuredDialect
+from proxy.dialects.structured import DialectStream, StructuredDialect, cuts
 from proxy.enforce.actions import ACTION_ITEMS, UNJUDGEABLE, action_call, unjudgeable_call
 from proxy.enforce.exchange import edited_bytes
 from proxy.enforce.feedback_turns import blocked_message
@@ -116,6 +118,36 @@ def _message_item(text: str, *, status: str = "completed") -> dict[str, Any]:
     part: dict[str, Any] = {"annotations": [], "text": text, "type": "output_text", "logprobs": None}
     return {"id": f"msg_{uuid.uuid4().hex}", "content": [part] if text else [], "role": "assistant",
             "status": status, "type": "message"}
+
+
+def _item_key(obj: dict[str, Any]) -> Hashable:
+    """The upstream's key for the item an event belongs to: its position, else its id."""
+    position = obj.get("output_index")
+    return position if isinstance(position, int) else ("item", obj.get("item_id"))
+
+
+# The events that spell out an item's text whole, beside its deltas.
+_TEXT_DONE = frozenset({"response.output_text.done", "response.reasoning_text.done"})
+_PART_DONE = frozenset({"response.content_part.done", "response.reasoning_part.done"})
+
+
+def _retold(obj: dict[str, Any], texts: dict[Any, str]) -> dict[str, Any]:
+    """An event of an item whose text was cut, saying the text left (`texts`, by content index) wherever it spells
+    the text out: a `.done` text event, a part's `.done`, the item's content parts."""
+    kind = obj.get("type")
+    index = obj.get("content_index", 0)
+    if kind in _TEXT_DONE:
+        return {**obj, "text": texts.get(index, "")}
+    part = obj.get("part")
+    if kind in _PART_DONE and isinstance(part, dict) and "text" in part:
+        return {**obj, "part": {**part, "text": texts.get(index, "")}}
+    item = obj.get("item")
+    content = item.get("content") if isinstance(item, dict) else None
+    if isinstance(item, dict) and isinstance(content, list):
+        parts = [{**p, "text": texts.get(k, "")} if isinstance(p, dict) and p.get("text") else p
+                 for k, p in enumerate(content)]
+        return {**obj, "item": {**item, "content": parts}}
+    return obj
 
 
 def _answered(output: Any, text: str) -> list[dict[str, Any]]:
@@ -222,6 +254,21 @@ class ResponsesDialect(StructuredDialect, route="responses", path="/responses", 
         found = obj.get("id")
         return found if isinstance(found, str) and found else None
 
+    def is_text_item(self, item: Any) -> bool:
+        return isinstance(item, dict) and item.get("type") in _TEXT_ITEMS
+
+    def append_note(self, items: list[Any], line: str) -> bool:
+        parts = [p for i in items if isinstance(i, dict) and i.get("type") == "message"
+                 and isinstance(i.get("content"), list)
+                 for p in i["content"] if isinstance(p, dict) and p.get("type") == "output_text"
+                 and isinstance(p.get("text"), str)]
+        if parts:
+            parts[-1]["text"] += line
+        return bool(parts)
+
+    def note_item(self, text: str) -> dict[str, Any]:
+        return _message_item(text)
+
     def repaired_fields(self, call: ToolCall) -> dict[str, Any]:
         return {"arguments": call.arguments_text}
 
@@ -290,6 +337,8 @@ class _HeldCall:
 
 
 class _ResponsesStream(DialectStream[_HeldCall]):
+    answer_kind = "message"
+
     def __init__(self, ex: DialectExchange) -> None:
         super().__init__(ex)
         self.sequence = 0  # the next sequence_number the client sees
@@ -462,8 +511,58 @@ class _ResponsesStream(DialectStream[_HeldCall]):
             return str(item["type"])
         return self.item_kinds.get(obj.get("output_index"))
 
-    def carries_text(self, obj: dict[str, Any]) -> bool:
-        return str(obj.get("type")).endswith(".delta") and bool(obj.get("delta"))
+    def event_text(self, obj: dict[str, Any]) -> str:
+        delta = obj.get("delta")
+        return delta if obj.get("type") in _TEXT_DELTAS and isinstance(delta, str) else ""
+
+    def trim(self, events: list[tuple[str | None, dict[str, Any]]], skip: dict[str, int]) -> list[dict[str, Any]]:
+        taken_out = cuts(((_item_key(obj), kind, self.event_text(obj)) for kind, obj in events), skip)
+        cut_items = {key for key, cut in taken_out.items() if cut[0]}
+        left: dict[Hashable, dict[Any, str]] = {}  # the text left per item and content index
+        kept: list[dict[str, Any]] = []
+        for _, obj in events:
+            key = _item_key(obj)
+            cut = taken_out.get(key)
+            if cut is None:  # an item the client has all the text of: dropped whole
+                continue
+            text = self.event_text(obj)
+            if text:
+                taken = min(cut[0], len(text))
+                cut[0] -= taken
+                texts = left.setdefault(key, {})
+                index = obj.get("content_index", 0)
+                texts[index] = texts.get(index, "") + text[taken:]
+                if taken == len(text):
+                    continue
+                if taken:
+                    obj = {**obj, "delta": text[taken:]}
+            kept.append(obj)
+        # Every other place a client reads a cut item's text from says the text that is left.
+        return [_retold(obj, left.get(_item_key(obj), {})) if _item_key(obj) in cut_items else obj for obj in kept]
+
+    def with_note(self, events: list[dict[str, Any]], line: str) -> list[dict[str, Any]] | None:
+        messages = [_item_key(obj) for obj in events if obj.get("type") == "response.output_item.added"
+                    and isinstance(obj.get("item"), dict) and obj["item"].get("type") == "message"]
+        deltas = [k for k, obj in enumerate(events) if messages and _item_key(obj) == messages[-1]
+                  and obj.get("type") == "response.output_text.delta"]
+        if not deltas:
+            return None
+        key, last = messages[-1], events[deltas[-1]]
+        texts: dict[Any, str] = {}
+        for k in deltas:
+            index = events[k].get("content_index", 0)
+            texts[index] = texts.get(index, "") + events[k]["delta"]
+        # The line goes into the part the last delta wrote to, and so into every place that spells that part.
+        texts[last.get("content_index", 0)] += line
+        out = [*events[:deltas[-1] + 1], {**last, "delta": line}, *events[deltas[-1] + 1:]]
+        return [_retold(obj, texts) if _item_key(obj) == key else obj for obj in out]
+
+    def note_events(self, text: str) -> list[bytes]:
+        return self._message_events(text, ("note", self.attempt))
+
+    def client_text(self) -> str:
+        return "".join(parts_text(item.get("content")) for _, item in sorted(self.items.items())
+                       if item.get("type") == "message")
 
     def encode(self, obj: dict[str, Any]) -> bytes:
         return self._send(obj)
@@ -486,7 +585,7 @@ class _ResponsesStream(DialectStream[_HeldCall]):
     # -- the end of an attempt
 
     def release(self, judged: list[JudgedCall]) -> list[bytes]:
-        out = self.released_narration()
+        out = self.released_text()
         for held, item in zip(self.held.values(), judged, strict=False):  # calls() lists the held calls first
             if item.repaired:
                 events = held.repaired(item.call.arguments_text)
@@ -503,8 +602,14 @@ class _ResponsesStream(DialectStream[_HeldCall]):
         output = stored.get("output") if isinstance(stored, dict) else None
         self.ex.answered = _answered(output if isinstance(output, list) else
                                      [held.done or held.item for held in self.held.values()], text)
+        out = self._message_events(text, ("blocked", self.attempt))
+        out.append(self._completion(status="completed"))
+        return out
+
+    def _message_events(self, text: str, position: Hashable) -> list[bytes]:
+        """A message item of the proxy's own saying `text`, at a position of its own after everything sent so far
+        (`position`: its key)."""
         item = _message_item(text, status="in_progress")
-        position = ("blocked", self.attempt)  # a position of its own, after everything sent so far
         part = {"annotations": [], "text": "", "type": "output_text", "logprobs": []}
         done_part = {**part, "text": text, "logprobs": None}
         common = {"item_id": item["id"], "output_index": position}
@@ -517,9 +622,7 @@ class _ResponsesStream(DialectStream[_HeldCall]):
             {"item": {**item, "content": [done_part], "status": "completed"}, "output_index": position,
              "type": "response.output_item.done"},
         ]
-        out = [self._send(self._placed(e), placed=True) for e in events]
-        out.append(self._completion(status="completed"))
-        return out
+        return [self._send(self._placed(e), placed=True) for e in events]
 
     def _placed(self, obj: dict[str, Any]) -> dict[str, Any]:
         """A synthesized event: its position key becomes a client position, its number the next one."""

@@ -3,7 +3,8 @@ Messages API), whose calls are items of the answer (output items, content blocks
 
 A whole answer gets its repaired calls written over the items they were read from (`StructuredDialect`); a
 stream (`DialectStream`) holds each call's events until the attempt is judged, holds a retry's text events
-(one narration per turn), and gives every event its number and the client's position for its item only when it
+(released with a delivered turn as what of them the client does not have yet, then the refusal line:
+`released_text`), and gives every event its number and the client's position for its item only when it
 is sent (`IndexMap`), so held events released later, or dropped with a rejected attempt, leave no gap. Its
 attempts run in the one streamed attempt loop (proxy/enforce/relay.py), its events are read by the one
 `EventReader` (proxy/dialects/event_reader.py).
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from starlette.responses import Response
@@ -24,12 +25,13 @@ from proxy.enforce.actions import unjudgeable_call
 from proxy.enforce.attempts import WholeAttempt
 from proxy.enforce.feedback_turns import blocked_message, retry_messages
 from proxy.enforce.relay import StreamedAttempts
+from proxy.enforce.retry_text import continuation, line_break
 from proxy.enforce.serve import judged_json
 from proxy.record import JudgedCall
 from proxy.toolcalls import ToolCall
 from proxy.upstream.sse import SSEEvent
 
-__all__ = ["DialectStream", "HeldCall", "IndexMap", "StructuredDialect"]
+__all__ = ["DialectStream", "HeldCall", "IndexMap", "StructuredDialect", "cuts"]
 
 
 class StructuredDialect(Dialect, ABC):
@@ -66,11 +68,38 @@ class StructuredDialect(Dialect, ABC):
         obj = read.obj
         if any(item.repaired for item in judged):
             self.write_repairs(obj, judged)  # enforce mode only: the re-encoded object goes out below
+        if attempt > 1:  # only enforce mode re-asks
+            self.add_note(ex, obj)
         ex.remember(self.reply(obj), self.response_id(obj))
         if attempt == 1 and not ex.enforce:
             return Response(read.response.content, status_code=200, headers=read.headers)
         self.set_usage(obj, ex.record.usage)
         return judged_json(obj)
+
+    def add_note(self, ex: DialectExchange, obj: dict[str, Any]) -> None:
+        # At the end of the last answer item or block (clients that show one, the last, show it with the answer),
+        # else in one of its own, after the text ones and before the calls (as a stream sends it).
+        items = obj.get(self.output_key)
+        held = self.text(obj)
+        note = ex.refusal_note(held) if isinstance(items, list) else ""
+        if note:
+            assert isinstance(items, list)
+            line = line_break(held) + note
+            if not self.append_note(items, line):
+                place = next((k for k, item in enumerate(items) if not self.is_text_item(item)), len(items))
+                items.insert(place, self.note_item(line))
+
+    @abstractmethod
+    def append_note(self, items: list[Any], line: str) -> bool:
+        """Add the refusal line to the text of the last answer item of a whole response; False where there is none."""
+
+    @abstractmethod
+    def is_text_item(self, item: Any) -> bool:
+        """Whether an item of a whole answer carries only text (not a call)."""
+
+    @abstractmethod
+    def note_item(self, text: str) -> dict[str, Any]:
+        """The refusal line as an answer item of a whole response."""
 
     def broken_error_body(self, ex: DialectExchange, response: Any, exc: Exception) -> Response:
         return self.protocol_error(ex, exc)
@@ -115,6 +144,8 @@ class DialectStream(EventReader, StreamedAttempts, Generic[HeldT]):
     """Reads one request's server-sent events, attempt after attempt, and says what the client gets; its attempts
     run in the one loop (`StreamedAttempts.run`)."""
 
+    answer_kind: ClassVar[str]  # the `text_kind` of the answer's text (not the thinking's)
+
     def __init__(self, ex: DialectExchange) -> None:
         self.ex: DialectExchange = ex
         self.path = ex.spec.path
@@ -123,13 +154,15 @@ class DialectStream(EventReader, StreamedAttempts, Generic[HeldT]):
         self.done = False
         self.attempt_usage: dict[str, Any] | None = None  # chat-shaped, the latest seen this attempt
         self.unjudged: list[ToolCall] = []  # the attempt's output the proxy cannot judge
-        # A retry's text events (enforce mode), in the order they came: like held calls, numbered and placed
-        # only when released, so dropping them leaves no gap in what the client sees.
-        self.narration: list[dict[str, Any]] = []
+        # A retry's text events (enforce mode), with their kind, in the order they came: like held calls,
+        # numbered and placed only when released, so dropping them leaves no gap in what the client sees.
+        self.narration: list[tuple[str | None, dict[str, Any]]] = []
         self.positions = IndexMap()
         self.held: dict[Hashable, HeldT] = {}  # the attempt's calls by the upstream's position, in order
         self.attempt_text = ""  # the attempt's visible text: the held turn's content in a retry
-        self.sent_kinds: set[str] = set()  # the kinds of text the first attempt sent (`narrate`)
+        # The text the client holds of this turn per kind (`text_kind`), in pieces joined when needed: what a
+        # delivered retry's text of that kind is compared with (proxy/enforce/retry_text.py).
+        self.sent_text: dict[str, list[str]] = {}
 
     @property
     def enforce(self) -> bool:
@@ -145,17 +178,16 @@ class DialectStream(EventReader, StreamedAttempts, Generic[HeldT]):
         self.attempt_text = ""
 
     def narrate(self, obj: dict[str, Any]) -> bytes | None:
-        """One text event of the attempt (enforce mode). One narration per turn: the first attempt's text goes
-        out now; a retry's waits for the verdict and goes out only with a delivered turn
-        (`released_narration`), and only where the first attempt sent no text of its kind: text a client has
-        received is never sent to it again, so it holds the first attempt's narration and the delivered calls."""
+        """One text event of the attempt (enforce mode). The first attempt's text goes out now; a retry's waits
+        for the verdict and goes out only with a delivered turn, as what of it the client does not have yet
+        (`released_text`)."""
         kind = self.text_kind(obj)
         if self.attempt == 1 and not self.ex.acts_on_text:  # a text-acting client's text is its actions: held
-            if self.carries_text(obj) and kind is not None:
-                self.sent_kinds.add(kind)
+            text = self.event_text(obj)
+            if text and kind is not None:
+                self.sent_text.setdefault(kind, []).append(text)
             return self.encode(obj)
-        if kind is None or kind not in self.sent_kinds:
-            self.narration.append(obj)
+        self.narration.append((kind, obj))
         return None
 
     @abstractmethod
@@ -163,14 +195,57 @@ class DialectStream(EventReader, StreamedAttempts, Generic[HeldT]):
         """The kind of text item or block a text event belongs to (`text`, `thinking`; `message`, `reasoning`)."""
 
     @abstractmethod
-    def carries_text(self, obj: dict[str, Any]) -> bool:
-        """Whether a text event gives the client text of its kind (a non-empty delta, a block started whole)."""
+    def event_text(self, obj: dict[str, Any]) -> str:
+        """The text a text event adds to its item or block as a client reads it (a delta, a block started with
+        text); "" for the events that open, close or sum one up."""
 
-    def released_narration(self) -> list[bytes]:
-        """The held text of a delivered attempt, encoded now: numbered and placed after everything sent so far."""
-        out = [self.encode(obj) for obj in self.narration]
+    @abstractmethod
+    def trim(self, events: list[tuple[str | None, dict[str, Any]]], skip: dict[str, int]) -> list[dict[str, Any]]:
+        """The held text events with the first `skip[kind]` characters of each kind's text taken out: an item or
+        block left without text dropped whole, one cut in part rewritten so that every place a client reads its
+        text from (deltas, `.done` events, the closing item) says the text that is left."""
+
+    @abstractmethod
+    def with_note(self, events: list[dict[str, Any]], line: str) -> list[dict[str, Any]] | None:
+        """Released text events with the refusal line added to the text of their last answer item or block (every
+        place a client reads that text from says it); None where they hold none."""
+
+    @abstractmethod
+    def note_events(self, text: str) -> list[bytes]:
+        """The refusal line as an answer item or block of its own, placed after everything sent so far."""
+
+    @abstractmethod
+    def client_text(self) -> str:
+        """The answer text the client holds of this turn (where the refusal line is looked for)."""
+
+    def released_text(self) -> list[bytes]:
+        """The held text of a delivered attempt, encoded now (numbered and placed after everything sent so far)
+        without what the client already has of each kind (proxy/enforce/retry_text.py: an item or block of its own
+        needs no break); after a refusal, the line that says what was refused ends the last answer item or block it
+        releases (clients that show only the last one, as Claude Code's print mode and `codex exec` do, show it with
+        the answer), else stands in one of its own."""
+        said: dict[str, str] = {}
+        for kind, obj in self.narration:
+            text = self.event_text(obj)
+            if kind is not None and text:
+                said[kind] = said.get(kind, "") + text
+        skip = {kind: continuation("".join(self.sent_text.get(kind, ())), text, separate=False).skip
+                for kind, text in said.items()}
+        events = self.trim(self.narration, skip) if any(skip.values()) else [obj for _, obj in self.narration]
+        for kind, text in said.items():
+            self.sent_text.setdefault(kind, []).append(text[skip[kind]:])
         self.narration = []
-        return out
+        line = ""
+        if self.attempt > 1:
+            held = self.client_text() + said.get(self.answer_kind, "")[skip.get(self.answer_kind, 0):]
+            note = self.ex.refusal_note(held)
+            # A paragraph of its own: clients that join a turn's text (the SDKs' `output_text`) show it apart too.
+            line = line_break(held) + note if note else ""
+            inside = self.with_note(events, line) if line else None
+            if inside is not None:
+                events, line = inside, ""
+        out = [self.encode(obj) for obj in events]
+        return out + (self.note_events(line) if line else [])
 
     @abstractmethod
     def encode(self, obj: dict[str, Any]) -> bytes:
@@ -257,3 +332,22 @@ class DialectStream(EventReader, StreamedAttempts, Generic[HeldT]):
 
     def remember(self) -> None:
         self.ex.remember(self.reply(), self.response_id())
+
+
+def cuts(texts: Iterable[tuple[Any, str | None, str]], skip: dict[str, int]) -> dict[Any, list[int]]:
+    """Per item or block (its key, kind and each event's text, in order): how many characters of its text to take
+    out from its start, the first `skip[kind]` of each kind's text being what the client has; an item or block
+    whose text all goes is left out (it has text, and none of it is new)."""
+    sizes: dict[Any, tuple[str | None, int]] = {}
+    for key, kind, text in texts:
+        known = sizes.get(key, (kind, 0))
+        sizes[key] = (known[0], known[1] + len(text))
+    left = dict(skip)
+    out: dict[Any, list[int]] = {}
+    for key, (kind, size) in sizes.items():
+        cut = min(left.get(kind, 0), size) if kind is not None else 0
+        if cut:
+            left[kind] -= cut  # type: ignore[index]  # kind is not None where cut is
+        if not (size and cut == size):
+            out[key] = [cut]
+    return out

@@ -19,8 +19,9 @@ from starlette.responses import Response
 from proxy import telemetry
 from proxy.enforce.actions import judge_output
 from proxy.enforce.body_splice import splice_body
-from proxy.enforce.feedback_turns import turn_allowed
+from proxy.enforce.feedback_turns import refusal_note, turn_allowed
 from proxy.enforce.judging import request_tools
+from proxy.enforce.retry_text import line_break
 from proxy.enforce.text_clients import TextClient, judge_text, ungoverned_reasons
 from proxy.enforce.tool_choice import demands_call
 from proxy.errors import ClientGone, ProxyError, error_response
@@ -32,6 +33,7 @@ from proxy.services import Services
 from proxy.store.recorder import queue_calls, release_calls
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.families import XmlRules
+from proxy.toolcalls.registry import TEXT_FORMATS
 from proxy.upstream.client import response_headers
 
 __all__ = ["Exchange", "Outcome", "edited_bytes"]
@@ -76,6 +78,8 @@ class Exchange:
     client_left: bool = False
     # The request's tool profiles and project root (proxy/policy/tools/profiles.py), chosen once per request.
     toolset: ToolSet | None = field(default=None, init=False)
+    # The calls refused in the attempts before this one: a delivered turn after them carries `refusal_note`.
+    refused: list[JudgedCall] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
         stated = self.state.sessions.project_root(self.record.session, self.stated)
@@ -197,6 +201,7 @@ class Exchange:
             await self.release(attempt, judged)
             return Outcome.DELIVER
         self.keep(attempt, judged, delivered=False)
+        self.refused += [item for item in judged if not item.allowed]
         if attempt > self.budget:
             self.record.budget_exhausted = True
             self.record.note_blocked(judged, self.policy.policy, self.toolset)
@@ -204,6 +209,25 @@ class Exchange:
             return Outcome.BLOCKED
         telemetry.emit(telemetry.AttemptRetried(self.record.model))
         return Outcome.RETRY
+
+    def refusal_note(self, text: str = "") -> str:
+        """The line a turn delivered after a refusal ends with (feedback_turns.py `refusal_note`), or "" where
+        nothing was refused or `text` (what the client holds of the turn, the note's place) already carries it.
+
+        A text-acting client reads its actions from the whole text: its note names the refused calls without
+        quoting them, and goes out only where reading the text with it finds exactly the actions (and unreadable
+        parts) found without it, so nothing the proxy adds is an action it did not judge."""
+        note = refusal_note(self.policy, self.refused, quote=not self.acts_on_text) if self.refused else ""
+        if not note or note in text:
+            return ""
+        client = self.text_client
+        if client is not None and client.formats:
+            for name in client.formats:
+                found = _read(name, text)
+                # As a chat turn carries it, and as a client joins a turn's text blocks or items.
+                if any(_read(name, joined) != found for joined in (text + line_break(text) + note, text + note)):
+                    return ""
+        return note
 
     def settle_truncated(self, attempt: int, judged: list[JudgedCall]) -> None:
         """A stream that ended without a finish (no finish_reason, or no [DONE] / completed event): an upstream
@@ -245,6 +269,11 @@ class Exchange:
             self.client_left = True
         self.record.fail("client_disconnected", "the client went away before the answer", 499)
         raise ClientGone("the client went away before the answer")
+
+
+def _read(fmt: str, text: str) -> tuple[list[str | None], list[str]]:
+    found = TEXT_FORMATS[fmt].read(text)
+    return [call.raw for call in found.calls], found.unreadable
 
 
 async def _disconnected(request: Request) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 from proxy.policy import LoadedPolicy, format_feedback
@@ -9,9 +10,12 @@ from proxy.record import JudgedCall, shown_call
 from proxy.toolcalls import openai_call
 from proxy.toolcalls.text_actions import is_text_action
 
-__all__ = ["SIBLING_NOT_RUN", "blocked_message", "retry_messages", "turn_allowed"]
+__all__ = ["SIBLING_NOT_RUN", "blocked_message", "refusal_note", "retry_messages", "turn_allowed"]
 
 SIBLING_NOT_RUN = "Not run: another tool call in the same turn was rejected. Send the calls again, corrected."
+# What a refusal note names: the first few distinct calls, each cut short; more are counted.
+_NOTE_CALLS = 3
+_NOTE_SHOWN = 160
 
 
 def turn_allowed(judged: list[JudgedCall]) -> bool:
@@ -53,13 +57,13 @@ def retry_messages(policy: LoadedPolicy, content: str | None, judged: list[Judge
     return messages
 
 
-def _describe(item: JudgedCall, policy: LoadedPolicy) -> str:
+def _describe(item: JudgedCall, policy: LoadedPolicy, limit: int = 300) -> str:
     call = item.call
     if call.source == "unjudgeable":  # its content never reaches the client, not even quoted
         return f"{call.name}: {call.error} (unjudgeable)"
     shown = shown_call(policy.policy, call)
-    if len(shown) > 300:
-        shown = shown[:300] + "..."
+    if len(shown) > limit:
+        shown = shown[:limit] + "..."
     return f"`{shown}` ({', '.join(item.verdict.reasons) or item.verdict.decision})"
 
 
@@ -73,6 +77,38 @@ def blocked_message(policy: LoadedPolicy, judged: list[JudgedCall], attempts: in
     if blocked:
         lines.append(_feedback(policy, blocked[0]) if blocked[0].call.source != "unjudgeable" else
                      "The upstream's output could not be judged, so none of it was relayed.")
+    return _inert("\n".join(lines))
+
+
+def refusal_note(policy: LoadedPolicy, refused: list[JudgedCall], *, quote: bool = True) -> str:
+    """The one line a turn delivered after a refusal carries, so the user learns what the proxy refused and why
+    (the reason codes), in `blocked_message`'s words for each call: the distinct refused calls of the turn, the
+    first few named, the rest counted. One line: a control character of a quoted call is written as its escape,
+    so no fenced block or action a text-acting client reads can start inside it. Without `quote` (a client that
+    runs actions written in its text) a call is named by its tool only: nothing the model wrote is repeated."""
+    described = list(dict.fromkeys(_one_line(_describe(item, policy, _NOTE_SHOWN) if quote else _named(item))
+                                   for item in refused))
+    if not described:
+        return ""
+    more = len(described) - _NOTE_CALLS
+    text = "allowlist-proxy refused in this turn: " + "; ".join(described[:_NOTE_CALLS])
+    return _inert(text + (f" and {more} more." if more > 0 else "."))
+
+
+def _named(item: JudgedCall) -> str:
+    what = "action" if is_text_action(item.call) else "call"
+    return f"the `{item.call.name[:80]}` {what} ({', '.join(item.verdict.reasons) or item.verdict.decision})"
+
+
+def _one_line(text: str) -> str:
+    return "".join(c.encode("unicode_escape").decode("ascii") if unicodedata.category(c) in _BREAKS else c
+                   for c in text)
+
+
+_BREAKS = frozenset({"Cc", "Zl", "Zp"})
+
+
+def _inert(text: str) -> str:
     # Quoted in text, a blocked call must not read as a call: no tag a client's text parser would open.
-    return "\n".join(lines).replace("<", "\u2039")
+    return text.replace("<", "\u2039")
 

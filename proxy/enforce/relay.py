@@ -3,9 +3,10 @@ Messages): relay an attempt, judge its calls, then deliver them (audit before re
 reasons within the retry budget, or end with the explaining answer.
 
 A route says how its events are relayed, held and encoded (`StreamedAttempts`' hooks); the order of the steps,
-what ends the loop and how the stream ends are here. One narration per turn: a route holds a retry's text until
-the attempt is judged, either as encoded pieces (`hold_pieces`, which this loop keeps and releases with the
-delivered turn) or as events of its own.
+what ends the loop and how the stream ends are here. A route holds a retry's text until the attempt is judged,
+either as encoded pieces (`hold_pieces`, which this loop keeps and releases with the delivered turn) or as
+events of its own, released with a delivered turn as what the client does not have yet, then the line that says
+what was refused (invariant 12, proxy/enforce/retry_text.py); a blocked turn ends with the explanation alone.
 """
 
 from __future__ import annotations

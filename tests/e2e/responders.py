@@ -17,7 +17,8 @@ from proxy.policy import load_policy_file
 from proxy.testing.scripted_upstream import Reply
 
 __all__ = [
-    "OPENCODE_DENIAL", "PROXY_REJECTION", "is_refusal", "refusals_in_turn", "scripted_turn", "with_title",
+    "OPENCODE_DENIAL", "PROXY_REJECTION", "REFUSAL_LINE", "answers_after_refusal", "is_refusal", "refusals_in_turn",
+    "scripted_turn", "with_title",
 ]
 
 # The opening of OpenCode 1.18's PermissionDeniedError message (a config rule said deny).
@@ -30,6 +31,8 @@ PROXY_REJECTION = (*sorted({_POLICY.feedback_template(c).split("{")[0] for c in 
                    SIBLING_NOT_RUN)
 
 Call = tuple[str, dict[str, Any]]
+# How the line a turn delivered after a refusal carries begins (proxy/enforce/feedback_turns.py `refusal_note`).
+REFUSAL_LINE = "allowlist-proxy refused in this turn: "
 
 
 def _text(message: dict[str, Any]) -> str:
@@ -82,5 +85,21 @@ def with_title(responder: Callable[[dict[str, Any]], Reply], title: str = "E2E s
 
     def respond(body: dict[str, Any]) -> Reply:
         return responder(body) if body.get("tools") else Reply(content=title)
+
+    return respond
+
+
+def answers_after_refusal(call: Callable[[dict[str, Any]], Call | None], *, narration: str, answer: str,
+                          title: str = "E2E session") -> Callable[[dict[str, Any]], Reply]:
+    """A model that narrates and proposes `call(body)` (None: a side request, answered with `title`), and once the
+    proxy's retry tells it the call was refused, gives up and answers in text, as Qwen3-Coder does."""
+
+    def respond(body: dict[str, Any]) -> Reply:
+        proposed = call(body) if body.get("tools") else None
+        if proposed is None:
+            return Reply(content=title)
+        if refusals_in_turn(body):
+            return Reply(content=answer)
+        return Reply(content=narration, tool_calls=[proposed])
 
     return respond

@@ -20,6 +20,7 @@ from proxy.policy.tools.profiles import HEURISTIC_PROFILE
 from proxy.testing.scripted_upstream import ScriptedUpstream
 from tests.conftest import RunningProxy
 from tests.e2e.clients import CLIENTS, MODEL, AgentWorld, find_ai_sdk, required
+from tests.e2e.responders import REFUSAL_LINE
 from tests.e2e.test_clients import NARRATION, PROMPT, _assert_governed, _requests_text, scripted_model
 from tests.e2e.test_clients import rooted_policy as rooted_policy  # a fixture, asked for by name
 
@@ -51,10 +52,14 @@ def test_ai_sdk_agent_is_governed(mode: str, tmp_path: Path, upstream: ScriptedU
     try:
         # What the SDK ran: the allowed command, then the read inside; the proxy's retries are not its steps.
         assert result["steps"] == [["bash"], ["readFile"], []], result
-        # Each step's narration once: a refused first attempt's text is not sent again with the delivered one.
-        assert result["texts"] == [NARRATION, NARRATION, "Finished."], result
+        # Each step's narration once (a refused first attempt's text is not sent again with the delivered one,
+        # which repeats it), then the line that says what was refused.
+        texts = result["texts"]
+        assert [t.split("\n\n")[0] for t in texts] == [NARRATION, NARRATION, "Finished."], result
+        assert [REFUSAL_LINE in t for t in texts] == [True, True, False], result
+        assert "(pipe)." in texts[0] and "(absolute_path)." in texts[1], result
         if mode == "stream":
-            assert result["text"] == NARRATION * 2 + "Finished.", result
+            assert result["text"] == "".join(texts), result
         assert all(bool(body.get("stream")) == (mode == "stream") for body in upstream.requests)
         _assert_governed(proxy, upstream, world.calls, reads=True, profile=HEURISTIC_PROFILE)
     except AssertionError as error:

@@ -23,7 +23,7 @@ from proxy.policy.tools.offered import Offered, offered_tools, properties
 from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
 from tests.conftest import ROOT, RunningProxy
 from tests.e2e.clients import CLIENTS, MODEL, NOTES_MARKER, SECRET_MARKER, AgentWorld, find_client, required
-from tests.e2e.responders import is_refusal
+from tests.e2e.responders import REFUSAL_LINE, answers_after_refusal, is_refusal
 
 pytestmark = pytest.mark.e2e
 
@@ -193,6 +193,53 @@ def test_agent_cli_reads_its_own_project_on_the_shipped_policy(client: str, tmp_
         assert roots == {str(world.project.resolve())} or roots == {str(world.project)}, roots
     except AssertionError as error:
         raise AssertionError(f"{error}\n{context}") from None
+
+
+ANSWER = "The notes mention x twice."
+
+
+def _shown(stdout: str) -> str:
+    """What a client printed for its user: its final text where it prints JSON events (Cline's `run_result`)."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("{"):
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and event.get("type") == "run_result" and isinstance(event.get("text"), str):
+                return str(event["text"])
+    return stdout
+
+
+# Kilo's start-up alone takes 10-30 s of a loaded machine; its streamed chat is OpenCode's (tests/e2e/test_opencode.py).
+@pytest.mark.parametrize("client", sorted(set(CLIENTS) - {"kilo"}))
+def test_agent_cli_user_sees_the_answer_after_a_refusal(client: str, tmp_path: Path, upstream: ScriptedUpstream,
+                                                        start_proxy, rooted_policy: Callable[[Path], Path]) -> None:
+    """The model narrates, proposes the pipe (refused), then answers in text: what the client prints for its user
+    holds the answer and the line that says what was refused; nothing ran; the run is one session."""
+    spec = CLIENTS[client]
+    binary = required(find_client(spec))
+    world = AgentWorld(tmp_path / client, spec, binary)
+
+    def piped(body: dict[str, Any]) -> Call | None:
+        offered = offered_tools({"tools": body.get("tools")})
+        shell = next((t for t in SHELL_TOOLS if t in offered), None)
+        users = [m for m in body.get("messages") or [] if m.get("role") == "user"]
+        if shell is None or not users or PROMPT not in _text(users[-1]):  # a side request (Qwen Code's memory)
+            return None
+        return _shell_call(shell, PIPED, world.project, offered[shell])
+
+    upstream.responder = answers_after_refusal(piped, narration=NARRATION, answer=ANSWER)
+    proxy = start_proxy(upstream.url, policy=rooted_policy(world.project))
+    world.configure(proxy.url + "/v1")
+    run = world.run(proxy.url + "/v1", PROMPT)
+    context = f"{run.describe()}\n--- upstream requests\n{_requests_text(upstream)[-6000:]}"
+    shown = _shown(run.stdout)
+    assert ANSWER in shown and REFUSAL_LINE in shown, context
+    assert shown.count(NARRATION) <= 1, context
+    assert world.calls("head") == [] and world.calls("uv") == [], context
+    stats = _model_stats(proxy)
+    assert (stats["sessions"], stats["errors"]) == (1, 1), stats
 
 
 # ---------------------------------------------------------------- the openai Python SDK

@@ -19,7 +19,7 @@ from proxy.testing.characters import bash_sequence
 from proxy.testing.scripted_upstream import ScriptedUpstream
 from tests.conftest import ROOT, RunningProxy
 from tests.e2e.harness import OpenCodeRun, OpenCodeWorld
-from tests.e2e.responders import OPENCODE_DENIAL, scripted_turn, with_title
+from tests.e2e.responders import OPENCODE_DENIAL, REFUSAL_LINE, answers_after_refusal, scripted_turn, with_title
 
 pytestmark = pytest.mark.e2e
 
@@ -185,6 +185,25 @@ def test_model_that_never_complies_ends_with_the_explanation(
     (request,) = proxy.rows("SELECT attempts, budget_exhausted FROM requests WHERE session_id = :session "
                             "AND attempts > 1", session=only_session(run))
     assert (request["attempts"], request["budget_exhausted"]) == (1 + RETRY_BUDGET, 1)
+
+
+def test_the_user_sees_the_answer_the_model_gives_after_a_refusal(
+        world: OpenCodeWorld, upstream: ScriptedUpstream, through_proxy: Callable[..., RunningProxy]) -> None:
+    """The model narrates, proposes the pipe (refused), then answers in text on the retry: OpenCode shows the
+    narration once, the answer and the line that says what was refused; nothing ran; one session, one turn the
+    lineage knows (the next request would continue it)."""
+    narration, answer = "I will search the notes.", "The notes mention x twice."
+    proxy = through_proxy(answers_after_refusal(lambda body: bash(PIPED), narration=narration, answer=answer))
+
+    run = world.run("Search the notes for x.", timeout=RUN_SECONDS)
+
+    assert run.returncode == 0, run.describe()
+    assert run.text.count(narration) == 1 and answer in run.text and REFUSAL_LINE in run.text, run.describe()
+    assert run.text.index(narration) < run.text.index(answer) < run.text.index(REFUSAL_LINE)
+    assert world.uv_calls() == [] and run.tool_parts() == []
+    rows = verdicts(proxy)
+    assert [(r["decision"], r["primary_reason"], r["delivered"]) for r in rows] == [("reject", "pipe", 0)]
+    assert {r["session_id"] for r in rows} == {only_session(run)}
 
 
 def test_observe_mode_leaves_the_verdict_to_opencode_permissions(

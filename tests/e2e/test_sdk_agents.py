@@ -20,7 +20,7 @@ import pytest
 from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
 from tests.conftest import ROOT, RunningProxy
 from tests.e2e.clients import NOTES_MARKER, SECRET_MARKER, AgentWorld
-from tests.e2e.responders import is_refusal
+from tests.e2e.responders import REFUSAL_LINE, is_refusal, refusals_in_turn
 from tests.e2e.test_clients import ALLOWED, PIPED, _model_stats, _requests_text
 from tests.e2e.test_clients import rooted_policy as rooted_policy  # a fixture, asked for by name
 from tests.e2e.test_pypi_clients import _driver, _result, _run, _venv_python, _world
@@ -250,3 +250,39 @@ def test_sdk_agent_on_the_bare_shipped_policy(client: str, tmp_path: Path, upstr
     proxy: RunningProxy = start_proxy(upstream.url, policy=ROOT / "policies" / "strict.yaml")
     _run_side_by_side(client, world, upstream, proxy, agent.modes[:1])
     _assert_governed_and_counted(world, upstream, proxy, 1)
+
+
+# (client, mode): the SDKs' streamed model classes, and one whole one each for comparison
+ANSWER_RUNS = [("openai-agents", "chat-stream"), ("openai-agents", "responses-stream"), ("openai-agents", "chat"),
+               ("pydantic-ai", "stream"), ("pydantic-ai", "run"), ("langgraph", "stream")]
+NARRATION = "I will search the notes."
+ANSWER = "The notes mention x twice."
+
+
+@pytest.mark.parametrize(("client", "mode"), ANSWER_RUNS)
+def test_sdk_agent_user_sees_the_answer_after_a_refusal(client: str, mode: str, tmp_path: Path,
+                                                        upstream: ScriptedUpstream, start_proxy,
+                                                        request: pytest.FixtureRequest) -> None:
+    """The model narrates, proposes the pipe (refused), then answers in text on the retry: the agent's answer (what
+    it hands its user) holds the model's answer and the line that says what was refused, the narration at most
+    once; the user's follow-up continues the conversation, one session; nothing ran."""
+    agent = SDK_AGENTS[client]
+    world = _world(tmp_path, f"{client}-answer")
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if FOLLOW_UP in json.dumps(body["messages"]):
+            return Reply(content="nothing else")
+        if refusals_in_turn(body):
+            return Reply(content=ANSWER)
+        return Reply(content=NARRATION, tool_calls=[agent.shell(PIPED, world.project)])
+
+    upstream.responder = respond
+    proxy: RunningProxy = start_proxy(upstream.url, policy=request.getfixturevalue("rooted_policy")(world.project))
+    result = _run(client, world, proxy.url + "/v1", mode, FOLLOW_UP)
+    answer = str(result.get("answer", ""))
+    assert ANSWER in answer and REFUSAL_LINE in answer and answer.count(NARRATION) <= 1, result
+    assert result["follow_up"] == "nothing else", result
+    assert world.calls("head") == [] and world.calls("uv") == []
+    stats = _model_stats(proxy)
+    assert (stats["sessions"], stats["errors"], stats["reasons"]) == (1, 1, {"pipe": 1}), stats
+
