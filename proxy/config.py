@@ -135,6 +135,19 @@ class Settings(BaseSettings):
     project_root_header: str | None = Field(
         None, description="Header a request names its project root in (absolute paths under it pass)."
     )
+    require_keys: bool = Field(
+        False, description="Serve only requests that present a project key (`allowlist-proxy keys create`, `run`): "
+        "others get 401. Off, a request without a key is served as before; a key-shaped credential that is not a "
+        "known, unrevoked key gets 401 either way."
+    )
+    key_cache_seconds: float = Field(
+        5.0, ge=0, description="How long a process reuses what the store said about a project key: a revoked key "
+        "is refused by every worker and replica within this."
+    )
+    proxy_url: str | None = Field(
+        None, description="The URL clients reach the proxy at, for `allowlist-proxy run`; default http://HOST:PORT "
+        "(127.0.0.1 for a wildcard host)."
+    )
     model_aliases: dict[str, str] = Field(
         default_factory=dict, description="JSON map of model names rewritten before forwarding."
     )
@@ -298,6 +311,13 @@ class Settings(BaseSettings):
     @property
     def async_db_url(self) -> str:
         return normalize_db_url(self.db)
+
+    def client_url(self) -> str:
+        """Where clients reach the proxy: `proxy_url`, else the listen address (a wildcard one as loopback)."""
+        if self.proxy_url:
+            return self.proxy_url.rstrip("/")
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(self.host, self.host)
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
 
     def upstream_list(self) -> list[UpstreamConfig]:
         """The upstreams to route to: `upstreams`, else the one `upstream` with its key."""
