@@ -85,9 +85,9 @@ class ClientSpec:
 
 
 CLIENTS = {
-    "qwen-code": ClientSpec("qwen-code", "@qwen-code/qwen-code", "0.15.10", "qwen"),
+    "qwen-code": ClientSpec("qwen-code", "@qwen-code/qwen-code", "0.24.4", "qwen"),
     "codex": ClientSpec("codex", "@openai/codex", "0.171.0", "codex"),
-    "claude-code": ClientSpec("claude-code", "@anthropic-ai/claude-code", "2.1.197", "claude"),
+    "claude-code": ClientSpec("claude-code", "@anthropic-ai/claude-code", "2.1.332", "claude"),
     "cline": ClientSpec("cline", "cline", "3.0.65", "cline"),
     "continue": ClientSpec("continue", "@continuedev/cli", "1.5.47", "cn"),
     "kilo": ClientSpec("kilo", "@kilocode/cli", "7.7.7", "kilo"),

@@ -23,7 +23,7 @@ from proxy.policy.tools.offered import Offered, offered_tools, properties
 from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
 from tests.conftest import ROOT, RunningProxy
 from tests.e2e.clients import CLIENTS, MODEL, NOTES_MARKER, SECRET_MARKER, AgentWorld, find_client, required
-from tests.e2e.responders import is_refusal
+from tests.e2e.responders import next_step
 
 pytestmark = pytest.mark.e2e
 
@@ -84,17 +84,7 @@ def scripted_model(world_project: Path, secret: Path, notes: Path) -> Callable[[
         read = next((t for t in READ_TOOLS if t in offered), None)
         if read is not None:
             steps.append([_read_call(read, secret, offered[read]), _read_call(read, notes, offered[read])])
-        done = refused = 0
-        for message in body.get("messages") or []:
-            if message.get("role") != "tool":
-                continue
-            if is_refusal(message):
-                refused += 1
-            else:
-                done, refused = done + 1, 0
-        if done >= len(steps) or refused >= len(steps[done]):
-            return Reply(content="Finished.")
-        return Reply(content=NARRATION, tool_calls=[steps[done][refused]])
+        return next_step(body, steps, narration=NARRATION)
 
     return respond
 
