@@ -3,6 +3,7 @@
 # test_launcher.py drive, each
 # pinned, each in a venv of its own outside the repository (the project's environment stays as pyproject.toml says).
 #   AGENT_PYS_CACHE  where the venvs go (default: ~/.cache/allowlist-proxy-e2e-py); kept between runs
+#   AGENT_PYS_NEWEST=1  each package's newest release instead of its pin (scripts/canary-clients.sh)
 # Exits 0 with a message when an install fails, so those tests skip with a reason instead (set
 # E2E_REQUIRE_CLIENTS=1 for pytest to fail then).
 set -uo pipefail
@@ -24,6 +25,7 @@ declare -A packages=(
 mkdir -p "$cache"
 for client in "${!packages[@]}"; do
   spec="${packages[$client]}"
+  if [ "${AGENT_PYS_NEWEST:-}" = "1" ]; then spec="$(sed -E 's/==[^ ]+//g' <<< "$spec")"; fi
   venv="$cache/$client"
   if [ -f "$venv/.installed" ] && [ "$(cat "$venv/.installed")" = "$spec" ]; then
     echo "$spec in $venv"

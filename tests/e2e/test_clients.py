@@ -23,6 +23,7 @@ from proxy.policy.tools.offered import Offered, offered_tools, properties
 from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
 from tests.conftest import ROOT, RunningProxy
 from tests.e2e.clients import CLIENTS, MODEL, NOTES_MARKER, SECRET_MARKER, AgentWorld, find_client, required
+from tests.e2e.facts import record
 from tests.e2e.responders import next_step
 
 pytestmark = pytest.mark.e2e
@@ -122,6 +123,23 @@ def _requests_text(upstream: ScriptedUpstream) -> str:
     return "\n".join(json.dumps(body, ensure_ascii=False) for body in upstream.requests)
 
 
+def facts(proxy: RunningProxy, upstream: ScriptedUpstream, logs: Callable[[str], list[list[str]]], *,
+          reads: bool) -> dict[str, bool]:
+    """What `_assert_governed` asserts, as facts (tests/e2e/facts.py): `governed`, the refused calls never ran and
+    the allowed one did; `counted`, the store holds one session with each call and its verdict."""
+    sent = _requests_text(upstream)
+    governed = (logs("head") == [] and logs("tail") == [] and logs("uv") == [["run", "scripts/search.py", "x"]]
+                and SECRET_MARKER not in sent and (not reads or NOTES_MARKER in sent))
+    try:
+        stats = _model_stats(proxy)
+    except ValueError:  # nothing of the model's recorded
+        stats = {}
+    expected = {"pipe": 1, "absolute_path": 1} if reads else {"pipe": 1}
+    counted = bool(stats) and stats["sessions"] == 1 and (stats["tool_calls"], stats["errors"]) == (
+        2 * len(expected), len(expected))
+    return {"governed": governed, "counted": counted}
+
+
 def _assert_governed(proxy: RunningProxy, upstream: ScriptedUpstream, logs: Callable[[str], list[list[str]]],
                      *, reads: bool, profile: str | None) -> None:
     assert logs("head") == [] and logs("tail") == [], "the blocked pipe ran"
@@ -177,9 +195,12 @@ def test_agent_cli_reads_its_own_project_on_the_shipped_policy(client: str, tmp_
     world.configure(base_url)
     run = world.run(base_url, PROMPT)
     context = f"{run.describe()}\n--- upstream requests\n{_requests_text(upstream)[-6000:]}"
+    roots = {r[0] for r in proxy.rows("SELECT project_root FROM requests WHERE project_root IS NOT NULL")}
+    record(client, find_client(spec)[1], root_from_text=roots in ({str(world.project.resolve())},
+                                                                  {str(world.project)}),
+           **facts(proxy, upstream, world.calls, reads=client != "codex"))
     try:
         _assert_governed(proxy, upstream, world.calls, reads=client != "codex", profile=client)
-        roots = {r[0] for r in proxy.rows("SELECT project_root FROM requests WHERE project_root IS NOT NULL")}
         assert roots == {str(world.project.resolve())} or roots == {str(world.project)}, roots
     except AssertionError as error:
         raise AssertionError(f"{error}\n{context}") from None

@@ -27,6 +27,7 @@ from proxy.policy.tools.offered import Offered, offered_tools, properties
 from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
 from tests.conftest import ROOT, RunningProxy
 from tests.e2e.clients import CLIENTS, MODEL, NOTES_MARKER, SECRET_MARKER, AgentWorld, find_client, required
+from tests.e2e.facts import record
 from tests.e2e.harness import OpenCodeWorld, find_opencode, run_cli
 from tests.e2e.responders import next_step
 from tests.e2e.test_clients import ALLOWED, PIPED, SHELL_TOOLS, _read_call, _shell_call
@@ -144,9 +145,32 @@ def _launch(world: KeyedWorld | OpenCodeWorld, proxy: RunningProxy, client: str,
 # ---------------------------------------------------------------------------------------------- assertions
 
 
+def bound_facts(proxy: RunningProxy, upstream: ScriptedUpstream, project: Path, *, key: str,
+                uv: list[list[str]], heads: list[list[str]], notes: Path, secret: Path, files: bool) -> dict[str, bool]:
+    """What a keyed run shows (tests/e2e/facts.py): `governed`, the refused calls never ran and the allowed ones
+    did; `counted`, one session with each call and its verdict; `root_from_key`, every request judged under the
+    key's root; `key_kept`, the key reached no upstream header or body."""
+    sent = json.dumps([upstream.requests, upstream.headers, upstream.models_headers], ensure_ascii=False)
+    governed = (heads == [] and uv == [["run", "scripts/search.py", "x"]] and SECRET_MARKER not in sent
+                and SECRET_MARKER in secret.read_text() and EDITED not in secret.read_text()
+                and (not files or (NOTES_MARKER in sent and EDITED in notes.read_text())))
+    proxy.flush()
+    with proxy.client() as client:
+        models = [m for m in client.get("/stats/models").json()["models"] if m["model"] == MODEL]
+    errors = 3 if files else 2  # the pipe, and each path outside the project
+    counted = len(models) == 1 and models[0]["sessions"] == 1 and (models[0]["errors"], models[0]["tool_calls"]) \
+        == (errors, errors + (3 if files else 1))
+    roots = {r[0] for r in proxy.rows("SELECT project_root FROM requests")}
+    return {"governed": governed, "counted": counted, "root_from_key": roots == {str(project.resolve())},
+            "key_kept": bool(upstream.requests) and key not in sent and not KEY_PATTERN.search(sent)}
+
+
 def _assert_bound(proxy: RunningProxy, upstream: ScriptedUpstream, project: Path, *, key: str, uv: list[list[str]],
                   heads: list[list[str]], notes: Path, secret: Path, files: bool, capfd: pytest.CaptureFixture[str],
-                  context: str) -> None:
+                  context: str, client: str, version: str, launcher: bool) -> None:
+    found = bound_facts(proxy, upstream, project, key=key, uv=uv, heads=heads, notes=notes, secret=secret,
+                        files=files)
+    record(client, version, launcher=launcher, **found)
     try:
         assert upstream.requests, "the client never reached the upstream"
         assert heads == [], "the blocked pipe ran"
@@ -160,11 +184,10 @@ def _assert_bound(proxy: RunningProxy, upstream: ScriptedUpstream, project: Path
             assert EDITED in notes.read_text(), "the edit inside the project did not run"
         roots = {r[0] for r in proxy.rows("SELECT project_root FROM requests")}
         assert roots == {str(project.resolve())}, roots
-        proxy.flush()
-        with proxy.client() as client:
-            (stats,) = [m for m in client.get("/stats/models").json()["models"] if m["model"] == MODEL]
+        with proxy.client() as client_:
+            (stats,) = [m for m in client_.get("/stats/models").json()["models"] if m["model"] == MODEL]
         assert stats["sessions"] == 1, stats
-        errors = 3 if files else 2  # the pipe, and each path outside the project
+        errors = 3 if files else 2
         assert (stats["errors"], stats["tool_calls"]) == (errors, errors + (3 if files else 1)), stats
         assert set(stats["primary_reasons"]) <= {"pipe", "absolute_path", "path_escape"}, stats
         logs = capfd.readouterr()
@@ -238,7 +261,8 @@ def test_an_agent_cli_bound_by_a_key_works_inside_its_project_only(client, how, 
     assert code is not None, f"{client} did not finish\n{context}"
     files = client != "codex"
     _assert_bound(keyed_proxy, upstream, world.project, key=key, uv=world.calls("uv"), heads=world.calls("head"),
-                  notes=world.notes, secret=world.secret, files=files, capfd=capfd, context=context)
+                  notes=world.notes, secret=world.secret, files=files, capfd=capfd, context=context, client=client,
+                  version=find_client(world.spec)[1], launcher=how == "launcher")
     assert len(keyed_proxy.rows("SELECT id FROM project_keys")) == 1
 
 
@@ -259,7 +283,8 @@ def test_opencode_bound_by_the_launcher(tmp_path, upstream, keyed_proxy, capfd):
     assert not (world.project / "opencode.json").exists()  # nothing written into the project or the home
     uv = [["run", *c[1:]] if c[:1] == ["run"] else c for c in world.uv_calls()]
     _assert_bound(keyed_proxy, upstream, world.project, key=key, uv=uv, heads=[], notes=notes, secret=secret,
-                  files=True, capfd=capfd, context=context)
+                  files=True, capfd=capfd, context=context, client="opencode", version=find_opencode()[1],
+                  launcher=True)
 
 
 def test_a_revoked_key_is_refused_and_the_client_says_so(tmp_path, upstream, keyed_proxy):
@@ -298,8 +323,13 @@ def test_aider_started_by_the_launcher_is_bound_and_counted(tmp_path, upstream, 
             "--no-show-model-warnings", "--no-analytics", "--no-pretty", "--no-stream"]
     code, stdout, stderr = _launch(world, keyed_proxy, "aider", args, env, timeout=240)
     context = f"exit {code}\n--- stdout\n{stdout[-3000:]}\n--- stderr\n{stderr[-3000:]}"
-    assert code == 0 and upstream.requests, context
     key = _launched_key(world.home)
+    roots = {r[0] for r in keyed_proxy.rows("SELECT project_root FROM requests")}
+    version = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60).stdout.split()
+    record("aider", version[-1] if version else "?", launcher=True, governed="no (acts on text)",
+           counted=bool(upstream.requests) and len(keyed_proxy.rows("SELECT id FROM requests")) >= 1,
+           root_from_key=roots == {str(world.project.resolve())})
+    assert code == 0 and upstream.requests, context
     sent = json.dumps([upstream.requests, upstream.headers, upstream.models_headers])
     assert key not in sent and not KEY_PATTERN.search(sent), context
     assert {r[0] for r in keyed_proxy.rows("SELECT project_root FROM requests")} == {str(world.project.resolve())}
