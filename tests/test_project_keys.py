@@ -361,3 +361,46 @@ def test_last_used_is_written_in_batches_not_per_request(upstream, proxy):
     assert proxy.rows("SELECT last_used_at FROM project_keys")[0][0] is None  # nothing written per request
     _in_loop(proxy, proxy.services.keys.write_used())
     assert proxy.rows("SELECT last_used_at FROM project_keys")[0][0] is not None
+
+
+# ------------------------------------------------------------------------------------------- the key ring
+
+
+async def test_requests_that_find_a_key_stale_together_read_the_store_once(engine):
+    from proxy.keys.ring import KeyRing
+
+    async with engine.begin() as conn:
+        key, made = await create_key(conn, root=PROJECT)
+    ring = KeyRing(engine, cache_seconds=60)
+    reads = 0
+    read = ring._read
+
+    async def counted(hashed: str) -> ProjectKey | None:
+        nonlocal reads
+        reads += 1
+        await asyncio.sleep(0.05)
+        return await read(hashed)
+
+    ring._read = counted  # type: ignore[method-assign]
+    found = await asyncio.gather(*(ring.bind({"authorization": f"Bearer {key}"}) for _ in range(10)))
+    assert reads == 1 and {k.id for k in found if k} == {made.id}
+    await ring.bind({"x-api-key": key})
+    assert reads == 1  # kept for key_cache_seconds
+
+
+async def test_a_key_that_cannot_be_checked_is_refused_with_503(tmp_path):
+    from proxy.errors import StoreUnavailable, Unauthorized
+    from proxy.keys.ring import KeyRing
+    from proxy.store.db import create_engine
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'no-schema.db'}")  # no tables: every read fails
+    try:
+        ring = KeyRing(engine, require=True)
+        with pytest.raises(StoreUnavailable):
+            await ring.bind({"authorization": f"Bearer {new_key()}"})
+        with pytest.raises(Unauthorized):
+            await ring.bind({})
+        with pytest.raises(Unauthorized, match="two different"):
+            await ring.bind({"authorization": f"Bearer {new_key()}", "x-api-key": new_key()})
+    finally:
+        await engine.dispose()
