@@ -6,7 +6,8 @@
 # policy, root bound by a project key, and whether `allowlist-proxy run` started it.
 #   CANARY_DIR  the scratch directory (default: a new temporary one, removed at the end unless CANARY_KEEP=1)
 #   PYTHON      the project's python (its venv), which runs pytest and the proxy (default: python3)
-# Needs npm; exits 1 when a client that the suite's pinned release passes with fails with the newest.
+# Needs npm; exits 1 when any client's newest release is not governed, not counted, or its root is not learned
+# (from its text or from a key): that release is not ready to be pinned.
 set -uo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -89,7 +90,10 @@ if python_agents:
     print("\npython agents (tests/e2e/test_pypi_clients.py, test_sdk_agents.py: governed and counted):")
     for name, outcome in sorted(python_agents.items()):
         print(f"  {outcome:<8} {name}")
-broken = [c for c, r in rows.items() if r.get("governed") is False or r.get("counted") is False
-          or r.get("root_from_key") is False] + [n for n, o in python_agents.items() if o == "failed"]
+broken = [c for c, r in rows.items() if False in (r.get("governed"), r.get("counted"), r.get("root_from_text"),
+                                                   r.get("root_from_key"))]
+broken += [n for n, o in python_agents.items() if o == "failed"]
+if broken:
+    print(f"\nnot ready to update: {', '.join(broken)}")
 sys.exit(1 if broken else 0)
 EOF

@@ -125,18 +125,19 @@ def _requests_text(upstream: ScriptedUpstream) -> str:
 
 def facts(proxy: RunningProxy, upstream: ScriptedUpstream, logs: Callable[[str], list[list[str]]], *,
           reads: bool) -> dict[str, bool]:
-    """What `_assert_governed` asserts, as facts (tests/e2e/facts.py): `governed`, the refused calls never ran and
-    the allowed one did; `counted`, the store holds one session with each call and its verdict."""
+    """What a run shows (tests/e2e/facts.py): `governed`, the refused calls never ran (the pipe, the read outside)
+    and the allowed command did; `counted`, one session whose calls are each recorded with its verdict (calls =
+    refused + those that ran). Whether the read inside passed is the root's fact, not these."""
     sent = _requests_text(upstream)
-    governed = (logs("head") == [] and logs("tail") == [] and logs("uv") == [["run", "scripts/search.py", "x"]]
-                and SECRET_MARKER not in sent and (not reads or NOTES_MARKER in sent))
+    ran = logs("uv")
+    governed = logs("head") == [] and logs("tail") == [] and ran == [["run", "scripts/search.py", "x"]] and \
+        SECRET_MARKER not in sent
     try:
         stats = _model_stats(proxy)
     except ValueError:  # nothing of the model's recorded
-        stats = {}
-    expected = {"pipe": 1, "absolute_path": 1} if reads else {"pipe": 1}
-    counted = bool(stats) and stats["sessions"] == 1 and (stats["tool_calls"], stats["errors"]) == (
-        2 * len(expected), len(expected))
+        return {"governed": governed, "counted": False}
+    done = len(ran) + (1 if reads and NOTES_MARKER in sent else 0)
+    counted = stats["sessions"] == 1 and stats["tool_calls"] == stats["errors"] + done and stats["errors"] >= 1
     return {"governed": governed, "counted": counted}
 
 

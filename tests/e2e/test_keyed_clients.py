@@ -148,18 +148,20 @@ def _launch(world: KeyedWorld | OpenCodeWorld, proxy: RunningProxy, client: str,
 def bound_facts(proxy: RunningProxy, upstream: ScriptedUpstream, project: Path, *, key: str,
                 uv: list[list[str]], heads: list[list[str]], notes: Path, secret: Path, files: bool) -> dict[str, bool]:
     """What a keyed run shows (tests/e2e/facts.py): `governed`, the refused calls never ran and the allowed ones
-    did; `counted`, one session with each call and its verdict; `root_from_key`, every request judged under the
-    key's root; `key_kept`, the key reached no upstream header or body."""
+    did; `counted`, one session whose calls are each recorded with its verdict (calls = refused + those that
+    ran); `root_from_key`, every request judged under the key's root; `key_kept`, the key reached no upstream
+    header or body."""
     sent = json.dumps([upstream.requests, upstream.headers, upstream.models_headers], ensure_ascii=False)
+    read, edited = NOTES_MARKER in sent, EDITED in notes.read_text()
     governed = (heads == [] and uv == [["run", "scripts/search.py", "x"]] and SECRET_MARKER not in sent
                 and SECRET_MARKER in secret.read_text() and EDITED not in secret.read_text()
-                and (not files or (NOTES_MARKER in sent and EDITED in notes.read_text())))
+                and (not files or (read and edited)))
     proxy.flush()
     with proxy.client() as client:
         models = [m for m in client.get("/stats/models").json()["models"] if m["model"] == MODEL]
-    errors = 3 if files else 2  # the pipe, and each path outside the project
-    counted = len(models) == 1 and models[0]["sessions"] == 1 and (models[0]["errors"], models[0]["tool_calls"]) \
-        == (errors, errors + (3 if files else 1))
+    done = len(uv) + (int(read) + int(edited) if files else 0)
+    counted = len(models) == 1 and models[0]["sessions"] == 1 and models[0]["errors"] >= 1 and \
+        models[0]["tool_calls"] == models[0]["errors"] + done
     roots = {r[0] for r in proxy.rows("SELECT project_root FROM requests")}
     return {"governed": governed, "counted": counted, "root_from_key": roots == {str(project.resolve())},
             "key_kept": bool(upstream.requests) and key not in sent and not KEY_PATTERN.search(sent)}
