@@ -272,6 +272,8 @@ def test_the_key_never_goes_upstream_the_configured_key_does(upstream, start_pro
     key, _ = make_key(proxy)
     revoked, _ = make_key(proxy, label="gone")
     revoke(proxy, "gone")
+    # A refused call: its `call.rejected` line is a warning, logged whatever level the loggers were cached at.
+    upstream.script(Reply(tool_calls=[("bash", {"command": "uv run scripts/search.py x | head"})]))
     with proxy.client() as client:
         for headers in ({"authorization": f"Bearer {key}"}, {"x-api-key": key},
                         {"authorization": f"Bearer {key}", "x-api-key": key, "api-key": key, "x-other": key}):
@@ -287,7 +289,7 @@ def test_the_key_never_goes_upstream_the_configured_key_does(upstream, start_pro
                          for r in proxy.rows(f"SELECT * FROM {table}")])
     assert key not in stored and revoked not in stored
     logs = capfd.readouterr()
-    assert '"request"' in logs.out + logs.err  # the proxy's log lines were captured
+    assert "call.rejected" in logs.out + logs.err  # the proxy's log lines were captured
     assert key not in logs.out + logs.err and revoked not in logs.out + logs.err
 
 

@@ -65,9 +65,14 @@ class KeyRing:
         if len(set(keys)) > 1:
             raise Unauthorized("the request presents two different project keys; give one")
         key = keys[0]
-        if not is_key(key):
+        hashed = key_hash(key)
+        held = self._cache.get(hashed)
+        if held is not None and time.monotonic() - held[1] < self._ttl:
+            found = held[0]  # the steady state: a hash and a lookup (only a well-formed key is ever kept as known)
+        elif not is_key(key):  # a typo or a made-up string costs no store read
             raise Unauthorized(f"the project key presented is malformed (mistyped or cut short): {_HOW}")
-        found = await self._lookup(key_hash(key))
+        else:
+            found = await self._lookup(hashed)
         if found is None:
             raise Unauthorized(f"the project key presented is not known to this proxy's store: {_HOW}")
         if found.revoked:

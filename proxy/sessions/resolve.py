@@ -19,7 +19,7 @@ In order:
    out in an assistant turn's text); runs that share a call id (identical scripted runs) are told apart as in 4.
 
 A request bound by a project key (proxy/keys/) resolves in its key's scope: a session a header or the body names is
-`<key id>:<name>`, and every lineage key is hashed with the key's id (`scoped`), so no conversation of one key ever
+`<key id>:<name>`, and every lineage key is prefixed with the key's id (`scoped`), so no conversation of one key ever
 continues, or is continued by, another key's or an unkeyed one, whatever ids or text they share.
 """
 
@@ -64,11 +64,11 @@ _MIN_ID = 12
 
 
 def scoped(keys: Iterable[str], scope: str | None) -> list[str]:
-    """Lineage keys as a key's scope holds them (`scope` None: unscoped, as they are)."""
+    """Lineage keys as a key's scope holds them, `<key id>:<key>` (46 characters of the digest column's 64);
+    `scope` None: unscoped, as they are."""
     if scope is None:
         return list(keys)
-    prefix = scope.encode() + b"\x00"
-    return ["s" + hashlib.sha256(prefix + key.encode()).hexdigest()[:31] for key in keys]
+    return [f"{scope}:{key}" for key in keys]
 
 
 class Pending(NamedTuple):
