@@ -39,6 +39,8 @@ class SessionRef:
     is_new: bool
     # lineage only: the request's conversation as hashed when it was resolved (`remember` extends it)
     digests: Digests | None = field(default=None, compare=False, repr=False)
+    # The project key's id a keyed request's session belongs to: its lineage keys are that key's alone.
+    scope: str | None = field(default=None, compare=False)
 
 
 @dataclass(slots=True)

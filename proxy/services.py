@@ -14,7 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy import telemetry
 from proxy.config import ConfigError, Settings
-from proxy.errors import StoreUnavailable
+from proxy.errors import Forbidden, StoreUnavailable
+from proxy.keys import KeyRing, ProjectKey
 from proxy.logs import get_logger
 from proxy.policy import LoadedPolicy, PolicyManager, default_policy_path
 from proxy.record import RequestRecord
@@ -30,7 +31,7 @@ from proxy.store.recorder import queue_request
 from proxy.store.retention import Retention
 from proxy.store.writer import StoreWriter
 from proxy.throughput.live import LiveWindows
-from proxy.upstream.client import Upstreams
+from proxy.upstream.client import Upstreams, without_credentials
 from proxy.upstream.model_catalog import ModelCatalog
 from proxy.upstream.probe import UpstreamProbe
 from proxy.upstream.vllm_version import UpstreamVllm
@@ -53,6 +54,8 @@ class Services:
     vllm: UpstreamVllm
     # Whether each upstream answers, asked every `upstream_probe_seconds` (/health, the banner, the dashboard).
     probe: UpstreamProbe
+    # The project keys requests present (proxy/keys/ring.py); None only where a test builds Services by hand.
+    keys: KeyRing | None = None
     in_flight: Counter[str] = field(default_factory=Counter)
     # Called with every finished request (throughput windows, metrics); must not block.
     listeners: list[Callable[[RequestRecord], None]] = field(default_factory=list)
@@ -113,6 +116,10 @@ class Services:
         await services.probe.start()
         closers.push_async_callback(services.probe.stop)
         await services.vllm.detect()
+        keys = services.keys = KeyRing(engine, require=settings.http.require_keys,
+                                       cache_seconds=settings.http.key_cache_seconds)
+        await keys.start()
+        closers.push_async_callback(keys.stop)
         live = services.live = LiveWindows(engine, services.in_flight,
                                            window_seconds=settings.stats.throughput_window_seconds)
         services.listeners += [live.observe, observe_request]
@@ -150,10 +157,27 @@ class Services:
 
     # -- one request ----------------------------------------------------------------------------------
 
-    def policy_for(self, headers: Mapping[str, str]) -> LoadedPolicy:
-        """The request's policy (`PolicyManager.pick`). In enforce mode with `on_store_failure: refuse`, while
-        the store cannot record, no request starts (the GPU would answer for nothing the client may receive)."""
-        policy = self.policies.pick(headers.get("x-allowlist-policy"), by_header=self.settings.policy.header)
+    async def bind(self, headers: Mapping[str, str]) -> ProjectKey | None:
+        """The project key a request presents, checked (`KeyRing.bind`: 401 for a bad one, or for none where
+        `require_keys`); None for a request without one."""
+        return await self.keys.bind(headers) if self.keys is not None else None
+
+    def upstream_headers(self, headers: Mapping[str, str], key: ProjectKey | None) -> dict[str, str]:
+        """The headers a request goes upstream with: a keyed request's credentials are the proxy's, never sent on
+        (the upstream gets its configured key, if any)."""
+        return self.upstream.headers(without_credentials(headers) if key is not None else headers)
+
+    def policy_for(self, headers: Mapping[str, str], key: ProjectKey | None = None) -> LoadedPolicy:
+        """The request's policy: its project key's where the key names one (over any header), else
+        `PolicyManager.pick`. In enforce mode with `on_store_failure: refuse`, while the store cannot record, no
+        request starts (the GPU would answer for nothing the client may receive)."""
+        if key is not None and key.policy is not None:
+            policy = self.policies.get(key.policy)
+            if policy is None:  # never another policy in its place: the key was made to be judged by this one
+                raise Forbidden(f"the project key's policy {key.policy!r} is not loaded by this proxy: serve its "
+                                "file from the policies directory, or make the key again with another --policy")
+        else:
+            policy = self.policies.pick(headers.get("x-allowlist-policy"), by_header=self.settings.policy.header)
         if policy.policy.mode == "enforce" and self.settings.store.on_failure == "refuse" and \
                 (reason := self.writer.health()) is not None:
             raise StoreUnavailable(f"the proxy cannot record calls now, so it serves none: {reason}")

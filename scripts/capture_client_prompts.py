@@ -2,10 +2,14 @@
 prompt (chat, Messages), the instructions and the leading input items (Responses: Codex's
 `<environment_context>`), into tests/sessions_data/<client>.json, the project path replaced by `{cwd}` and
 the HOME by `{home}`. Run after scripts/install-agent-clis.sh (and scripts/install-opencode.sh for OpenCode):
-`python scripts/capture_client_prompts.py [client ...]`."""
+`python scripts/capture_client_prompts.py [--versioned] [client ...]`.
+
+`--versioned` writes `<client>-<version>.json` beside the releases already captured (a new release keeps the old
+one's data as a test case), with the tools the client offered (descriptions dropped) and its User-Agent."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
@@ -35,7 +39,14 @@ def _client_part(body: dict, route: str) -> dict:
             leading.append(item)
         return {"instructions": body.get("instructions"), "input": leading[:-1]}
     if route == "messages":
-        return {"system": body.get("system")}
+        # Claude Code 2.1.332 writes its environment block as a `role: "system"` message after the user's first
+        # one: the whole opening of a first request (it holds nothing the model wrote yet) is kept.
+        opening = []
+        for message in body.get("messages") or []:
+            if message.get("role") == "assistant":
+                break
+            opening.append(message)
+        return {"system": body.get("system"), "messages": opening}
     messages = body.get("messages") or []
     leading = []
     for message in messages:
@@ -64,7 +75,18 @@ def _world(name: str, tmp: Path) -> tuple[AgentWorld | OpenCodeWorld, str] | Non
     return AgentWorld(tmp, spec, binary), spec.version
 
 
-def capture(name: str) -> dict | None:
+def _tools(body: dict) -> list[dict]:
+    """The offered tools as they were sent, descriptions dropped (tests/policy/client_tools' form)."""
+    out = []
+    for tool in body.get("tools") or []:
+        tool = json.loads(json.dumps(tool))
+        for holder in (tool, tool.get("function") if isinstance(tool.get("function"), dict) else {}):
+            holder.pop("description", None)
+        out.append(tool)
+    return out
+
+
+def capture(name: str, *, versioned: bool = False) -> dict | None:
     upstream = ScriptedUpstream(models=[MODEL], responder=lambda body: Reply(content="Done."))
     with ServerThread(upstream.app) as server, tempfile.TemporaryDirectory() as tmp:
         base = server.url + "/v1"
@@ -79,21 +101,31 @@ def capture(name: str) -> dict | None:
             world.run(base, "say hello", timeout=120)
         route = json.loads((ROOT / "tests" / "policy" / "client_tools" / f"{name}.json").read_text())["route"]
         bodies = [b for b in upstream.requests if b.get("tools")] or upstream.requests
-        part = _client_part(bodies[0], route)
-        text = json.dumps(part, ensure_ascii=False)
+        first = upstream.requests.index(bodies[0])
+        found = {"part": _client_part(bodies[0], route)}
+        if versioned:
+            found["user_agent"] = upstream.headers[first].get("user-agent") if first < len(upstream.headers) else None
+            found["tools"] = _tools(bodies[0])
+        text = json.dumps(found, ensure_ascii=False)
         for real, placeholder in ((str(world.project.resolve()), "{cwd}"), (str(world.project), "{cwd}"),
                                   (str(world.home), "{home}"), (tmp, "{tmp}")):
             text = text.replace(json.dumps(real)[1:-1], placeholder)
-        return {"client": name, "version": version, "route": route, "part": json.loads(text)}
+        return {"client": name, "version": version, "route": route, **json.loads(text)}
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("--versioned", action="store_true",
+                        help="write <client>-<version>.json, with the offered tools and the User-Agent")
+    parser.add_argument("clients", nargs="*", default=[*CLIENTS, "opencode"])
+    args = parser.parse_args()
     OUT.mkdir(exist_ok=True)
-    for name in sys.argv[1:] or [*CLIENTS, "opencode"]:
-        found = capture(name)
+    for name in args.clients:
+        found = capture(name, versioned=args.versioned)
         if found is not None:
-            (OUT / f"{name}.json").write_text(json.dumps(found, ensure_ascii=False, indent=1) + "\n")
-            print(f"{name}: captured")
+            file = f"{name}-{found['version']}.json" if args.versioned else f"{name}.json"
+            (OUT / file).write_text(json.dumps(found, ensure_ascii=False, indent=1) + "\n")
+            print(f"{name}: captured into {file}")
     return 0
 
 

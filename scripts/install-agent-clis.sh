@@ -8,15 +8,16 @@
 set -uo pipefail
 
 cache="${AGENT_CLIS_CACHE:-$HOME/.cache/allowlist-proxy-e2e-clients}"
-# The releases the suite was written against (docs/peers.md).
+# The releases the suite runs against: the newest each registry had when they were last moved (issue 37;
+# scripts/canary-clients.sh tries newer ones first).
 packages=(
-  "@qwen-code/qwen-code@0.15.10"
+  "@qwen-code/qwen-code@0.24.4"
   "@openai/codex@0.171.0"
-  "@anthropic-ai/claude-code@2.1.197"
+  "@anthropic-ai/claude-code@2.1.332"
   "cline@3.0.65"
   "@continuedev/cli@1.5.47"
   # The newest @kilocode/cli whose linux binary (@kilocode/cli-linux-x64, an optional dependency) is published
-  # at the same version: 7.8.1 names a 7.8.1 binary that does not exist.
+  # at the same version: 7.8.1 names a 7.8.1 binary that does not exist (the binary's 7.7.9 has no CLI release).
   "@kilocode/cli@7.7.7"
 )
 if [ $# -gt 0 ]; then packages=("$@"); fi

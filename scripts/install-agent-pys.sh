@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs the Python agents and agent SDKs that tests/e2e/test_pypi_clients.py and test_sdk_agents.py drive, each
+# Installs the Python agents and agent SDKs that tests/e2e/test_pypi_clients.py, test_sdk_agents.py and
+# test_launcher.py drive, each
 # pinned, each in a venv of its own outside the repository (the project's environment stays as pyproject.toml says).
 #   AGENT_PYS_CACHE  where the venvs go (default: ~/.cache/allowlist-proxy-e2e-py); kept between runs
+#   AGENT_PYS_NEWEST=1  each package's newest release instead of its pin (scripts/canary-clients.sh)
 # Exits 0 with a message when an install fails, so those tests skip with a reason instead (set
 # E2E_REQUIRE_CLIENTS=1 for pytest to fail then).
 set -uo pipefail
@@ -12,13 +14,18 @@ declare -A packages=(
   [smolagents]="smolagents[openai]==1.26.0"
   [mini-swe-agent]="mini-swe-agent==2.4.6"
   [openai-agents]="openai-agents==0.24.0"
-  [pydantic-ai]="pydantic-ai-slim[openai]==2.68.0"
-  [langgraph]="langgraph==1.2.22 langgraph-prebuilt==1.1.2 langchain-core==1.8.3 langchain-openai==1.7.4 langchain-community==0.4.2 langchain-experimental==0.4.2"
+  [pydantic-ai]="pydantic-ai-slim[openai]==2.78.0"
+  # langchain-core 1.8.4 needs langchain-protocol>=0.0.22, which the index does not have yet: 1.8.3 is the newest
+  # that installs, and langgraph 1.2.24 and langchain-openai 1.8.1 accept it.
+  [langgraph]="langgraph==1.2.24 langgraph-prebuilt==1.1.3 langchain-core==1.8.3 langchain-openai==1.8.1 langchain-community==0.4.2 langchain-experimental==0.4.2"
+  # `allowlist-proxy run aider` (tests/e2e/test_launcher.py); aider acts on text, counted as such
+  [aider]="aider-chat==0.86.2"
 )
 
 mkdir -p "$cache"
 for client in "${!packages[@]}"; do
   spec="${packages[$client]}"
+  if [ "${AGENT_PYS_NEWEST:-}" = "1" ]; then spec="$(sed -E 's/==[^ ]+//g' <<< "$spec")"; fi
   venv="$cache/$client"
   if [ -f "$venv/.installed" ] && [ "$(cat "$venv/.installed")" = "$spec" ]; then
     echo "$spec in $venv"

@@ -184,8 +184,8 @@ def start_proxy(tmp_path: Path, db_url: str, servers: Servers) -> Iterator[Calla
 
     def _start(upstream_url: str, **overrides: Any) -> RunningProxy:
         url = overrides.pop("db", db_url if not started else f"sqlite:///{tmp_path / f'proxy{len(started)}.db'}")
-        settings = Settings(upstream=upstream_url, db=url,
-                            policy=overrides.pop("policy", STRICT_POLICY), log_level="warning", **overrides)
+        settings = Settings(upstream=upstream_url, db=url, policy=overrides.pop("policy", STRICT_POLICY),
+                            log_level=overrides.pop("log_level", "warning"), **overrides)
         app = create_app(settings)
         running = RunningProxy(servers.start(app, options=server_options(settings)), app, url)
         started.append(running)

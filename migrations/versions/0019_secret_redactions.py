@@ -4,7 +4,7 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision, down_revision = '0019', '0017'
+revision, down_revision = '0019', '0018'
 
 
 def upgrade() -> None:

@@ -20,8 +20,8 @@ from proxy.cli.command import HelpFormatter
 from proxy.store.async_engine import light
 
 # Order is the order of `--help`.
-SUBCOMMANDS = ("serve", "check", "extract", "stats", "report", "recheck", "policy", "db", "import-vllm-log", "demo",
-               "completion")
+SUBCOMMANDS = ("serve", "run", "keys", "check", "extract", "stats", "report", "recheck", "policy", "db",
+               "import-vllm-log", "demo", "completion")
 
 EXAMPLES = """examples:
   allowlist-proxy demo                                  a first look, no GPU needed

@@ -199,6 +199,19 @@ class HttpSettings(_Group):
     keepalive_timeout_seconds: float = Field(
         5.0, description="An idle keep-alive client connection is closed after this."
     )
+    require_keys: bool = Field(
+        False, description="Serve only requests that present a project key (`allowlist-proxy keys create`, `run`): "
+        "others get 401. Off, a request without a key is served as before; a key-shaped credential that is not a "
+        "known, unrevoked key gets 401 either way."
+    )
+    key_cache_seconds: float = Field(
+        5.0, ge=0, description="How long a process reuses what the store said about a project key: a revoked key "
+        "is refused by every worker and replica within this."
+    )
+    proxy_url: str | None = Field(
+        None, description="The URL clients reach the proxy at, for `allowlist-proxy run`; default http://HOST:PORT "
+        "(127.0.0.1 for a wildcard host)."
+    )
 
     @field_validator("allowed_hosts", "allowed_origins", mode="before")
     @classmethod

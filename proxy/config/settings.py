@@ -194,6 +194,14 @@ class Settings(BaseSettings):
     def async_db_url(self) -> str:
         return normalize_db_url(self.store.url)
 
+    def client_url(self) -> str:
+        """Where clients reach the proxy: `proxy_url`, else the listen address (a wildcard one as loopback)."""
+        http = self.http
+        if http.proxy_url:
+            return http.proxy_url.rstrip("/")
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(http.host, http.host)
+        return f"http://{f'[{host}]' if ':' in host else host}:{http.port}"
+
     def flat(self, name: str) -> Any:
         """A setting's value by its flat name (`store_batch_size`): for messages and the start-up report."""
         group, field = FLAT[name]

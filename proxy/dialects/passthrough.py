@@ -21,15 +21,15 @@ __all__ = ["forward", "list_models"]
 log = get_logger("proxy.dialects.passthrough")
 
 
-async def list_models(request: Request, state: Services) -> Response:
-    headers = state.upstream.headers(request.headers)
+async def list_models(request: Request, state: Services, headers: dict[str, str]) -> Response:
+    """`headers`: what goes upstream (`Services.upstream_headers`)."""
     answer = await state.models.fetch(headers)
     return Response(answer.body, status_code=answer.status, media_type=answer.content_type)
 
 
-async def forward(request: Request, state: Services, path: str) -> Response:
+async def forward(request: Request, state: Services, path: str, headers: dict[str, str]) -> Response:
+    """`headers`: what goes upstream (`Services.upstream_headers`)."""
     body = await read_body(request, state.settings.http.max_body_bytes)
-    headers = state.upstream.headers(request.headers)
     response = await state.upstream.open_stream(request.method, path, headers=headers, content=body or None,
                                                 params=request.query_params)
     telemetry.emit(telemetry.PassthroughAnswered(path, response.status_code))

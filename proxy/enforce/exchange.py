@@ -25,6 +25,7 @@ from proxy.enforce.retry_text import line_break
 from proxy.enforce.text_clients import TextClient, judge_text, ungoverned_reasons
 from proxy.enforce.tool_choice import demands_call
 from proxy.errors import ClientGone, ProxyError, error_response
+from proxy.keys import ProjectKey
 from proxy.logs import get_logger
 from proxy.policy import LoadedPolicy
 from proxy.policy.tools.profiles import ToolSet
@@ -70,6 +71,7 @@ class Exchange:
     # the body's bytes are the one copy kept while the answer streams, and a retry reads it again from them.
     history_key: str | None = None
     stated: str | None = None  # the project root the client's own request text states (sessions/project_root.py)
+    key: ProjectKey | None = None  # the project key the request presents: its root, profile and policy win
     text_client: TextClient | None = None  # the text-acting client this request comes from (text_clients.py)
     extra_messages: list[dict[str, Any]] = field(default_factory=list)
     # The client's request, watched for a disconnect while an upstream attempt is awaited whole (no
@@ -82,6 +84,10 @@ class Exchange:
     refused: list[JudgedCall] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
+        if self.key is not None:  # told, not guessed: no header or text of the request is read for a root
+            self.toolset = request_tools(self.policy, self.record, self.payload, self.headers,
+                                         bound_root=self.key.root, client=self.key.client)
+            return
         stated = self.state.sessions.project_root(self.record.session, self.stated)
         self.toolset = request_tools(self.policy, self.record, self.payload, self.headers,
                                      root_header=self.state.settings.policy.project_root_header,

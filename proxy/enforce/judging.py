@@ -39,12 +39,15 @@ _UNGOVERNED_MEMORY = 10_000
 
 def request_tools(policy: LoadedPolicy, record: RequestRecord, payload: Mapping[str, Any],
                   headers: Mapping[str, str], *, root_header: str | None = None,
-                  stated_root: str | None = None) -> ToolSet | None:
+                  stated_root: str | None = None, bound_root: str | None = None,
+                  client: str | None = None) -> ToolSet | None:
     """The request's tool set: the profiles its offered tools choose (kept on the record), the project
-    root its header names. A request offering tools none of which is governed is said once per session
+    root its header names (or its project key binds, with the key's client profile: `bound_root`,
+    `client`). A request offering tools none of which is governed is said once per session
     in the log, and counted every time."""
     try:
-        tools = ToolSet.for_request(policy.policy, payload, headers, root_header=root_header, stated_root=stated_root)
+        tools = ToolSet.for_request(policy.policy, payload, headers, root_header=root_header, stated_root=stated_root,
+                                    bound_root=bound_root, client=client)
     except Exception:  # the judge then applies every map that fits each call: stricter, never looser
         log.exception("judging.profile_selection_failed", request_id=record.id)
         return None

@@ -46,8 +46,12 @@ class RouteShape(Protocol):
 
 async def open_exchange(request: Request, state: Services, shape: RouteShape,
                         make: Callable[..., Exchange] | None = None, **extra: Any) -> Any:
-    """The one request prelude of every judged route: the body read and checked, the model resolved, the
-    policy and the session picked, the `stream` decided, the request counted in and its record begun."""
+    """The one request prelude of every judged route: the project key checked (proxy/keys/ring.py), the body read
+    and checked, the model resolved, the policy and the session picked, the `stream` decided, the request counted
+    in and its record begun. A request bound by a key gets its project root, tool profile and policy from the
+    key, whatever its text says; its sessions are its key's alone; its credentials never go upstream."""
+    # Before the body is read: a request the proxy will not serve costs it nothing more.
+    key = await state.bind(request.headers)
     http = state.settings.http
     body = await read_body(request, http.max_body_bytes)
     payload = await read_payload(body, max_tools=http.max_tools, max_messages=http.max_messages,
@@ -60,8 +64,9 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
     # together all wait here (the model list, the lineage store), and each would hold its parsed conversation,
     # larger than its bytes, until it streams. After this, the bytes are the one copy kept.
     conversation = shape.conversation(payload)
-    lineage = state.sessions.prepare(request.headers, conversation, payload)
-    text_client, stated = _text_client(conversation, payload), stated_root(shape.client_texts(payload))
+    lineage = state.sessions.prepare(request.headers, conversation, payload, scope=key.id if key else None)
+    text_client = _text_client(conversation, payload)
+    stated = stated_root(shape.client_texts(payload)) if key is None else None
     del conversation
     refused: BadRequest | None = None
     try:
@@ -89,11 +94,12 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
     # (a raw prompt) keeps it.
     dropped = shape.history_key if shape.reasks else None
     payload = {key: value for key, value in payload.items() if key != dropped}
-    headers = state.upstream.headers(request.headers)
+    # A key is the proxy's credential, never the upstream's: the upstream gets its configured key, if any.
+    headers = state.upstream_headers(request.headers, key)
     await state.models.resolve(model, headers)
     if refused is not None:
         raise refused
-    policy = state.policy_for(request.headers)
+    policy = state.policy_for(request.headers, key)
     if turns is not None:
         # The client's own copy and the lineage keep what it sent; upstream gets the redacted bytes (in observe
         # mode only counted).
@@ -112,7 +118,7 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
     return (make or Exchange)(state=state, record=record, payload=payload, original_body=body, body_changed=False,
                               headers=headers, policy=policy, tools=tools, offered=offered,
                               client_wants_usage=client_wants_usage, history_key=dropped, client=request,
-                              text_client=text_client, stated=stated, **extra)
+                              text_client=text_client, stated=stated, key=key, **extra)
 
 
 def _text_client(conversation: list[dict[str, Any]] | None, payload: dict[str, Any]) -> TextClient | None:

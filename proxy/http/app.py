@@ -105,18 +105,20 @@ router = APIRouter()
 @router.get("/v1/models")
 async def _models(request: Request) -> Response:
     services = services_of(request)
-    if refused := passthrough_refusal("GET", "/v1/models", services.policy_for(request.headers)):
+    key = await services.bind(request.headers)
+    if refused := passthrough_refusal("GET", "/v1/models", services.policy_for(request.headers, key)):
         return refused
-    return await list_models(request, services)
+    return await list_models(request, services, services.upstream_headers(request.headers, key))
 
 
 @router.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
 async def _forward(request: Request, path: str) -> Response:
     # Only what the policy's passthrough_routes lists; the routes that carry tool calls are judged above.
     services = services_of(request)
-    if refused := passthrough_refusal(request.method, "/v1/" + path, services.policy_for(request.headers)):
+    key = await services.bind(request.headers)
+    if refused := passthrough_refusal(request.method, "/v1/" + path, services.policy_for(request.headers, key)):
         return refused
-    return await forward(request, services, "/" + path)
+    return await forward(request, services, "/" + path, services.upstream_headers(request.headers, key))
 
 
 @router.get("/health")

@@ -17,6 +17,10 @@ In order:
    no delivered turn, yet names the calls it was given by their ids, which the upstream made unique per call.
    Such a request continues the session that was delivered the latest call it names (structured, or written
    out in an assistant turn's text); runs that share a call id (identical scripted runs) are told apart as in 4.
+
+A request bound by a project key (proxy/keys/) resolves in its key's scope: a session a header or the body names is
+`<key id>:<name>`, and every lineage key is prefixed with the key's id (`scoped`), so no conversation of one key ever
+continues, or is continued by, another key's or an unkeyed one, whatever ids or text they share.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from proxy.store.recorder import queue_lineage
 from proxy.store.writer import StoreWriter
 
 __all__ = ["DEFAULT_SESSION_HEADERS", "Pending", "SessionResolver", "body_session", "call_digest",
-           "conversation_digests", "hash_conversation", "named_call_keys", "reply_digest", "response_digest"]
+           "conversation_digests", "hash_conversation", "named_call_keys", "reply_digest", "response_digest", "scoped"]
 
 DEFAULT_SESSION_HEADERS = ("x-session-id", "x-claude-code-session-id", "session-id", "session_id")
 
@@ -59,6 +63,14 @@ _ID_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{11,127}")
 _MIN_ID = 12
 
 
+def scoped(keys: Iterable[str], scope: str | None) -> list[str]:
+    """Lineage keys as a key's scope holds them, `<key id>:<key>` (46 characters of the digest column's 64);
+    `scope` None: unscoped, as they are."""
+    if scope is None:
+        return list(keys)
+    return [f"{scope}:{key}" for key in keys]
+
+
 class Pending(NamedTuple):
     """A request's lineage keys (`SessionResolver.prepare`), waiting to be looked up (`finish`)."""
 
@@ -67,6 +79,7 @@ class Pending(NamedTuple):
     # the lineage keys (`call_digest`) of the call ids each of its latest turns names, the latest last (empty: not
     # needed)
     named: list[tuple[str, ...]]
+    scope: str | None = None  # the project key's id of a keyed request (`scoped`)
 
 
 def body_session(payload: Mapping[str, Any] | None) -> str | None:
@@ -394,14 +407,15 @@ class SessionResolver:
         self._engine = engine
         self._writer = writer
 
-    def _named(self, headers: Mapping[str, str], payload: Mapping[str, Any] | None) -> SessionRef | None:
+    def _named(self, headers: Mapping[str, str], payload: Mapping[str, Any] | None,
+               scope: str | None = None) -> SessionRef | None:
         for name in self._headers:
             value = headers.get(name)
             if value:
-                return SessionRef(value[:_MAX_ID], "header", False)
+                return SessionRef(_in_scope(value, scope), "header", False, scope=scope)
         found = body_session(payload)
         if found is not None:
-            return SessionRef(found, "metadata", False)
+            return SessionRef(_in_scope(found, scope), "metadata", False, scope=scope)
         return None
 
     @staticmethod
@@ -457,17 +471,21 @@ class SessionResolver:
         return await self.finish(self.prepare(headers, messages, payload))
 
     def prepare(self, headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]] | None,
-                payload: Mapping[str, Any] | None = None) -> SessionRef | Pending:
+                payload: Mapping[str, Any] | None = None, *, scope: str | None = None) -> SessionRef | Pending:
         """`aresolve`'s first half, at once: the session the headers or the body name, else the conversation's
-        lineage keys, which `finish` looks up without the conversation (nothing waits holding it)."""
-        if (ref := self._named(headers, payload)) is not None:
+        lineage keys, which `finish` looks up without the conversation (nothing waits holding it). `scope`: the
+        project key's id of a keyed request, whose sessions are that key's alone."""
+        if (ref := self._named(headers, payload, scope)) is not None:
             return ref
         digests, kept_keys = _hash_turns(messages or [])
-        keys = self._keys(digests, payload)
+        keys = scoped(self._keys(digests, payload), scope)
         # The call ids it names are read only where no turn it extends is known here (a rewriting client's step,
         # or another replica's session): `finish` may need them, and it gets no messages.
         known = not self._lineage.keys().isdisjoint(keys)  # a key is held only with its sessions
-        return Pending(digests, keys, [] if known else _named_keys_by_turn(messages or [], kept_keys))
+        named = [] if known else _named_keys_by_turn(messages or [], kept_keys)
+        if scope is not None:
+            named = [tuple(scoped(turn, scope)) for turn in named]
+        return Pending(digests, keys, named, scope)
 
     async def finish(self, prepared: SessionRef | Pending) -> SessionRef:
         """`aresolve`'s second half: the lineage keys looked up in this process, then in the shared store."""
@@ -486,7 +504,7 @@ class SessionResolver:
             if found is None and self._engine is not None:
                 named = _unique_keys(prepared.named)
                 found = await self._shared(named[-_SHARED_LOOKBACK:]) if named else None
-        return self._lineage_ref(found, digests)
+        return self._lineage_ref(found, digests, prepared.scope)
 
     def _local_named(self, keys_by_turn: Sequence[Sequence[str]]) -> str | None:
         """The session of the latest delivered call the conversation names (its latest turns' call keys), from
@@ -499,10 +517,10 @@ class SessionResolver:
         return None
 
     @staticmethod
-    def _lineage_ref(found: str | None, digests: Digests) -> SessionRef:
+    def _lineage_ref(found: str | None, digests: Digests, scope: str | None = None) -> SessionRef:
         if found is not None:
-            return SessionRef(found, "lineage", False, digests)
-        return SessionRef("lin_" + uuid.uuid4().hex, "lineage", True, digests)
+            return SessionRef(found, "lineage", False, digests, scope)
+        return SessionRef(_in_scope("lin_" + uuid.uuid4().hex, scope), "lineage", True, digests, scope)
 
     async def _shared(self, keys: list[str]) -> str | None:
         assert self._engine is not None
@@ -579,6 +597,7 @@ class SessionResolver:
         if response_id:
             keys.append(response_digest(response_id))
         keys += [call_digest(i) for i in _named_ids({"tool_calls": reply.get("tool_calls")})]
+        keys = scoped(keys, session.scope)
         for digest in keys:
             self._hold(digest, session.id)
         if keys:
@@ -588,3 +607,8 @@ class SessionResolver:
                 self._heads.popitem(last=False)
         if self._writer is not None:
             queue_lineage(self._writer, session.id, keys)
+
+
+def _in_scope(session_id: str, scope: str | None) -> str:
+    """A session id as a key's scope holds it: `<key id>:<id>` (ids cut at the column's width either way)."""
+    return (session_id if scope is None else f"{scope}:{session_id}")[:_MAX_ID]

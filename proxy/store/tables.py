@@ -15,6 +15,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
 )
 
 __all__ = ["metadata", "requests", "sessions", "tool_call_reasons", "tool_calls"]
@@ -331,6 +332,27 @@ stats_latency_totals = Table(
     Column("high", Float, nullable=False),
 )
 __all__ += ["stats_latency_totals", "stats_session_totals"]
+
+# Project keys (migration 0018, proxy/keys/): what a key binds a client to (its project root, tool profile and
+# policy), kept by the SHA-256 of the key, never the key. `prefix` is the key's first characters, for people to
+# tell keys apart. `last_used_at` is written about once a minute per key and process, not per request.
+project_keys = Table(
+    "project_keys",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("key_hash", String(64), nullable=False),
+    Column("prefix", String(16), nullable=False),
+    Column("label", String(128)),
+    Column("root", String(1024), nullable=False),
+    Column("client", String(64)),
+    Column("policy", String(128)),  # the `name` of the policy the key's requests are judged by; NULL: the served one
+    Column("created_at", Float, nullable=False),
+    Column("last_used_at", Float),
+    Column("revoked_at", Float),
+    UniqueConstraint("key_hash", name="uq_project_keys_key_hash"),
+)
+__all__ += ["project_keys"]
+
 
 # -- secrets stopped by content (migration 0019) ------------------------------------------------------------
 # What the request-side redaction replaced (proxy/enforce/secrets.py): one row per tool call (or inlined file) and

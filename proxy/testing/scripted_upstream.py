@@ -126,6 +126,7 @@ class ScriptedUpstream:
     async def _completions(self, request: Request) -> Response:
         body = json.loads(await request.body())
         self.requests.append(body)
+        self.headers.append(dict(request.headers))
         if (refused := self._unknown_model(body.get("model"))) is not None:
             return refused
         reply = self._next(body)

@@ -22,6 +22,8 @@ import httpx
 from proxy import telemetry
 from proxy.config import Settings
 from proxy.errors import ProxyError, UpstreamProtocolError, UpstreamTimeout, UpstreamUnavailable
+from proxy.keys.tokens import KEY_PATTERN
+from proxy.keys.tokens import PREFIX as KEY_PREFIX
 from proxy.upstream.transport import upstream_transport
 from proxy.upstream.whole import UpstreamFailure, WholeAnswers, usable_for
 
@@ -69,7 +71,9 @@ _WHOLE_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
 
 
 def forward_headers(headers: Mapping[str, str], api_key: str | None) -> dict[str, str]:
-    out = {k: v for k, v in headers.items() if k.lower() not in _DROP_REQUEST_HEADERS}
+    # A project key is the proxy's credential (proxy/keys/): in whatever header a client put it, it stays here.
+    out = {k: v for k, v in headers.items() if k.lower() not in _DROP_REQUEST_HEADERS
+           and (KEY_PREFIX not in v or not KEY_PATTERN.search(v))}
     if api_key:
         out = without_credentials(out)
         out["authorization"] = f"Bearer {api_key}"

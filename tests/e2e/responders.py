@@ -17,8 +17,8 @@ from proxy.policy import load_policy_file
 from proxy.testing.scripted_upstream import Reply
 
 __all__ = [
-    "OPENCODE_DENIAL", "PROXY_REJECTION", "REFUSAL_LINE", "answers_after_refusal", "is_refusal", "refusals_in_turn",
-    "scripted_turn", "with_title",
+    "OPENCODE_DENIAL", "PROXY_REJECTION", "REFUSAL_LINE", "answers_after_refusal", "is_refusal", "next_step",
+    "refusals_in_turn", "scripted_turn", "with_title",
 ]
 
 # The opening of OpenCode 1.18's PermissionDeniedError message (a config rule said deny).
@@ -77,6 +77,22 @@ def scripted_turn(calls: list[Call], *, final: str = "Finished.", repeat_last: b
         return Reply(content="", tool_calls=[(name, arguments)])
 
     return respond
+
+
+def next_step(body: dict[str, Any], steps: list[list[Call]], *, narration: str = "Let me do that.") -> Reply:
+    """Steps of alternatives: a step's k-th call is proposed after k refusals of that step; a tool result that is
+    not a refusal means the call ran, and the next step starts; after the last, the turn ends."""
+    done = refused = 0
+    for message in body.get("messages") or []:
+        if message.get("role") != "tool":
+            continue
+        if is_refusal(message):
+            refused += 1
+        else:
+            done, refused = done + 1, 0
+    if done >= len(steps) or refused >= len(steps[done]):
+        return Reply(content="Finished.")
+    return Reply(content=narration, tool_calls=[steps[done][refused]])
 
 
 def with_title(responder: Callable[[dict[str, Any]], Reply], title: str = "E2E session",

@@ -23,7 +23,8 @@ from proxy.policy.tools.offered import Offered, offered_tools, properties
 from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
 from tests.conftest import ROOT, RunningProxy
 from tests.e2e.clients import CLIENTS, MODEL, NOTES_MARKER, SECRET_MARKER, AgentWorld, find_client, required
-from tests.e2e.responders import REFUSAL_LINE, answers_after_refusal, is_refusal
+from tests.e2e.facts import record
+from tests.e2e.responders import REFUSAL_LINE, answers_after_refusal, next_step
 
 pytestmark = pytest.mark.e2e
 
@@ -84,17 +85,7 @@ def scripted_model(world_project: Path, secret: Path, notes: Path) -> Callable[[
         read = next((t for t in READ_TOOLS if t in offered), None)
         if read is not None:
             steps.append([_read_call(read, secret, offered[read]), _read_call(read, notes, offered[read])])
-        done = refused = 0
-        for message in body.get("messages") or []:
-            if message.get("role") != "tool":
-                continue
-            if is_refusal(message):
-                refused += 1
-            else:
-                done, refused = done + 1, 0
-        if done >= len(steps) or refused >= len(steps[done]):
-            return Reply(content="Finished.")
-        return Reply(content=NARRATION, tool_calls=[steps[done][refused]])
+        return next_step(body, steps, narration=NARRATION)
 
     return respond
 
@@ -130,6 +121,24 @@ def _model_stats(proxy: RunningProxy) -> dict[str, Any]:
 
 def _requests_text(upstream: ScriptedUpstream) -> str:
     return "\n".join(json.dumps(body, ensure_ascii=False) for body in upstream.requests)
+
+
+def facts(proxy: RunningProxy, upstream: ScriptedUpstream, logs: Callable[[str], list[list[str]]], *,
+          reads: bool) -> dict[str, bool]:
+    """What a run shows (tests/e2e/facts.py): `governed`, the refused calls never ran (the pipe, the read outside)
+    and the allowed command did; `counted`, one session whose calls are each recorded with its verdict (calls =
+    refused + those that ran). Whether the read inside passed is the root's fact, not these."""
+    sent = _requests_text(upstream)
+    ran = logs("uv")
+    governed = logs("head") == [] and logs("tail") == [] and ran == [["run", "scripts/search.py", "x"]] and \
+        SECRET_MARKER not in sent
+    try:
+        stats = _model_stats(proxy)
+    except ValueError:  # nothing of the model's recorded
+        return {"governed": governed, "counted": False}
+    done = len(ran) + (1 if reads and NOTES_MARKER in sent else 0)
+    counted = stats["sessions"] == 1 and stats["tool_calls"] == stats["errors"] + done and stats["errors"] >= 1
+    return {"governed": governed, "counted": counted}
 
 
 def _assert_governed(proxy: RunningProxy, upstream: ScriptedUpstream, logs: Callable[[str], list[list[str]]],
@@ -187,9 +196,12 @@ def test_agent_cli_reads_its_own_project_on_the_shipped_policy(client: str, tmp_
     world.configure(base_url)
     run = world.run(base_url, PROMPT)
     context = f"{run.describe()}\n--- upstream requests\n{_requests_text(upstream)[-6000:]}"
+    roots = {r[0] for r in proxy.rows("SELECT project_root FROM requests WHERE project_root IS NOT NULL")}
+    record(client, find_client(spec)[1], root_from_text=roots in ({str(world.project.resolve())},
+                                                                  {str(world.project)}),
+           **facts(proxy, upstream, world.calls, reads=client != "codex"))
     try:
         _assert_governed(proxy, upstream, world.calls, reads=client != "codex", profile=client)
-        roots = {r[0] for r in proxy.rows("SELECT project_root FROM requests WHERE project_root IS NOT NULL")}
         assert roots == {str(world.project.resolve())} or roots == {str(world.project)}, roots
     except AssertionError as error:
         raise AssertionError(f"{error}\n{context}") from None

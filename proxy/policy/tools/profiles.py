@@ -172,24 +172,31 @@ class ToolSet:
     table: ProfileTable
     offered: dict[str, Offered] | None = None
     user_agent: str | None = None
+    client: str | None = None  # the profile a project key names: ranked first, before the User-Agent's
     extra_roots: tuple[str, ...] = ()
     profiles: list[str] = field(default_factory=list)
     _rules: dict[str, list[Rule]] = field(default_factory=dict)
 
     @classmethod
     def for_request(cls, policy: Policy, payload: Mapping[str, Any], headers: Mapping[str, str], *,
-                    root_header: str | None = None, stated_root: str | None = None) -> ToolSet:
+                    root_header: str | None = None, stated_root: str | None = None, bound_root: str | None = None,
+                    client: str | None = None) -> ToolSet:
         """`stated_root`: the root the client states for itself (proxy/sessions/project_root.py), used only where
-        the operator pinned none (`paths.project_root`, or the request's `root_header`)."""
+        the operator pinned none (`paths.project_root`, or the request's `root_header`). `bound_root` and `client`:
+        what the request's project key binds (proxy/keys/), which wins over any header or text; the policy's
+        own `paths.project_root` still applies beside it."""
         roots: tuple[str, ...] = ()
-        if root_header:
+        if bound_root:
+            roots = (bound_root,)
+        elif root_header:
             value = _header(headers, root_header)
             root = normal_root(value) if value else None
             roots = (root,) if root else ()
-        if not roots and stated_root and not policy.paths.project_root and policy.paths.infer_project_root:
+        if not bound_root and not roots and stated_root and not policy.paths.project_root and \
+                policy.paths.infer_project_root:
             roots = (stated_root,)
         tools = cls(table=profile_table(policy), offered=offered_tools(payload),
-                    user_agent=_header(headers, "user-agent"), extra_roots=roots)
+                    user_agent=_header(headers, "user-agent"), client=client, extra_roots=roots)
         tools.select()
         return tools
 
@@ -221,7 +228,7 @@ class ToolSet:
             # A known tool's schema is classified too (arguments its profile does not claim): all of it counts.
             # `repr` is a third of `json.dumps`'s time; a client that reorders keys only misses the cache.
             parts.append((tool, repr(spec.schema), spec.description))
-        return (self.user_agent, tuple(parts))
+        return (self.client, self.user_agent, tuple(parts))
 
     def _select(self) -> tuple[list[str], dict[str, list[Rule]]]:
         """Those matching the User-Agent first, then the ones that know the most offered tools, each kept
@@ -236,10 +243,10 @@ class ToolSet:
                     known.setdefault(rule.profile, set()).add(tool)
         order = list(self.table.profiles)
 
-        def rank(name: str) -> tuple[int, int, int]:
+        def rank(name: str) -> tuple[int, int, int, int]:
             pattern = self.table.user_agents.get(name)
             matched = bool(pattern and agent and pattern.search(agent))
-            return (-int(matched), -len(known[name]), order.index(name))
+            return (-int(name == self.client), -int(matched), -len(known[name]), order.index(name))
 
         profiles: list[str] = []
         covered: set[str] = set()
