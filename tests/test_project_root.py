@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from proxy.dialects.routes import JUDGED
-from proxy.sessions.project_root import stated_root, too_broad
+from proxy.policy.roots import root_problem
+from proxy.sessions.project_root import stated_root
 from proxy.testing.scripted_upstream import Reply
 from tests.conftest import MODEL, ROOT, chat
 
@@ -154,8 +155,8 @@ def test_an_operator_pins_roots_or_turns_inference_off(upstream, start_proxy, tm
 
 
 def test_too_broad_roots():
-    assert all(too_broad(r) for r in ("/", "/tmp", "/home", "/root", "/home/u", "/Users/u", "/var/home/u"))
-    assert not any(too_broad(r) for r in ("/home/u/project", "/srv/app", "/tmp/x/project", "/workspace/repo"))
+    assert all(root_problem(r) for r in ("/", "/tmp", "/home", "/root", "/home/u", "/Users/u", "/var/home/u"))
+    assert not any(root_problem(r) for r in ("/home/u/project", "/srv/app", "/tmp/x/project", "/workspace/repo"))
 
 
 def test_statements_that_disagree_or_come_late_learn_nothing():

@@ -26,9 +26,9 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from proxy.policy.roots import normal_root
+from proxy.policy.roots import normal_root, root_problem
 
-__all__ = ["client_parts", "stated_root", "too_broad"]
+__all__ = ["client_parts", "stated_root"]
 
 _LINE_PATTERNS = tuple(re.compile(p, re.MULTILINE) for p in (
     r"^ ?- Primary working directory: (/[^\n]*)$",  # Claude Code 2.x
@@ -46,15 +46,6 @@ _CONTEXT_OPENERS = {"<environment_context>": "Codex CLI",
                     "This is the Qwen Code. We are setting up the context": "You are Qwen Code"}
 # A block a client appends to the user's first message as a text part of its own (Kilo 7).
 _DETAILS_PART = re.compile(r"<environment_details>\n(.*)\n</environment_details>", re.DOTALL)
-_HOME_PARENTS = frozenset({"/home", "/Users", "/var/home"})
-
-
-def too_broad(root: str) -> bool:
-    """`/`, a top-level folder, or a home directory itself: not a project."""
-    parts = [p for p in root.split("/") if p]
-    if len(parts) < 2:
-        return True
-    return "/" + "/".join(parts[:-1]) in _HOME_PARENTS  # /home/NAME itself
 
 
 def _text(content: Any) -> str:
@@ -130,4 +121,4 @@ def stated_root(texts: Iterable[str]) -> str | None:
     if len(found) != 1:
         return None
     (root,) = found
-    return None if too_broad(root) else root
+    return None if root_problem(root) is not None else root

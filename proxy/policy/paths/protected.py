@@ -3,7 +3,10 @@
 The class is every file something other than the model runs or loads on its own (uv, Python, git, the
 shell, the editor, the agent client, the proxy itself): writing one changes what an allowed command does.
 A pattern is gitignore-like: without a leading `/` it matches at any depth (`*.pth`, `.git/`), with one
-only from a project root (`/scripts/`); a match covers everything beneath. Paths are compared after
+only from a project root (`/scripts/`); a match covers everything beneath. Two forms name places outside any
+project, matched against absolute paths whatever the root (or none): `//etc/` from the file system's root,
+`~/.ssh/` under every home directory (`/root`, `/home/NAME`, `/Users/NAME`, `/var/home/NAME`), as Claude
+Code's permission rules write them. Paths are compared after
 normalisation (NFKC, case, backslashes, `.`/`..`, repeated slashes, trailing dots and spaces per segment),
 absolute ones under a project root as relative ones, and through the symlinks a root on this machine has.
 The proxy's own policy and config files are protected wherever they are (`register_own_files`).
@@ -17,13 +20,14 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
+from ..roots import HOME_PARENTS
 from ..schema import Policy, compiled_for
 from .globs import GlobSet, Patterns, compile_glob, pattern_tokens, selects
 from .imported import imported_modules
 from .inside import path_value_problem
 
-__all__ = ["READ", "WRITE", "fold", "glob_problem", "own_files", "protected_for", "protected_problem",
-           "register_own_files"]
+__all__ = ["READ", "WRITE", "fold", "glob_problem", "is_absolute_pattern", "own_files", "protected_for",
+           "protected_problem", "register_own_files"]
 
 WRITE = "write"
 READ = "read"
@@ -88,12 +92,25 @@ def _segment(text: str) -> str:
     return "".join("[^/]*" if c == "*" else "[^/]" if c == "?" else re.escape(c) for c in text)
 
 
+def is_absolute_pattern(pattern: str) -> bool:
+    """A pattern that names a place outside any project: `//x` (from the file system's root), `~/x` (in every
+    home)."""
+    text = pattern.strip()
+    return text.startswith(("//", "~/"))
+
+
+# Where a `~/` pattern starts: any home directory, as `fold` writes it.
+_HOMES = "(?:/root|" + "|".join(re.escape(fold(parent)) + "/[^/]+" for parent in HOME_PARENTS) + ")"
+
+
 def _compile(patterns: Iterable[str]) -> re.Pattern[str] | None:
-    """All patterns as one regex searched over a folded relative path: one search per path, not one per
-    pattern and segment."""
+    """All relative patterns as one regex searched over a folded relative path: one search per path, not one
+    per pattern and segment."""
     anchored: list[str] = []
     anywhere: list[str] = []
     for pattern in patterns:
+        if is_absolute_pattern(pattern):
+            continue
         folded = fold(pattern)
         segments = [s for s in folded.split("/") if s]
         if not segments:
@@ -101,6 +118,22 @@ def _compile(patterns: Iterable[str]) -> re.Pattern[str] | None:
         (anchored if folded.startswith("/") else anywhere).append("/".join(map(_segment, segments)))
     # The shared start and end written once: the engine tries the alternatives only where a segment starts.
     parts = [f"{start}(?:{'|'.join(bodies)})(?:/|$)" for start, bodies in (("^", anchored), ("(?:^|/)", anywhere))
+             if bodies]
+    return re.compile("|".join(parts)) if parts else None
+
+
+def _compile_absolute(patterns: Iterable[str]) -> re.Pattern[str] | None:
+    """The `//x` and `~/x` patterns as one regex searched over a folded absolute path."""
+    rooted: list[str] = []
+    homed: list[str] = []
+    for pattern in patterns:
+        if not is_absolute_pattern(pattern):
+            continue
+        text = pattern.strip()
+        segments = [s for s in fold(text[2:]).split("/") if s]
+        if segments:
+            (rooted if text.startswith("//") else homed).append("/".join(map(_segment, segments)))
+    parts = [f"^{start}/(?:{'|'.join(bodies)})(?:/|$)" for start, bodies in (("", rooted), (_HOMES, homed))
              if bodies]
     return re.compile("|".join(parts)) if parts else None
 
@@ -117,6 +150,8 @@ class Protected:
         self.scripts_dir = policy.bash.scripts_dir.strip("/") if rules.scripts_dir else None
         self.write = _compile([*write, *rules.read])  # a writing tool reads the file too
         self.read = _compile(rules.read)
+        self.write_absolute = _compile_absolute([*write, *rules.read])
+        self.read_absolute = _compile_absolute(rules.read)
         self._read_patterns: Patterns | None = None
         self._globs: dict[str, bool] = {}
         self.glob_problems: dict[tuple[str, tuple[str, ...]], str | None] = {}
@@ -129,7 +164,8 @@ class Protected:
         found = self._globs.get(key)
         if found is None:
             if self._read_patterns is None:
-                self._read_patterns = pattern_tokens((fold(p), p.rstrip().endswith("/")) for p in self.source.read)
+                self._read_patterns = pattern_tokens((fold(p), p.rstrip().endswith("/")) for p in self.source.read
+                                                     if not is_absolute_pattern(p))
             found = not glob.complete or selects(glob, self._read_patterns)
             if len(self._globs) >= _KEPT_GLOBS:
                 self._globs.clear()
@@ -187,11 +223,14 @@ class Protected:
     def problem(self, path: str, *, write: bool, roots: tuple[str, ...] = ()) -> bool:
         """Whether `path` is protected for this access (a write checks both lists: a writing tool reads)."""
         patterns = self.write if write else self.read
+        outside = self.write_absolute if write else self.read_absolute
         own = write and self.source.own_files and bool(_OWN or _OWN_DIRS)
-        if patterns is None and not own:
+        if patterns is None and outside is None and not own:
             return False
         relative, absolute, escapes = self._candidates(path, roots)
         if escapes or (patterns is not None and any(patterns.search(form) for form in relative)):
+            return True
+        if outside is not None and any(outside.search(form) for form in absolute):
             return True
         if write and self.scripts_dir is not None and self._imported(relative, roots):
             return True
