@@ -14,7 +14,7 @@ from proxy.enforce.text_clients import TextClient, prompt_text, recognise, recog
 from proxy.errors import BadRequest
 from proxy.record import RequestRecord
 from proxy.services import Services
-from proxy.sessions.project_root import stated_root
+from proxy.sessions.project_root import ClientText, stated_root
 
 __all__ = ["RouteShape", "open_exchange"]
 
@@ -38,7 +38,7 @@ class RouteShape(Protocol):
     def tools(self, payload: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, set[str]]:
         """The offered tools' schemas (where content calls are typed by them) and names."""
 
-    def client_texts(self, payload: dict[str, Any]) -> Iterable[str]:
+    def client_texts(self, payload: dict[str, Any]) -> Iterable[ClientText]:
         """The texts the client wrote about itself in this request (proxy/sessions/project_root.py)."""
 
 
