@@ -369,7 +369,8 @@ def test_qwen_codes_context_part_is_read_only_where_it_sends_it():
         said = {**first, "content": list(shape)}
         assert _stated("chat", {"messages": [system, said]}) is None, shape
     assert _stated("chat", {"messages": [{"role": "system", "content": "You are a helpful agent."}, first]}) is None
-    later = [system, {**first, "content": [p for p in parts if p is not context]}, {"role": "assistant", "content": "ok"},
+    without = {**first, "content": [p for p in parts if p is not context]}
+    later = [system, without, {"role": "assistant", "content": "ok"},
              {"role": "user", "content": [other, {"type": "text", "text": "x"}]}]
     assert _stated("chat", {"messages": later}) is None
     # Its words are the context's only in their place: the directory line right after the date and the system.
