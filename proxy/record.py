@@ -51,6 +51,8 @@ class JudgedCall:
     original_object: dict[str, Any] | None = None
     # The feedback variant of the call's session (policy `feedback_variants`), None without an experiment.
     variant: str | None = None
+    # Judged where no project root was known (no key, pin, header or statement): its feedback says how to bind one.
+    unrooted: bool = False
 
     @property
     def allowed(self) -> bool:

@@ -87,9 +87,10 @@ def judge_calls(policy: LoadedPolicy, calls: list[ToolCall], offered: set[str] |
     judged: list[JudgedCall] = []
     variant = variant_for(policy.policy, session_id)
     repairs = repair and bool(policy.policy.repair) and policy.policy.mode == "enforce"
+    unrooted = not (tools.roots if tools is not None else policy.policy.paths.project_root)
     for call in calls:
         verdict = judge_call(policy.policy, call.name, call.arguments, offered_tools=offered, tools=tools)
-        item = JudgedCall(call, verdict, variant=variant)
+        item = JudgedCall(call, verdict, variant=variant, unrooted=unrooted)
         if repairs and verdict.decision == REJECT:
             _repair(policy, item, tools, offered)
         judged.append(item)

@@ -91,7 +91,7 @@ def test_absolute_protected_paths_whatever_the_root(roots):
     # What the patterns do not name: a project's own files, and folders of a project named like system ones.
     for path in ("/srv/app/etc/app.conf", "/srv/app/lib/x.py", "/home/u/project/bin/run", "/etc/hostname"):
         assert protected_problem(POLICY, path, roots, write=False) is None, path
-    for relative in ("etc/cron.d/x", "lib/x.py", "usr/share/x", "proc/x"):
+    for relative in ("etc/cron.d/x", "lib/x.txt", "usr/share/x", "proc/x"):
         assert protected_problem(POLICY, relative, roots) is None, relative
 
 

@@ -37,6 +37,9 @@ _OWN: set[str] = set()
 _OWN_DIRS: set[str] = set()
 # The files of a watched policies dir that are policies (proxy/policy/file/manager.py reads these suffixes).
 _POLICY_SUFFIXES = (".yaml", ".yml")
+# What Python imports by a module's name: a source, or an extension module.
+_MODULE_SUFFIXES = (".py", ".so", ".pyd")
+_WILDCARDS = re.compile(r"[*?\[{]")  # a filter, not a file: judged as one (glob_problem)
 
 
 def _forms(path: str) -> set[str]:
@@ -65,6 +68,20 @@ def _is_own(path: str) -> bool:
         return True
     parent, _, name = path.rpartition("/")
     return path in _OWN_DIRS or (parent in _OWN_DIRS and name.endswith(_POLICY_SUFFIXES))
+
+
+def _is_own_below(relative: str) -> bool:
+    """Whether a folded relative path names one of the proxy's own files from some folder: an own file, or a policy
+    file of a watched policies dir, ends with it."""
+    if relative in ("", "..") or relative.startswith("../"):
+        return False
+    tail = "/" + relative
+    if any(mine.endswith(tail) for mine in _OWN):
+        return True
+    # A policy file directly in a watched dir: `policies/new.yaml` from above it, `new.yaml` from inside it.
+    parent, _, name = tail.rpartition("/")
+    return any(mine.endswith(tail) or (name.endswith(_POLICY_SUFFIXES) and mine.endswith(parent))
+               for mine in _OWN_DIRS)
 
 
 def fold(text: str) -> str:
@@ -103,9 +120,10 @@ def is_absolute_pattern(pattern: str) -> bool:
 _HOMES = "(?:/root|" + "|".join(re.escape(fold(parent)) + "/[^/]+" for parent in HOME_PARENTS) + ")"
 
 
-def _compile(patterns: Iterable[str]) -> re.Pattern[str] | None:
+def _compile(patterns: Iterable[str], *, floating: bool = False) -> re.Pattern[str] | None:
     """All relative patterns as one regex searched over a folded relative path: one search per path, not one
-    per pattern and segment."""
+    per pattern and segment. `floating`: the patterns anchored at a project root match at any depth too (where
+    no root is known, any folder on a relative path may be the root)."""
     anchored: list[str] = []
     anywhere: list[str] = []
     for pattern in patterns:
@@ -115,7 +133,7 @@ def _compile(patterns: Iterable[str]) -> re.Pattern[str] | None:
         segments = [s for s in folded.split("/") if s]
         if not segments:
             continue
-        (anchored if folded.startswith("/") else anywhere).append("/".join(map(_segment, segments)))
+        (anchored if folded.startswith("/") and not floating else anywhere).append("/".join(map(_segment, segments)))
     # The shared start and end written once: the engine tries the alternatives only where a segment starts.
     parts = [f"{start}(?:{'|'.join(bodies)})(?:/|$)" for start, bodies in (("^", anchored), ("(?:^|/)", anywhere))
              if bodies]
@@ -152,6 +170,8 @@ class Protected:
         self.read = _compile(rules.read)
         self.write_absolute = _compile_absolute([*write, *rules.read])
         self.read_absolute = _compile_absolute(rules.read)
+        self.write_unrooted = _compile([*write, *rules.read], floating=True)
+        self.read_unrooted = _compile(rules.read, floating=True)
         self._read_patterns: Patterns | None = None
         self._globs: dict[str, bool] = {}
         self.glob_problems: dict[tuple[str, tuple[str, ...]], str | None] = {}
@@ -222,6 +242,8 @@ class Protected:
 
     def problem(self, path: str, *, write: bool, roots: tuple[str, ...] = ()) -> bool:
         """Whether `path` is protected for this access (a write checks both lists: a writing tool reads)."""
+        if not roots and not fold(path).startswith("/"):
+            return self._unrooted(path, write=write)
         patterns = self.write if write else self.read
         outside = self.write_absolute if write else self.read_absolute
         own = write and self.source.own_files and bool(_OWN or _OWN_DIRS)
@@ -237,6 +259,23 @@ class Protected:
         if own:
             return any(_is_own(a) for a in absolute)
         return False
+
+
+    def _unrooted(self, path: str, *, write: bool) -> bool:
+        """A relative path where no project root is known: where the agent works is unknown, so the path may land
+        below any folder. Protected when a pattern matches it from any of its folders (`/scripts/` at any depth),
+        when it may be one of the proxy's own files from any folder (`policies/strict.yaml` from the directory
+        the proxy serves it from, or any above it), and, for a write, when it is a Python module a script may
+        import (which modules those are is read from the project, and there is none to read)."""
+        folded = fold(path)
+        patterns = self.write_unrooted if write else self.read_unrooted
+        if patterns is not None and patterns.search(folded):
+            return True
+        if not write:
+            return False
+        if self.scripts_dir is not None and folded.endswith(_MODULE_SUFFIXES) and not _WILDCARDS.search(folded):
+            return True
+        return self.source.own_files and _is_own_below(folded)
 
 
 def protected_for(policy: Policy) -> Protected:
