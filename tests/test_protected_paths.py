@@ -238,7 +238,8 @@ def test_without_a_root_a_relative_write_of_the_proxys_own_policy_is_refused(ups
              {"filePath": "src/helpers.py", "content": "import os"},
              {"filePath": "app/scripts/search.py", "content": "import os"}]
     for index, bad in enumerate(cases):
-        feedback = _run(proxy, upstream, 500 + index, "opencode", "write", bad, {"filePath": "notes.md", "content": "x"})
+        good = {"filePath": "notes.md", "content": "x"}
+        feedback = _run(proxy, upstream, 500 + index, "opencode", "write", bad, good)
         assert BIND in feedback, feedback
     # Given a root, the same relative write of a module lands in the project: judged, and delivered.
     rooted = _opencode_system(tmp_path / "project")
