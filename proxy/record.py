@@ -29,6 +29,10 @@ class Digests:
     keys: list[str]
     running: Any  # hashlib's sha256 object
     turns: int  # how many of the messages were hashed (instructions are not)
+    # the id-free running hash (proxy/sessions/content_lineage.py), None where not computed
+    free: Any = None
+    # the namespace the keys are hashed in (a project key's), None without one
+    namespace: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

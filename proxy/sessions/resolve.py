@@ -12,11 +12,19 @@ In order:
    conversations that merely begin alike (every run of a scripted agent) are two sessions; runs whose
    delivered turns are identical, ids and all, share a digest, and each continuation takes a session still
    waiting at that turn (the oldest first), so interleaved identical runs neither merge nor split;
-5. a delivered call named again: a client that rewrites its conversation each step (smolagents re-renders its
-   memory: a delivered call comes back as the text "Calling tools: [{'id': 'chatcmpl-tool-...', ...}]") matches
-   no delivered turn, yet names the calls it was given by their ids, which the upstream made unique per call.
-   Such a request continues the session that was delivered the latest call it names (structured, or written
-   out in an assistant turn's text); runs that share a call id (identical scripted runs) are told apart as in 4.
+5. a delivered call named again, in the structured fields only (an assistant turn's `tool_calls[].id`, a tool
+   result's `tool_call_id`; a Responses `call_id` and an Anthropic `tool_use.id` / `tool_result.tool_use_id` arrive
+   as those): a client that rewrites its conversation each step but keeps the ids it was given continues the
+   session that was delivered the latest call it names. An id written in text (a model's narration "Calling
+   tools: [{'id': 'chatcmpl-tool-...'}]") is never read: the model writes text, and could name a stranger's call;
+6. the lineage of what the client sent back with its call ids left out (proxy/sessions/content_lineage.py): a
+   client that rewrites the ids it was given (Agno's `call_0000...`) or renders the calls into its own text
+   (smolagents) continues by its turns' text, names and arguments, the whole conversation before them included.
+Runs that share a key (identical scripted runs) are told apart as in 4.
+
+`namespace` (a project key's, DESIGN invariant 10; None without one): the sessions of one namespace never merge
+with another's or with those of requests without one. Every lineage key is hashed with it, and a session a header
+or the body names becomes `NAMESPACE:ID` (the namespace hashed to 16 characters when longer than 32).
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.logs import get_logger
 from proxy.record import Digests, SessionRef
+from proxy.sessions.content_lineage import free_reply_key, free_walk
 from proxy.store import tables
 from proxy.store.recorder import queue_lineage
 from proxy.store.writer import StoreWriter
@@ -53,10 +62,9 @@ log = get_logger("proxy.sessions.resolve")
 _SHARED_LOOKBACK = 64
 _MAX_ID = 128
 _LEGACY_USER_ID = re.compile(r"_session_([0-9A-Za-z-]{8,128})$")
-# A call id as clients write it out in text; only ids long and mixed enough to be unique per call key a
-# session (a client's own `call_1` or a word never does).
-_ID_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{11,127}")
+# Only ids long and mixed enough to be unique per call key a session (a client's own `call_1` never does).
 _MIN_ID = 12
+_NAMESPACE_TAG = 32
 
 
 class Pending(NamedTuple):
@@ -67,6 +75,27 @@ class Pending(NamedTuple):
     # the lineage keys (`call_digest`) of the call ids each of its latest turns names, the latest last (empty: not
     # needed)
     named: list[tuple[str, ...]]
+    # the id-free keys of its prefixes (proxy/sessions/content_lineage.py), the weakest first
+    free: Sequence[str] = ()
+
+
+def spaced(key: str, namespace: str | None) -> str:
+    """A lineage key within a namespace (the key itself without one)."""
+    if namespace is None:
+        return key
+    return "n" + hashlib.sha256(f"{namespace}\x00{key}".encode()).hexdigest()[:31]
+
+
+def _spaced_all(keys: Iterable[str], namespace: str | None) -> list[str]:
+    return list(keys) if namespace is None else [spaced(key, namespace) for key in keys]
+
+
+def named_session(value: str, namespace: str | None) -> str:
+    """The id of a session a header or the body names, within a namespace."""
+    if namespace is None:
+        return value[:_MAX_ID]
+    tag = namespace if len(namespace) <= _NAMESPACE_TAG else hashlib.sha256(namespace.encode()).hexdigest()[:16]
+    return f"{tag}:{value}"[:_MAX_ID]
 
 
 def body_session(payload: Mapping[str, Any] | None) -> str | None:
@@ -103,20 +132,14 @@ def _distinctive(call_id: Any) -> bool:
 
 
 def _named_ids(message: Mapping[str, Any]) -> list[str]:
-    """The call ids one message names, in order: its calls' ids, the call it answers, and in an assistant turn the
-    ids written in its text (where a rewriting client renders the calls it was given; tool output is not read)."""
+    """The call ids one message names in its structured fields, in order: its calls' ids and the call it answers.
+    Never an id written in text: the model writes text."""
     found: list[Any] = []  # unvalidated: filtered below
     calls = message.get("tool_calls")
     for call in calls if isinstance(calls, list) else []:
         if isinstance(call, dict):
             found.append(call.get("id"))
     found.append(message.get("tool_call_id"))
-    content = message.get("content") if message.get("role") == "assistant" else None
-    texts = [content] if isinstance(content, str) else [
-        p.get("text") for p in content if isinstance(p, dict)] if isinstance(content, list) else []
-    for text in texts:
-        if isinstance(text, str):
-            found += _ID_TOKEN.findall(text)
     return [i for i in found if _distinctive(i)]
 
 
@@ -347,13 +370,16 @@ def hash_conversation(messages: Sequence[Any]) -> Digests:
     return Digests(keys, running, turns)
 
 
-def _hash_turns(messages: Sequence[Any]) -> tuple[Digests, list[int | None]]:
-    """`hash_conversation`, and each turn's `_kept_key` (for `_named_keys_by_turn`)."""
+def _hash_turns(messages: Sequence[Any], namespace: str | None = None) -> tuple[Digests, list[int | None], list[str]]:
+    """`hash_conversation`, each turn's `_kept_key` (for `_named_keys_by_turn`), and the id-free keys (whose running
+    hash the digests keep, for the reply to extend)."""
     keys: list[str] = []
     kept_keys: list[int | None] = []
     running = hashlib.sha256()
     turns = _walk(messages, running, keys, kept_keys=kept_keys)
-    return Digests(keys, running, turns), kept_keys
+    free, free_keys = hashlib.sha256(), list[str]()
+    free_walk(messages, free, free_keys)
+    return Digests(keys, running, turns, free=free, namespace=namespace), kept_keys, free_keys
 
 
 def reply_digest(messages: Sequence[Mapping[str, Any]] | None, reply: Mapping[str, Any], known: Digests | None,
@@ -394,14 +420,15 @@ class SessionResolver:
         self._engine = engine
         self._writer = writer
 
-    def _named(self, headers: Mapping[str, str], payload: Mapping[str, Any] | None) -> SessionRef | None:
+    def _named(self, headers: Mapping[str, str], payload: Mapping[str, Any] | None,
+               namespace: str | None = None) -> SessionRef | None:
         for name in self._headers:
             value = headers.get(name)
             if value:
-                return SessionRef(value[:_MAX_ID], "header", False)
+                return SessionRef(named_session(value, namespace), "header", False)
         found = body_session(payload)
         if found is not None:
-            return SessionRef(found, "metadata", False)
+            return SessionRef(named_session(found, namespace), "metadata", False)
         return None
 
     @staticmethod
@@ -441,33 +468,36 @@ class SessionResolver:
         return None, -1
 
     def resolve(self, headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]] | None,
-                payload: Mapping[str, Any] | None = None) -> SessionRef:
+                payload: Mapping[str, Any] | None = None, *, namespace: str | None = None) -> SessionRef:
         """From headers, the body and this process's memory only."""
-        if (ref := self._named(headers, payload)) is not None:
-            return ref
-        digests = hash_conversation(messages or [])
-        found = self._local(self._keys(digests, payload))[0]
+        prepared = self.prepare(headers, messages, payload, namespace=namespace)
+        if isinstance(prepared, SessionRef):
+            return prepared
+        found = self._local(prepared.keys)[0]
         if found is None:
-            found = self._local_named(_named_keys_by_turn(messages or []))
-        return self._lineage_ref(found, digests)
+            found = self._local_named(prepared.named) or self._local(list(prepared.free))[0]
+        return self._lineage_ref(found, prepared.digests)
 
     async def aresolve(self, headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]] | None,
-                       payload: Mapping[str, Any] | None = None) -> SessionRef:
+                       payload: Mapping[str, Any] | None = None, *, namespace: str | None = None) -> SessionRef:
         """Like resolve, then the shared store: another replica may have served the earlier turns."""
-        return await self.finish(self.prepare(headers, messages, payload))
+        return await self.finish(self.prepare(headers, messages, payload, namespace=namespace))
 
     def prepare(self, headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]] | None,
-                payload: Mapping[str, Any] | None = None) -> SessionRef | Pending:
+                payload: Mapping[str, Any] | None = None, *, namespace: str | None = None) -> SessionRef | Pending:
         """`aresolve`'s first half, at once: the session the headers or the body name, else the conversation's
-        lineage keys, which `finish` looks up without the conversation (nothing waits holding it)."""
-        if (ref := self._named(headers, payload)) is not None:
+        lineage keys, which `finish` looks up without the conversation (nothing waits holding it). `namespace`:
+        a project key's (see the module's docstring), None without one."""
+        if (ref := self._named(headers, payload, namespace)) is not None:
             return ref
-        digests, kept_keys = _hash_turns(messages or [])
-        keys = self._keys(digests, payload)
+        digests, kept_keys, free = _hash_turns(messages or [], namespace)
+        keys = _spaced_all(self._keys(digests, payload), namespace)
         # The call ids it names are read only where no turn it extends is known here (a rewriting client's step,
         # or another replica's session): `finish` may need them, and it gets no messages.
         known = not self._lineage.keys().isdisjoint(keys)  # a key is held only with its sessions
-        return Pending(digests, keys, [] if known else _named_keys_by_turn(messages or [], kept_keys))
+        named = [] if known else [tuple(_spaced_all(turn, namespace))
+                                  for turn in _named_keys_by_turn(messages or [], kept_keys)]
+        return Pending(digests, keys, named, [] if known else _spaced_all(free, namespace))
 
     async def finish(self, prepared: SessionRef | Pending) -> SessionRef:
         """`aresolve`'s second half: the lineage keys looked up in this process, then in the shared store."""
@@ -475,17 +505,21 @@ class SessionResolver:
             return prepared
         digests, keys = prepared.digests, prepared.keys
         found, position = self._local(keys)
-        # Another replica may have delivered a later turn of this conversation than the one this process
-        # knows: the shared store is asked for the keys past it.
+        # Another replica may have delivered a later turn of this conversation than the one this process knows:
+        # the shared store is asked for the keys past it; where no turn it extends is known here, for the weaker
+        # keys too (a delivered call it names by id in a structured field, its id-free lineage), in the same
+        # question: the strongest it holds wins.
         if self._engine is not None:
-            later = [key for key in keys[position + 1:] if key not in self._missing][-_SHARED_LOOKBACK:]
-            if later:
-                found = await self._shared(later) or found
+            asked = [key for key in keys[position + 1:] if key not in self._missing][-_SHARED_LOOKBACK:]
+            if found is None:
+                weak = [key for key in (*prepared.free, *_unique_keys(prepared.named)) if key not in self._missing]
+                asked = [*weak[-_SHARED_LOOKBACK:], *asked]
+            if asked:
+                found = await self._shared(asked) or found
         if found is None:  # no delivered turn extended: a rewritten conversation may name a delivered call
             found = self._local_named(prepared.named)
-            if found is None and self._engine is not None:
-                named = _unique_keys(prepared.named)
-                found = await self._shared(named[-_SHARED_LOOKBACK:]) if named else None
+        if found is None:  # nor any by its id: the client may have rewritten the ids it was given
+            found = self._local(list(prepared.free))[0]
         return self._lineage_ref(found, digests)
 
     def _local_named(self, keys_by_turn: Sequence[Sequence[str]]) -> str | None:
@@ -529,6 +563,14 @@ class SessionResolver:
         except SQLAlchemyError as exc:
             log.warning("sessions.lineage_lookup_failed", error=str(exc))
             return None
+        # The store's copy lags this process's writer: a session this process served that the store has not seen
+        # hold the key yet holds it too, waiting there or not by its head here (the ones this process continued
+        # from it are claimed: `_pick`).
+        stored = set(sessions)
+        for session in self._lineage.get(best) or ():
+            if session not in stored:
+                sessions.append(session)
+                heads[session] = self._heads.get(session, (best,))
         for session in sessions:
             self._hold(best, session)
         return self._pick(best, sessions, heads)
@@ -579,6 +621,14 @@ class SessionResolver:
         if response_id:
             keys.append(response_digest(response_id))
         keys += [call_digest(i) for i in _named_ids({"tool_calls": reply.get("tool_calls")})]
+        known = session.digests if messages is None else None
+        free = known.free if known is not None and known.free is not None else None
+        if free is None:
+            free = hashlib.sha256()
+            free_walk(messages or [], free, None)
+        if (free_key := free_reply_key(free, reply, after)) is not None:
+            keys.append(free_key)
+        keys = _spaced_all(keys, session.digests.namespace if session.digests is not None else None)
         for digest in keys:
             self._hold(digest, session.id)
         if keys:
