@@ -45,7 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.logs import get_logger
 from proxy.record import Digests, SessionRef
-from proxy.sessions.content_lineage import free_reply_key, free_walk
+from proxy.sessions.content_lineage import FREE_PREFIX, id_free, may_render
 from proxy.store import tables
 from proxy.store.recorder import queue_lineage
 from proxy.store.writer import StoreWriter
@@ -323,11 +323,11 @@ def conversation_digests(messages: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def _walk(messages: Iterable[Any], running: Any, keys: list[str] | None, *, every: bool = False,
-          kept_keys: list[int | None] | None = None) -> int:
+          kept_keys: list[int | None] | None = None, turns_out: list[tuple[Any, bytes]] | None = None) -> int:
     """Extends `running` (the hash of the turns before) by each turn's digest and returns how many turns there were;
     appends to `keys` the digest of each prefix, or with `every` off of each that ends in a turn the proxy may have
-    delivered, and to `kept_keys` each turn's `_kept_key`. One loop with its names bound: it runs over every
-    message of every request."""
+    delivered, to `kept_keys` each turn's `_kept_key`, and to `turns_out` each turn with its digest (for
+    `_free_walk`). One loop with its names bound: it runs over every message of every request."""
     kept, kept_max, instruction, client = _KEPT, _KEPT_MAX, _INSTRUCTION_ROLES, _CLIENT_ROLES
     kept_get, update, sha256, str_, none = _KEPT.get, running.update, _sha256, str, None
     turns = 0
@@ -358,9 +358,40 @@ def _walk(messages: Iterable[Any], running: Any, keys: list[str] | None, *, ever
                     del kept[next(iter(kept))]  # the oldest: a conversation's turns are asked for again in order
                 kept[key] = digest
         update(digest)
+        if turns_out is not None:
+            turns_out.append((message, digest))
         if keys is not None and (every or role not in client):
             keys.append(running.copy().hexdigest()[:32])
     return turns
+
+
+# The id-free digests of turns that carry call ids, kept like `_KEPT` (by the turn's `_kept_key`).
+_KEPT_FREE: dict[int, bytes] = {}
+
+
+def _free_walk(turns: Iterable[tuple[Any, bytes]], running: Any, keys: list[str] | None,
+               kept_keys: Sequence[int | None] = ()) -> None:
+    """Extends the id-free running hash (proxy/sessions/content_lineage.py) by the turns `_walk` hashed: a turn that
+    carries no call id counts by its own digest, one that does by the digest of what `id_free` reads of it. Appends
+    to `keys` the id-free key of each prefix that ends in a turn the proxy may have delivered."""
+    update, client, kept_get = running.update, _CLIENT_ROLES, _KEPT_FREE.get
+    for index, (message, digest) in enumerate(turns):
+        get = message.get
+        if get("tool_calls") or get("tool_call_id") is not None or (get("role") == "assistant" and may_render(
+                get("content"))):
+            key = kept_keys[index] if index < len(kept_keys) else None
+            found = kept_get(key) if key is not None else None
+            if found is None:
+                free = id_free(message)
+                found = _sha256(_canonical(free)).digest() if free is not None else digest
+                if key is not None:
+                    if len(_KEPT_FREE) >= _KEPT_MAX:
+                        del _KEPT_FREE[next(iter(_KEPT_FREE))]
+                    _KEPT_FREE[key] = found
+            digest = found
+        update(digest)
+        if keys is not None and message.get("role") not in client:
+            keys.append(FREE_PREFIX + running.copy().hexdigest()[:31])
 
 
 def hash_conversation(messages: Sequence[Any]) -> Digests:
@@ -370,16 +401,13 @@ def hash_conversation(messages: Sequence[Any]) -> Digests:
     return Digests(keys, running, turns)
 
 
-def _hash_turns(messages: Sequence[Any], namespace: str | None = None) -> tuple[Digests, list[int | None], list[str]]:
-    """`hash_conversation`, each turn's `_kept_key` (for `_named_keys_by_turn`), and the id-free keys (whose running
-    hash the digests keep, for the reply to extend)."""
+def _hash_turns(messages: Sequence[Any], namespace: str | None = None) -> tuple[Digests, list[int | None]]:
+    """`hash_conversation`, and each turn's `_kept_key` (for `_named_keys_by_turn` and `_free_walk`)."""
     keys: list[str] = []
     kept_keys: list[int | None] = []
     running = hashlib.sha256()
     turns = _walk(messages, running, keys, kept_keys=kept_keys)
-    free, free_keys = hashlib.sha256(), list[str]()
-    free_walk(messages, free, free_keys)
-    return Digests(keys, running, turns, free=free, namespace=namespace), kept_keys, free_keys
+    return Digests(keys, running, turns, namespace=namespace), kept_keys
 
 
 def reply_digest(messages: Sequence[Mapping[str, Any]] | None, reply: Mapping[str, Any], known: Digests | None,
@@ -394,6 +422,24 @@ def reply_digest(messages: Sequence[Mapping[str, Any]] | None, reply: Mapping[st
         running, rest, turns = hashlib.sha256(), [*messages, *after, reply], 0
     turns += _walk(rest, running, None)
     return running.hexdigest()[:32] if turns else None
+
+
+def _free_reply_key(messages: Sequence[Mapping[str, Any]] | None, reply: Mapping[str, Any], known: Digests | None,
+                    after: Sequence[Any] = ()) -> str | None:
+    """The id-free key of the conversation extended by `after` and the delivered reply (`reply_digest`'s twin)."""
+    if messages is None and (known is None or known.free is None):
+        return None  # its conversation extended a delivered turn as the client got it: no id-free key needed
+    hashed: list[tuple[Any, bytes]] = []
+    if messages is None:
+        assert known is not None
+        running, rest = known.free.copy(), [*after, reply]
+    else:
+        running, rest = hashlib.sha256(), [*messages, *after, reply]
+    kept_keys: list[int | None] = []
+    if not _walk(rest, hashlib.sha256(), None, kept_keys=kept_keys, turns_out=hashed):
+        return None
+    _free_walk(hashed, running, None, kept_keys)
+    return FREE_PREFIX + running.hexdigest()[:31]
 
 
 class SessionResolver:
@@ -490,14 +536,22 @@ class SessionResolver:
         a project key's (see the module's docstring), None without one."""
         if (ref := self._named(headers, payload, namespace)) is not None:
             return ref
-        digests, kept_keys, free = _hash_turns(messages or [], namespace)
+        digests, kept_keys = _hash_turns(messages or [], namespace)
         keys = _spaced_all(self._keys(digests, payload), namespace)
-        # The call ids it names are read only where no turn it extends is known here (a rewriting client's step,
-        # or another replica's session): `finish` may need them, and it gets no messages.
+        # The call ids it names, and its id-free lineage, are read only where no turn it extends is known here (a
+        # rewriting client's step, a new conversation, or another replica's session): `finish` may need them, and
+        # it gets no messages. A client that sent back a delivered turn as it got it will again: its replies need
+        # no id-free key (`remember` records one where the digests hold the id-free hash).
         known = not self._lineage.keys().isdisjoint(keys)  # a key is held only with its sessions
-        named = [] if known else [tuple(_spaced_all(turn, namespace))
-                                  for turn in _named_keys_by_turn(messages or [], kept_keys)]
-        return Pending(digests, keys, named, [] if known else _spaced_all(free, namespace))
+        if known:
+            return Pending(digests, keys, [])
+        free: list[str] = []
+        hashed: list[tuple[Any, bytes]] = []  # each turn with its digest, kept from the walk above
+        _walk(messages or [], hashlib.sha256(), None, turns_out=hashed)
+        digests.free = hashlib.sha256()
+        _free_walk(hashed, digests.free, free, kept_keys)
+        named = [tuple(_spaced_all(turn, namespace)) for turn in _named_keys_by_turn(messages or [], kept_keys)]
+        return Pending(digests, keys, named, _spaced_all(free, namespace))
 
     async def finish(self, prepared: SessionRef | Pending) -> SessionRef:
         """`aresolve`'s second half: the lineage keys looked up in this process, then in the shared store."""
@@ -621,12 +675,7 @@ class SessionResolver:
         if response_id:
             keys.append(response_digest(response_id))
         keys += [call_digest(i) for i in _named_ids({"tool_calls": reply.get("tool_calls")})]
-        known = session.digests if messages is None else None
-        free = known.free if known is not None and known.free is not None else None
-        if free is None:
-            free = hashlib.sha256()
-            free_walk(messages or [], free, None)
-        if (free_key := free_reply_key(free, reply, after)) is not None:
+        if (free_key := _free_reply_key(messages, reply, session.digests, after)) is not None:
             keys.append(free_key)
         keys = _spaced_all(keys, session.digests.namespace if session.digests is not None else None)
         for digest in keys:
