@@ -409,3 +409,22 @@ def test_an_ambiguous_request_keeps_its_sessions_root(upstream, proxy):
     assert roots == [PROJECT, PROJECT, PROJECT]
     rows = proxy.rows("SELECT decision, delivered FROM tool_calls ORDER BY created_at")
     assert [tuple(r) for r in rows] == [("allow", 1), ("reject", 0), ("allow", 1)]
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize("named", ["/root/.ssh", "/etc/cron.d", "/home/u/.config", "/", "/srv/projects/app/.git"])
+def test_a_header_naming_a_system_directory_names_no_root(upstream, start_proxy, named):
+    """The `project_root_header` channel asks `root_problem` too: such a header names no root, and the absolute
+    path under it is refused; a header naming a project is its root."""
+    proxy = start_proxy(upstream.url, project_root_header="x-project-root")
+    tool, arguments = READS["qwen-code"]
+    upstream.script(Reply(tool_calls=[(tool, arguments(named.rstrip("/") + "/x"))]), Reply(content="ok"),
+                    Reply(tool_calls=[(tool, arguments(PROJECT + "/x"))]))
+    tools = json.loads((TOOLS / "qwen-code.json").read_text())["tools"]
+    body = chat([{"role": "user", "content": "read"}], tools=tools)
+    with proxy.client() as client:
+        client.post("/v1/chat/completions", json=body, headers={"x-project-root": named})
+        client.post("/v1/chat/completions", json=body, headers={"x-project-root": PROJECT})
+    rows = proxy.rows("SELECT r.project_root, t.decision FROM tool_calls t JOIN requests r ON r.id = t.request_id "
+                      "ORDER BY t.created_at")
+    assert [tuple(r) for r in rows] == [(None, "reject"), (PROJECT, "allow")]

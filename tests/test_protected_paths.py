@@ -248,3 +248,27 @@ def test_without_a_root_a_relative_write_of_the_proxys_own_policy_is_refused(ups
         http.post("/v1/chat/completions", json=chat([rooted, {"role": "user", "content": "go"}],
                                                     tools=_chat_tools("opencode")))
     assert proxy.rows("SELECT decision FROM tool_calls ORDER BY created_at DESC LIMIT 1")[0][0] == "allow"
+
+
+def test_absolute_protected_paths_are_refused_with_a_root_or_none(upstream, start_proxy):
+    """`write_file /root/.ssh/authorized_keys`, `/etc/cron.d/x`: refused whatever root the request names (a
+    project's, a system directory's, none); never delivered."""
+    proxy = start_proxy(upstream.url, project_root_header="x-project-root")
+    bad = [{"file_path": "/root/.ssh/authorized_keys", "content": "ssh-ed25519 AAAA"},
+           {"file_path": "/etc/cron.d/x", "content": "* * * * * root id"},
+           {"file_path": "/home/u/.config/opencode/opencode.json", "content": "{}"}]
+    index = 600
+    for root in (None, "/srv/projects/app", "/root/.ssh", "/etc/cron.d", "/home/u/.config"):
+        for arguments in bad:
+            upstream.script(Reply(tool_calls=[("write_file", arguments)]),
+                            Reply(tool_calls=[("write_file", {"file_path": "notes.md", "content": "x"})]))
+            body = chat([{"role": "user", "content": f"task {index}"}], tools=_chat_tools("qwen-code"))
+            headers = {"x-session-id": f"ses_p{index}", **({"x-project-root": root} if root else {})}
+            with proxy.client() as http:
+                response = http.post("/v1/chat/completions", json=body, headers=headers)
+            calls = response.json()["choices"][0]["message"]["tool_calls"]
+            delivered = [json.loads(c["function"]["arguments"])["file_path"] for c in calls]
+            assert delivered == ["notes.md"], (root, arguments)
+            index += 1
+    rows = proxy.rows("SELECT decision, primary_reason, delivered FROM tool_calls WHERE decision = 'reject'")
+    assert len(rows) == 15 and all(r[2] == 0 and r[1] in ("absolute_path", "protected_path") for r in rows)
