@@ -428,3 +428,28 @@ def test_a_header_naming_a_system_directory_names_no_root(upstream, start_proxy,
     rows = proxy.rows("SELECT r.project_root, t.decision FROM tool_calls t JOIN requests r ON r.id = t.request_id "
                       "ORDER BY t.created_at")
     assert [tuple(r) for r in rows] == [(None, "reject"), (PROJECT, "allow")]
+
+
+@SQLITE_ONLY
+def test_recheck_judges_each_call_under_the_root_it_was_judged_under(upstream, proxy):
+    """`allowlist-proxy recheck` judges a stored call under the root recorded with its request: a read inside a
+    learned root and a relative module write there stay allowed; refused ones stay refused."""
+    import asyncio
+
+    from proxy.cli.recheck import recheck
+    from proxy.policy.file.loader import load_policy_file
+
+    tool, arguments = READS["claude-code"]
+    upstream.script(Reply(tool_calls=[(tool, arguments("/etc/passwd"))]),
+                    Reply(tool_calls=[(tool, arguments(PROJECT + "/notes.md"))]),
+                    Reply(tool_calls=[("Write", {"file_path": "src/app.py", "content": "x = 1"})]))
+    path, body = request("claude-code")
+    with proxy.client() as client:
+        client.post(path, json=body, headers={"x-claude-code-session-id": "cc-recheck"})
+        client.post(path, json=body, headers={"x-claude-code-session-id": "cc-recheck"})
+    decisions = [r[0] for r in proxy.rows("SELECT decision FROM tool_calls ORDER BY created_at")]
+    assert decisions == ["reject", "allow", "allow"]
+    loaded = load_policy_file(ROOT / "policies" / "strict.yaml")
+    result = asyncio.run_coroutine_threadsafe(recheck(proxy.services.engine, loaded),
+                                              proxy.app.state.loop).result(30)
+    assert (result.changed_total, result.changes) == (0, [])
