@@ -30,6 +30,10 @@ class Digests:
     keys: list[str]
     running: Any  # hashlib's sha256 object
     turns: int  # how many of the messages were hashed (instructions are not)
+    # the id-free running hash (proxy/sessions/content_lineage.py), None where not computed
+    free: Any = None
+    # the namespace the keys are hashed in (a project key's), None without one
+    namespace: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +43,6 @@ class SessionRef:
     is_new: bool
     # lineage only: the request's conversation as hashed when it was resolved (`remember` extends it)
     digests: Digests | None = field(default=None, compare=False, repr=False)
-    # The project key's id a keyed request's session belongs to: its lineage keys are that key's alone.
-    scope: str | None = field(default=None, compare=False)
 
 
 @dataclass(slots=True)
@@ -54,6 +56,8 @@ class JudgedCall:
     original_object: dict[str, Any] | None = None
     # The feedback variant of the call's session (policy `feedback_variants`), None without an experiment.
     variant: str | None = None
+    # Judged where no project root was known (no key, pin, header or statement): its feedback says how to bind one.
+    unrooted: bool = False
 
     @property
     def allowed(self) -> bool:

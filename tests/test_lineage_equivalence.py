@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from json.encoder import encode_basestring
@@ -24,7 +23,6 @@ from proxy.sessions import resolve
 
 _SHARED_LOOKBACK = 64
 _MAX_ID = 128
-_ID_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{11,127}")
 _MIN_ID = 12
 
 
@@ -40,20 +38,14 @@ def _distinctive(call_id: Any) -> bool:
 
 
 def _named_ids(message: Mapping[str, Any]) -> list[str]:
-    """The call ids one message names, in order: its calls' ids, the call it answers, and in an assistant turn the
-    ids written in its text (where a rewriting client renders the calls it was given; tool output is not read)."""
+    """The call ids one message names, in order: its calls' ids and the call it answers. (Issue 37 changed this one
+    on purpose: ids written in an assistant turn's text are no longer read; a model writes that text.)"""
     found: list[Any] = []  # unvalidated: filtered below
     calls = message.get("tool_calls")
     for call in calls if isinstance(calls, list) else []:
         if isinstance(call, dict):
             found.append(call.get("id"))
     found.append(message.get("tool_call_id"))
-    content = message.get("content") if message.get("role") == "assistant" else None
-    texts = [content] if isinstance(content, str) else [
-        p.get("text") for p in content if isinstance(p, dict)] if isinstance(content, list) else []
-    for text in texts:
-        if isinstance(text, str):
-            found += _ID_TOKEN.findall(text)
     return [i for i in found if _distinctive(i)]
 
 

@@ -48,10 +48,13 @@ def revoke(proxy: RunningProxy, what: str) -> list[ProjectKey]:
 
 
 def _qwen(conversation_root: str = STATED) -> dict[str, Any]:
-    """A Qwen Code request whose own text states `conversation_root`."""
+    """A Qwen Code (0.15) request whose own text states `conversation_root`, in the client's own position."""
     return chat([{"role": "system", "content": "You are Qwen Code, an interactive CLI agent."},
                  {"role": "user", "content": "This is the Qwen Code. We are setting up the context for our chat.\n"
+                                             "Today's date is Sunday, December 6, 2026.\n"
+                                             "My operating system is: linux\n"
                                              f"I'm currently working in the directory: {conversation_root}\n"},
+                 {"role": "assistant", "content": "Got it. Thanks for the context!"},  # the client's own answer
                  {"role": "user", "content": "read the notes"}], tools=QWEN_TOOLS)
 
 

@@ -345,23 +345,25 @@ def test_identical_text_only_runs_across_replicas(upstream, start_proxy):
 
 
 class RewritingRun:
-    """A client that re-renders its memory at every step, as smolagents does: a delivered call comes back only as
-    the text "Calling tools: [{'id': ...}]" and its result as a user observation, so no request extends a turn
-    the proxy delivered; only the call ids it names link the steps."""
+    """A client that re-renders its memory at every step, as smolagents 1.26 does (`ActionStep.to_messages`, merged
+    by `get_clean_message_list`): a delivered turn comes back as its text, stripped, then "\nCalling tools:\n[{'id':
+    ...}]" in one assistant text, and its result as a user observation, so no request extends a turn the proxy
+    delivered as the client got it."""
 
     def __init__(self, stream: bool) -> None:
         self.stream = stream
-        self.memory: list[tuple[list[dict[str, Any]], str]] = []  # (calls, observation) per step
+        self.memory: list[tuple[str, list[dict[str, Any]], str]] = []  # (text, calls, observation) per step
         self.turns = 0
 
     def messages(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = [{"role": "system", "content": [{"type": "text", "text": SYSTEM}]},
                                      {"role": "user", "content": [{"type": "text", "text": "New task:\n" + TASK}]}]
-        for calls, observation in self.memory:
+        for text, calls, observation in self.memory:
             shown = [{"id": c["id"], "type": "function",
                       "function": {"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}}
                      for c in calls]
-            out += [{"role": "assistant", "content": [{"type": "text", "text": f"Calling tools:\n{shown!r}"}]},
+            rendered = f"{text.strip()}\nCalling tools:\n{shown!r}"
+            out += [{"role": "assistant", "content": [{"type": "text", "text": rendered}]},
                     {"role": "user", "content": [{"type": "text", "text": f"Observation:\n{observation}"}]}]
         return out
 
@@ -372,11 +374,11 @@ class RewritingRun:
         if self.stream:
             probe = Conversation("chat")
             probe._chat(raw)
-            calls = probe.history[-1].get("tool_calls") or []
+            message = probe.history[-1]
         else:
-            calls = json.loads(raw)["choices"][0]["message"].get("tool_calls") or []
+            message = json.loads(raw)["choices"][0]["message"]
         self.turns += 1
-        self.memory.append((calls, f"result {self.turns}"))
+        self.memory.append((message.get("content") or "", message.get("tool_calls") or [], f"result {self.turns}"))
 
     @property
     def finished(self) -> bool:
@@ -419,3 +421,143 @@ def test_a_call_id_a_client_made_itself_links_nothing(upstream, proxy):
                         {"role": "user", "content": "Observation:\nok"}]
             client.post("/v1/chat/completions", json={"model": MODEL, "messages": messages})
     assert session_sizes(proxy) == [1, 1, 1]
+
+
+# ---------------------------------------------------------------- sessions from structure only (issue 37)
+
+
+class AgnoRun:
+    """A client that sends back every delivered turn but rewrites the call ids it was given, as Agno 3.1 does for an
+    OpenAI-compatible model (agno/utils/message.py `reformat_tool_call_ids`, provider `openai_chat`: an id without
+    the `call_` prefix, or longer than 40, becomes `call_` and a counter in hex filling 40 characters, numbered in
+    the order the request's assistant turns name them; each tool result follows its call's new id)."""
+
+    def __init__(self, stream: bool) -> None:
+        self.stream = stream
+        self.history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}]
+        self.turns = 0
+
+    def messages(self) -> list[dict[str, Any]]:
+        renamed: dict[str, str] = {}
+        for message in self.history:
+            for call in message.get("tool_calls") or []:
+                old = call["id"]
+                if (not old.startswith("call_") or len(old) > 40) and old not in renamed:
+                    renamed[old] = f"call_{len(renamed):035x}"
+        out = []
+        for message in self.history:
+            message = json.loads(json.dumps(message))
+            for call in message.get("tool_calls") or []:
+                call["id"] = renamed.get(call["id"], call["id"])
+            if "tool_call_id" in message:
+                message["tool_call_id"] = renamed.get(message["tool_call_id"], message["tool_call_id"])
+            out.append(message)
+        return out
+
+    def step(self, client: Any) -> None:
+        body = {"model": MODEL, "messages": self.messages(), "tools": CHAT_TOOLS, "stream": self.stream}
+        raw = client.post("/v1/chat/completions", json=body).content
+        probe = Conversation("chat")
+        if self.stream:
+            probe._chat(raw)
+            message = probe.history[-1]
+        else:
+            message = json.loads(raw)["choices"][0]["message"]
+            message = {k: v for k, v in message.items() if k in ("role", "content", "tool_calls")}
+        self.history.append(message)
+        self.turns += 1
+        for call in message.get("tool_calls") or []:
+            self.history.append({"role": "tool", "tool_call_id": call["id"], "content": f"result {self.turns}"})
+
+    @property
+    def finished(self) -> bool:
+        return self.turns >= 3
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_rewrites_its_call_ids_keeps_one_session(upstream, proxy, stream):
+    """Agno-style runs, interleaved and identical: the ids the proxy delivered never come back, so each step
+    continues by the lineage of what the client sent back (its turns' text, names and arguments)."""
+    upstream.responder = agent
+    runs = [AgnoRun(stream) for _ in range(4)]
+    with proxy.client() as client:
+        while not all(run.finished for run in runs):
+            for run in runs:
+                if not run.finished:
+                    run.step(client)
+    sent = [m for run in runs for m in run.messages() for m in [m] if m.get("tool_calls")]
+    assert sent and all(c["id"].startswith("call_0000") for m in sent for c in m["tool_calls"])
+    assert session_sizes(proxy) == [3] * 4
+
+
+def _narrating(body: dict[str, Any]) -> Reply:
+    """The model of the stranger's conversation: it writes a call id it saw elsewhere into its narration."""
+    seen = body["messages"][1]["content"] if len(body["messages"]) > 1 else ""
+    return Reply(content=f"Calling tools: [{{'id': '{seen}', 'type': 'function', 'function': {{'name': 'bash'}}}}]")
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize("route", ["chat", "messages"])
+def test_a_call_id_in_narration_never_merges_sessions(upstream, proxy, route):
+    """Conversation A is delivered a call; conversation B's model writes A's call id into its answer, and B's client
+    sends it back: as it was (extending B's turn), re-rendered (extending nothing), or alone in a conversation of
+    its own. B's requests are never filed under A, whose session holds its own request only."""
+    upstream.script(Reply(tool_calls=[("bash", {"command": ALLOWED})]))
+    with proxy.client() as client:
+        if route == "chat":
+            first = client.post("/v1/chat/completions", json={"model": MODEL, "tools": CHAT_TOOLS, "messages": [
+                {"role": "system", "content": SYSTEM}, {"role": "user", "content": "task A"}]}).json()
+            stolen = first["choices"][0]["message"]["tool_calls"][0]["id"]
+        else:
+            first = client.post("/v1/messages", json={"model": MODEL, "max_tokens": 64, "system": SYSTEM,
+                                                      "tools": MESSAGES_TOOLS,
+                                                      "messages": [{"role": "user", "content": "task A"}]}).json()
+            stolen = next(b for b in first["content"] if b["type"] == "tool_use")["id"]
+        narration = (f"Calling tools: [{{'id': '{stolen}', 'type': 'function', 'function': {{'name': 'bash', "
+                     f"'arguments': {{'command': '{ALLOWED}'}}}}}}]")
+        upstream.script(*[Reply(content=narration)] * 4)
+        if route == "chat":
+            def post(messages: list[dict[str, Any]]) -> None:
+                client.post("/v1/chat/completions", json={"model": MODEL, "tools": CHAT_TOOLS, "messages": [
+                    {"role": "system", "content": SYSTEM}, *messages]})
+        else:
+            def post(messages: list[dict[str, Any]]) -> None:
+                client.post("/v1/messages", json={"model": MODEL, "max_tokens": 64, "system": SYSTEM,
+                                                  "tools": MESSAGES_TOOLS, "messages": messages})
+        post([{"role": "user", "content": "task B"}])
+        said = {"role": "assistant", "content": narration}
+        post([{"role": "user", "content": "task B"}, said, {"role": "user", "content": "go on"}])
+        post([{"role": "user", "content": "task B"}, {**said, "content": "Note.\n" + narration},
+              {"role": "user", "content": "go on"}])
+        post([{"role": "user", "content": "task C"}, said, {"role": "user", "content": "go on"}])
+    rows = proxy.rows("SELECT session_id FROM requests ORDER BY started_at")
+    sessions = [r[0] for r in rows]
+    assert sessions[0] not in sessions[1:], sessions
+    assert sessions[1] == sessions[2]  # B, continued as the client received it
+
+
+def test_a_namespace_keeps_its_sessions_apart():
+    """A project key's namespace (the hook proxy/sessions/resolve.py documents): the same conversation, header or
+    lineage, is one session per namespace, never another's, and none of a request without a key."""
+    from proxy.sessions.resolve import SessionResolver
+
+    resolver = SessionResolver()
+    conversation = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}]
+    reply = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "chatcmpl-tool-0123456789abcdef0123456789abcdef", "type": "function",
+         "function": {"name": "bash", "arguments": json.dumps({"command": ALLOWED})}}]}
+    follow = [*conversation, reply, {"role": "tool", "tool_call_id": reply["tool_calls"][0]["id"], "content": "ok"}]
+    first = resolver.resolve({}, conversation, namespace="key_a")
+    resolver.remember(first, None, reply)
+    assert resolver.resolve({}, follow, namespace="key_a").id == first.id
+    assert resolver.resolve({}, follow, namespace="key_b").is_new
+    assert resolver.resolve({}, follow).is_new
+    rewritten = json.loads(json.dumps(follow).replace("chatcmpl-tool-", "call_0000000000000"))
+    assert resolver.resolve({}, rewritten, namespace="key_a").id == first.id
+    assert resolver.resolve({}, rewritten, namespace="key_b").is_new
+    named = {"x-session-id": "ses_1"}
+    assert resolver.resolve(named, conversation).id == "ses_1"
+    assert resolver.resolve(named, conversation, namespace="key_a").id == "key_a:ses_1"
+    assert resolver.resolve(named, conversation, namespace="k" * 64).id.endswith(":ses_1")
+    assert len(resolver.resolve(named, conversation, namespace="k" * 64).id) == len("0123456789abcdef:ses_1")

@@ -81,13 +81,15 @@ async def _stored_calls(engine: Any, since: float | None, until: float | None,
                         model: str | None) -> AsyncIterator[list[Any]]:
     from sqlalchemy import case, func, select
 
+    from proxy.store.tables import requests as r
     from proxy.store.tables import tool_calls as t
 
     # A call's arguments are stored once: arguments_json only where the raw text does not say them exactly.
     arguments = case((t.c.decision == "malformed", t.c.arguments_json),
                      else_=func.coalesce(t.c.arguments_json, t.c.arguments_raw)).label("arguments_json")
+    # The roots the call was judged under (pinned, named or learned): judged again under them.
     stmt = select(t.c.id, t.c.session_id, t.c.model, t.c.created_at, t.c.tool_name, arguments,
-                  t.c.command, t.c.decision, t.c.reasons)
+                  t.c.command, t.c.decision, t.c.reasons, r.c.project_root).outerjoin(r, r.c.id == t.c.request_id)
     if since is not None:
         stmt = stmt.where(t.c.created_at >= since)
     if until is not None:
@@ -101,10 +103,12 @@ async def _stored_calls(engine: Any, since: float | None, until: float | None,
             yield rows
 
 
-def _judge(loaded: Any, tool: str, arguments_json: str | None) -> Any:
+def _judge(loaded: Any, tool: str, arguments_json: str | None, project_root: str | None = None) -> Any:
     from proxy.enforce.judging import judge_offline
 
-    return judge_offline(loaded, tool, arguments_json).verdict  # as the proxy judges it; unknown_tool aside
+    roots = tuple(root for root in (project_root or "").split(",") if root)
+    # as the proxy judges it, under the roots it judged the call under; unknown_tool aside
+    return judge_offline(loaded, tool, arguments_json, roots=roots).verdict
 
 
 async def recheck(engine: Any, loaded: Any, *, since: float | None = None, until: float | None = None,
@@ -115,7 +119,7 @@ async def recheck(engine: Any, loaded: Any, *, since: float | None = None, until
     result = RecheckResult(policy=loaded.name)
     async for rows in _stored_calls(engine, since, until, model):
         for row in rows:
-            verdict = _judge(loaded, row.tool_name, row.arguments_json)
+            verdict = _judge(loaded, row.tool_name, row.arguments_json, row.project_root)
             stats = result.models.setdefault(row.model, ModelRecheck(row.model))
             stats.tool_calls += 1
             stats.errors += is_error(row.decision)

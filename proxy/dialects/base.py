@@ -39,6 +39,7 @@ from proxy.enforce.serve import judged_json, serve
 from proxy.errors import BlockedTurn, ProxyError, UpstreamProtocolError, error_response
 from proxy.record import JudgedCall, Usage
 from proxy.services import Services
+from proxy.sessions.project_root import ClientText
 
 __all__ = ["PIECES", "REASK_PIECES", "Dialect", "DialectExchange", "Relay", "missing_pieces"]
 
@@ -95,7 +96,7 @@ class Dialect(ABC):
         """The request's conversation as chat messages, for the session lineage (None: it has none)."""
 
     @abstractmethod
-    def client_texts(self, payload: dict[str, Any]) -> Iterable[str]:
+    def client_texts(self, payload: dict[str, Any]) -> Iterable[ClientText]:
         """The texts the client wrote about itself (`client_parts`, proxy/sessions/project_root.py), where the
         project root it states is read."""
 

@@ -29,7 +29,7 @@ from proxy.enforce.serve import judged_json
 from proxy.errors import BadRequest, error_body
 from proxy.logs import get_logger
 from proxy.record import JudgedCall, Usage
-from proxy.sessions.project_root import client_parts
+from proxy.sessions.project_root import ClientText, client_parts
 from proxy.toolcalls import (
     ChoiceStream,
     CompletedCall,
@@ -99,7 +99,7 @@ class ChatDialect(Dialect, route="chat", path="/chat/completions", history_key="
     def conversation(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
         return payload["messages"]  # validated: a list of messages
 
-    def client_texts(self, payload: dict[str, Any]) -> Iterable[str]:
+    def client_texts(self, payload: dict[str, Any]) -> Iterable[ClientText]:
         return client_parts((), payload["messages"])
 
     # -- a whole answer

@@ -33,6 +33,7 @@ from proxy.enforce.finish import end_stream
 from proxy.enforce.serve import judged_json
 from proxy.errors import StoreUnavailable, error_body
 from proxy.record import JudgedCall
+from proxy.sessions.project_root import ClientText
 from proxy.toolcalls import CompletedCall, ToolCall
 from proxy.toolcalls.families import XmlRules
 from proxy.toolcalls.registry import content_formats
@@ -95,7 +96,7 @@ class CompletionsDialect(Dialect, route="completions", path="/completions", hist
     def conversation(self, payload: dict[str, Any]) -> None:
         return None  # a raw prompt has no turns for lineage to follow
 
-    def client_texts(self, payload: dict[str, Any]) -> Iterable[str]:
+    def client_texts(self, payload: dict[str, Any]) -> Iterable[ClientText]:
         return ()  # a raw prompt: the proxy cannot tell the client's parts from the rest
 
     def read_whole(self, ex: DialectExchange, obj: dict[str, Any]) -> list[ToolCall]:

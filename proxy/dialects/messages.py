@@ -34,7 +34,7 @@ from proxy.enforce.actions import unjudgeable_call
 from proxy.enforce.feedback_turns import blocked_message
 from proxy.errors import BadRequest, BlockedTurn, ProxyError
 from proxy.record import JudgedCall, Usage
-from proxy.sessions.project_root import client_parts
+from proxy.sessions.project_root import ClientText, client_parts
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.openai import structured_call
 from proxy.upstream.sse import SSEEvent
@@ -133,8 +133,8 @@ class MessagesDialect(StructuredDialect, route="messages", path="/messages", his
             messages += message_chat(message)
         return messages
 
-    def client_texts(self, payload: dict[str, Any]) -> Iterable[str]:
-        # The system prompt is a field of its own; a message's role is only ever user or assistant.
+    def client_texts(self, payload: dict[str, Any]) -> Iterable[ClientText]:
+        # The system prompt is a field of its own; a system message follows the first user turn (Claude Code).
         return client_parts([payload.get("system")], payload.get("messages"), system_messages=False)
 
     def calls(self, obj: dict[str, Any]) -> list[ToolCall]:

@@ -36,7 +36,7 @@ from proxy.enforce.exchange import edited_bytes
 from proxy.enforce.feedback_turns import blocked_message
 from proxy.errors import BadRequest, BlockedTurn
 from proxy.record import JudgedCall, Usage
-from proxy.sessions.project_root import client_parts
+from proxy.sessions.project_root import ClientText, client_parts
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.openai import structured_call
 from proxy.upstream.sse import SSEEvent
@@ -202,7 +202,7 @@ class ResponsesDialect(StructuredDialect, route="responses", path="/responses", 
             if isinstance(payload.get("instructions"), str) else []
         return messages + [m for m in map(item_message, self.history(payload)) if m is not None]
 
-    def client_texts(self, payload: dict[str, Any]) -> Iterable[str]:
+    def client_texts(self, payload: dict[str, Any]) -> Iterable[ClientText]:
         instructions = payload.get("instructions")
         return client_parts([instructions] if isinstance(instructions, str) else [], payload.get("input"))
 

@@ -35,7 +35,7 @@ def _assistant_turn(content: str | None, judged: list[JudgedCall]) -> dict[str, 
 def _feedback(policy: LoadedPolicy, item: JudgedCall) -> str:
     call = item.call
     text = format_feedback(policy.policy, item.verdict, tool=call.name, arguments=call.arguments,
-                           variant=item.variant)
+                           variant=item.variant, unrooted=item.unrooted)
     if call.arguments is None:
         text += f"\nThe arguments could not be read ({call.error or 'not a JSON object'}): {call.arguments_text[:500]}"
     return text

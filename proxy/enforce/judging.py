@@ -22,7 +22,8 @@ from proxy.policy import LoadedPolicy, judge_call
 from proxy.policy.feedback.repair import repair_call
 from proxy.policy.feedback.variants import variant_for
 from proxy.policy.judge import call_command
-from proxy.policy.tools.profiles import ToolSet
+from proxy.policy.roots import root_problem
+from proxy.policy.tools.profiles import ToolSet, profile_table
 from proxy.policy.verdict import REJECT, REPAIRED, Verdict
 from proxy.record import JudgedCall, RequestRecord
 from proxy.toolcalls import ToolCall
@@ -92,10 +93,11 @@ def judge_calls(policy: LoadedPolicy, calls: list[ToolCall], offered: set[str] |
     variant = variant_for(policy.policy, session_id)
     repairs = repair and bool(policy.policy.repair) and policy.policy.mode == "enforce"
     traced = tracing.on()
+    unrooted = not (tools.roots if tools is not None else policy.policy.paths.project_root)
     for call in calls:
         started = time.time_ns() if traced else 0
         verdict = judge_call(policy.policy, call.name, call.arguments, offered_tools=offered, tools=tools)
-        item = JudgedCall(call, verdict, variant=variant)
+        item = JudgedCall(call, verdict, variant=variant, unrooted=unrooted)
         if repairs and verdict.decision == REJECT:
             _repair(policy, item, tools, offered)
         if traced:
@@ -104,12 +106,17 @@ def judge_calls(policy: LoadedPolicy, calls: list[ToolCall], offered: set[str] |
     return judged
 
 
-def judge_offline(policy: LoadedPolicy, tool: str, arguments: str | dict[str, Any] | None) -> JudgedCall:
+def judge_offline(policy: LoadedPolicy, tool: str, arguments: str | dict[str, Any] | None, *,
+                  roots: tuple[str, ...] = ()) -> JudgedCall:
     """One call judged away from any request (`allowlist-proxy check`, `allowlist-proxy recheck`) exactly as the
     proxy judges it: the arguments read as the proxy reads a function call's (a strict JSON object, else
-    malformed), then `judge_calls` with no offered tools known and no repair."""
+    malformed), then `judge_calls` with no offered tools known and no repair. `roots`: the project roots the call
+    was judged under besides the policy's (recorded with its request), each taken only where `root_problem`
+    takes it."""
     call = structured_call(name=tool, arguments=arguments, call_id=None, index=0)
-    (judged,) = judge_calls(policy, [call], None, repair=False)
+    kept = tuple(root for root in roots if root_problem(root) is None)
+    tools = ToolSet(table=profile_table(policy.policy), extra_roots=kept) if kept else None
+    (judged,) = judge_calls(policy, [call], None, tools=tools, repair=False)
     return judged
 
 

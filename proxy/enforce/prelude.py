@@ -16,7 +16,7 @@ from proxy.enforce.text_clients import TextClient, prompt_text, recognise, recog
 from proxy.errors import BadRequest
 from proxy.record import RequestRecord
 from proxy.services import Services
-from proxy.sessions.project_root import stated_root
+from proxy.sessions.project_root import ClientText, stated_root
 
 __all__ = ["RouteShape", "open_exchange"]
 
@@ -40,7 +40,7 @@ class RouteShape(Protocol):
     def tools(self, payload: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, set[str]]:
         """The offered tools' schemas (where content calls are typed by them) and names."""
 
-    def client_texts(self, payload: dict[str, Any]) -> Iterable[str]:
+    def client_texts(self, payload: dict[str, Any]) -> Iterable[ClientText]:
         """The texts the client wrote about itself in this request (proxy/sessions/project_root.py)."""
 
 
@@ -64,7 +64,7 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
     # together all wait here (the model list, the lineage store), and each would hold its parsed conversation,
     # larger than its bytes, until it streams. After this, the bytes are the one copy kept.
     conversation = shape.conversation(payload)
-    lineage = state.sessions.prepare(request.headers, conversation, payload, scope=key.id if key else None)
+    lineage = state.sessions.prepare(request.headers, conversation, payload, namespace=key.id if key else None)
     text_client = _text_client(conversation, payload)
     stated = stated_root(shape.client_texts(payload)) if key is None else None
     del conversation

@@ -1,22 +1,35 @@
-"""What a project root is: an absolute directory, compared after `.` and `..` are resolved, and never a place
-whose files are the machine's or the user's own rather than a project's (`root_problem`).
+"""What a project root is: an absolute directory, compared after `.` and `..` are resolved, that names a project.
 
-The terms every room shares: the policy file's `paths.project_root`, the tool profiles, the roots a client
-states (proxy/sessions/project_root.py) and the roots a project key binds (proxy/keys/) all read a root this
-one way.
+The terms every room shares: the policy file's `paths.project_root`, the `project_root_header`, a project key's
+root and the roots a client states (proxy/sessions/project_root.py) all read a root this one way
+(`normal_root`) and accept it only when `root_problem` finds nothing wrong with it.
+
+A root lets every path below it through the path rules, so it must name a project, never a place the system or
+the user's tools own: `/` itself, a top-level folder (`/tmp`, `/home`, `/srv`), a home directory itself (`/root`,
+`/home/NAME`, `/Users/NAME`), anything in the system's own trees (`SYSTEM_DIRS`: configuration, programs,
+libraries, boot files, devices, kernel and runtime state, spool and cron), and any dot-directory (a tool's
+configuration or state: `~/.ssh`, `~/.config`, a project's `.git` or `.venv`) or `site-packages` anywhere on
+the way. `/opt/APP`, `/srv/APP`, `/workspace/APP`, `/tmp/x/APP`, `/home/NAME/APP` are projects.
 """
 
 from __future__ import annotations
 
+import os
 import posixpath
 
-__all__ = ["normal_root", "root_problem"]
+__all__ = ["HOME_PARENTS", "SYSTEM_DIRS", "normal_root", "root_problem"]
 
-# The machine's own directories: nothing under them is a project whose files an agent may read and write.
-_SYSTEM = ("/etc", "/usr", "/var", "/boot", "/proc", "/sys", "/dev", "/run", "/bin", "/sbin", "/lib", "/lib32",
-           "/lib64", "/libx32")
-# Where home directories live: `/root` itself is one; under the others, each child is one.
-_HOME_PARENTS = ("/home", "/Users", "/var/home")
+# The system's own trees. `/opt` is not one: nothing the system runs at boot, login or on a schedule reads it,
+# and containers keep their application there (`/opt/app`); `/opt` itself is refused as a top-level folder.
+# `/private/etc` and `/private/var` are macOS's real `/etc` and `/var`; `/System` and `/Library` its own.
+SYSTEM_DIRS: tuple[str, ...] = (
+    "/etc", "/usr", "/var", "/boot", "/proc", "/sys", "/dev", "/run", "/bin", "/sbin", "/lib", "/lib32",
+    "/lib64", "/libx32", "/snap", "/nix", "/private/etc", "/private/var", "/System", "/Library",
+)
+# Where home directories are: a home is `PARENT/NAME` (`/root` is one of its own).
+HOME_PARENTS: tuple[str, ...] = ("/home", "/Users", "/var/home")
+# Segments that are never a project of their own: an environment's installed packages.
+_PACKAGE_DIRS = frozenset({"site-packages", "dist-packages"})
 
 
 def normal_root(root: str) -> str | None:
@@ -29,39 +42,55 @@ def normal_root(root: str) -> str | None:
     return None if normal == "/" else normal
 
 
-def _home_rest(normal: str) -> tuple[str, ...] | None:
-    """The parts of a path below the home directory that holds it, or None outside every home."""
-    parts = tuple(p for p in normal.split("/") if p)
-    if parts[:1] == ("root",):
-        return parts[1:]
-    for parent in _HOME_PARENTS:
-        depth = parent.count("/")
-        if "/" + "/".join(parts[:depth]) == parent and len(parts) > depth:
-            return parts[depth + 1:]
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top + "/")
+
+
+def _home_of(folded: str) -> str | None:
+    """The home directory a (casefolded) path is in or is, else None."""
+    if _under(folded, "/root"):
+        return "/root"
+    for parent in HOME_PARENTS:
+        parent = parent.casefold()
+        if folded.startswith(parent + "/"):
+            return "/".join(folded.split("/")[:parent.count("/") + 2])
+    return None
+
+
+def _problem(normal: str) -> str | None:
+    folded = normal.casefold()  # macOS's and Windows' file systems ignore case: `/ETC` is `/etc` there
+    parts = [p for p in normal.split("/") if p]
+    home = _home_of(folded)
+    if home == folded:
+        return "a home directory itself, not a project"
+    # A home's projects are projects, under `/var/home` too (Fedora Silverblue's real `/home`).
+    if home is None and any(_under(folded, top.casefold()) for top in SYSTEM_DIRS):
+        return "a system directory"
+    if len(parts) < 2:
+        return "a top-level folder, not a project"
+    if any(p.startswith(".") for p in parts):
+        return "a dot-directory (a tool's configuration or state), not a project"
+    if any(p.casefold() in _PACKAGE_DIRS for p in parts):
+        return "an environment's installed packages, not a project"
     return None
 
 
 def root_problem(root: str) -> str | None:
-    """Why `root` cannot be a project root, or None where it can: it must be absolute, and neither `/`, a
-    top-level folder, a system directory or anything under one, a home directory itself, nor a dot-directory
-    under a home (`~/.ssh`, `~/.config`) or anything under one. Read as written (`.`/`..` resolved); a caller that
-    has the directory resolves its links first."""
-    normal = normal_root(root)
+    """Why `root` cannot be a project root (a short phrase), or None when it can. Every place a root is accepted
+    asks this: a stated root, `paths.project_root`, the `project_root_header`, a project key's `--root`. Where
+    the directory exists on this machine, the place it really is (its links followed) is judged too: a link to
+    `/etc` is `/etc`."""
+    normal = normal_root(root) if isinstance(root, str) else None
     if normal is None:
-        if isinstance(root, str) and root.startswith("/") and posixpath.normpath(root).strip("/") == "":
-            return "`/` is the whole machine, not a project"
-        return f"{root!r} is not an absolute path"
-    homes = [h for h in _HOME_PARENTS if normal == h or normal.startswith(h + "/")]  # /var/home/NAME is a home
-    for system in _SYSTEM:
-        if (normal == system or normal.startswith(system + "/")) and not any(h.startswith(system) for h in homes):
-            where = "a system directory," if normal == system else f"under the system directory {system},"
-            return f"{normal} is {where} never a project"
-    if normal.count("/") == 1:
-        return f"{normal} is a top-level folder, not a project"
-    rest = _home_rest(normal)
-    if rest is not None:
-        if not rest:
-            return f"{normal} is a home directory itself, not a project"
-        if rest[0].startswith("."):
-            return f"{normal} is under the dot-directory ~/{rest[0]} (the user's own configuration), not a project"
-    return None
+        return "not an absolute directory other than /"
+    problem = _problem(normal)
+    if problem is None:
+        try:
+            real = os.path.realpath(normal)
+        except (OSError, ValueError):
+            real = normal
+        if real != normal and (real_normal := normal_root(real)) is not None:
+            problem = _problem(real_normal)
+        elif real != normal:
+            problem = "a link to /"
+    return problem

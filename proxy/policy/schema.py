@@ -22,6 +22,8 @@ from pydantic import (
     model_validator,
 )
 
+from .roots import SYSTEM_DIRS, normal_root, root_problem
+
 __all__ = [
     "DEFAULT_FEEDBACK",
     "DEFAULT_OTHER_FEEDBACK",
@@ -301,13 +303,14 @@ class PathRules(_Strict):
     @field_validator("project_root")
     @classmethod
     def _absolute_roots(cls, value: list[str]) -> list[str]:
-        from .roots import normal_root
-
         out = []
         for root in value:
             normal = normal_root(root)
             if normal is None:
                 raise ValueError(f"expected an absolute directory other than / (got {root!r})")
+            problem = root_problem(normal)
+            if problem is not None:
+                raise ValueError(f"{root!r} cannot be a project root: {problem} (proxy/policy/roots.py)")
             out.append(normal)
         return out
 
@@ -344,6 +347,10 @@ DEFAULT_PROTECTED_WRITE: tuple[str, ...] = (
     ".crush.json",
     # the proxy's own files by their usual names (the loaded ones wherever they are: `own_files`)
     "allowlist-proxy*.yaml", "allowlist-proxy*.toml",
+    # outside any project, whatever the root (or none): the system's own trees (proxy/policy/roots.py, the places
+    # that are never roots), every home's dot-files and dot-directories (shell start-up, ssh, cron-like user
+    # units, every agent client's config) and macOS's per-user launch agents
+    *("/" + top + "/" for top in SYSTEM_DIRS), "~/.*", "~/Library/LaunchAgents/",
 )
 # Secrets no read capability may open: an allowed read followed by an allowed fetch is exfiltration.
 DEFAULT_PROTECTED_READ: tuple[str, ...] = (
@@ -377,6 +384,10 @@ DEFAULT_PROTECTED_READ: tuple[str, ...] = (
     # Qwen Code (`~/.gemini/oauth_creds.json`, `~/.qwen/oauth_creds.json`), GitHub Copilot's tokens
     ".codex/auth.json", ".claude/.credentials.json", ".local/share/opencode/auth.json", ".gemini/oauth_creds.json",
     ".qwen/oauth_creds.json", ".config/github-copilot/",
+    # outside any project, whatever the root (or none): a home's dot-files and dot-directories (keys, tokens,
+    # every tool's credentials), processes' environments, the system's password hashes and host keys, and the
+    # secrets containers and Kubernetes mount
+    "~/.*", "//proc/", "//etc/shadow", "//etc/gshadow", "//etc/ssh/", "//run/secrets/", "//var/run/secrets/",
 )
 ProtectedPattern = Annotated[str, StringConstraints(min_length=1, max_length=300, pattern=r"^[^\x00]+$")]
 

@@ -12,15 +12,19 @@ In order:
    conversations that merely begin alike (every run of a scripted agent) are two sessions; runs whose
    delivered turns are identical, ids and all, share a digest, and each continuation takes a session still
    waiting at that turn (the oldest first), so interleaved identical runs neither merge nor split;
-5. a delivered call named again: a client that rewrites its conversation each step (smolagents re-renders its
-   memory: a delivered call comes back as the text "Calling tools: [{'id': 'chatcmpl-tool-...', ...}]") matches
-   no delivered turn, yet names the calls it was given by their ids, which the upstream made unique per call.
-   Such a request continues the session that was delivered the latest call it names (structured, or written
-   out in an assistant turn's text); runs that share a call id (identical scripted runs) are told apart as in 4.
+5. a delivered call named again, in the structured fields only (an assistant turn's `tool_calls[].id`, a tool
+   result's `tool_call_id`; a Responses `call_id` and an Anthropic `tool_use.id` / `tool_result.tool_use_id` arrive
+   as those): a client that rewrites its conversation each step but keeps the ids it was given continues the
+   session that was delivered the latest call it names. An id written in text (a model's narration "Calling
+   tools: [{'id': 'chatcmpl-tool-...'}]") is never read: the model writes text, and could name a stranger's call;
+6. the lineage of what the client sent back with its call ids left out (proxy/sessions/content_lineage.py): a
+   client that rewrites the ids it was given (Agno's `call_0000...`) or renders the calls into its own text
+   (smolagents) continues by its turns' text, names and arguments, the whole conversation before them included.
+Runs that share a key (identical scripted runs) are told apart as in 4.
 
-A request bound by a project key (proxy/keys/) resolves in its key's scope: a session a header or the body names is
-`<key id>:<name>`, and every lineage key is prefixed with the key's id (`scoped`), so no conversation of one key ever
-continues, or is continued by, another key's or an unkeyed one, whatever ids or text they share.
+`namespace` (a project key's, DESIGN invariant 10; None without one): the sessions of one namespace never merge
+with another's or with those of requests without one. Every lineage key is hashed with it, and a session a header
+or the body names becomes `NAMESPACE:ID` (the namespace hashed to 16 characters when longer than 32).
 """
 
 from __future__ import annotations
@@ -41,12 +45,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.logs import get_logger
 from proxy.record import Digests, SessionRef
+from proxy.sessions.content_lineage import FREE_PREFIX, id_free, may_render
 from proxy.store import tables
 from proxy.store.recorder import queue_lineage
 from proxy.store.writer import StoreWriter
 
 __all__ = ["DEFAULT_SESSION_HEADERS", "Pending", "SessionResolver", "body_session", "call_digest",
-           "conversation_digests", "hash_conversation", "named_call_keys", "reply_digest", "response_digest", "scoped"]
+           "conversation_digests", "hash_conversation", "named_call_keys", "reply_digest", "response_digest"]
 
 DEFAULT_SESSION_HEADERS = ("x-session-id", "x-claude-code-session-id", "session-id", "session_id")
 
@@ -57,18 +62,9 @@ log = get_logger("proxy.sessions.resolve")
 _SHARED_LOOKBACK = 64
 _MAX_ID = 128
 _LEGACY_USER_ID = re.compile(r"_session_([0-9A-Za-z-]{8,128})$")
-# A call id as clients write it out in text; only ids long and mixed enough to be unique per call key a
-# session (a client's own `call_1` or a word never does).
-_ID_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{11,127}")
+# Only ids long and mixed enough to be unique per call key a session (a client's own `call_1` never does).
 _MIN_ID = 12
-
-
-def scoped(keys: Iterable[str], scope: str | None) -> list[str]:
-    """Lineage keys as a key's scope holds them, `<key id>:<key>` (46 characters of the digest column's 64);
-    `scope` None: unscoped, as they are."""
-    if scope is None:
-        return list(keys)
-    return [f"{scope}:{key}" for key in keys]
+_NAMESPACE_TAG = 32
 
 
 class Pending(NamedTuple):
@@ -79,7 +75,27 @@ class Pending(NamedTuple):
     # the lineage keys (`call_digest`) of the call ids each of its latest turns names, the latest last (empty: not
     # needed)
     named: list[tuple[str, ...]]
-    scope: str | None = None  # the project key's id of a keyed request (`scoped`)
+    # the id-free keys of its prefixes (proxy/sessions/content_lineage.py), the weakest first
+    free: Sequence[str] = ()
+
+
+def spaced(key: str, namespace: str | None) -> str:
+    """A lineage key within a namespace (the key itself without one)."""
+    if namespace is None:
+        return key
+    return "n" + hashlib.sha256(f"{namespace}\x00{key}".encode()).hexdigest()[:31]
+
+
+def _spaced_all(keys: Iterable[str], namespace: str | None) -> list[str]:
+    return list(keys) if namespace is None else [spaced(key, namespace) for key in keys]
+
+
+def named_session(value: str, namespace: str | None) -> str:
+    """The id of a session a header or the body names, within a namespace."""
+    if namespace is None:
+        return value[:_MAX_ID]
+    tag = namespace if len(namespace) <= _NAMESPACE_TAG else hashlib.sha256(namespace.encode()).hexdigest()[:16]
+    return f"{tag}:{value}"[:_MAX_ID]
 
 
 def body_session(payload: Mapping[str, Any] | None) -> str | None:
@@ -116,20 +132,14 @@ def _distinctive(call_id: Any) -> bool:
 
 
 def _named_ids(message: Mapping[str, Any]) -> list[str]:
-    """The call ids one message names, in order: its calls' ids, the call it answers, and in an assistant turn the
-    ids written in its text (where a rewriting client renders the calls it was given; tool output is not read)."""
+    """The call ids one message names in its structured fields, in order: its calls' ids and the call it answers.
+    Never an id written in text: the model writes text."""
     found: list[Any] = []  # unvalidated: filtered below
     calls = message.get("tool_calls")
     for call in calls if isinstance(calls, list) else []:
         if isinstance(call, dict):
             found.append(call.get("id"))
     found.append(message.get("tool_call_id"))
-    content = message.get("content") if message.get("role") == "assistant" else None
-    texts = [content] if isinstance(content, str) else [
-        p.get("text") for p in content if isinstance(p, dict)] if isinstance(content, list) else []
-    for text in texts:
-        if isinstance(text, str):
-            found += _ID_TOKEN.findall(text)
     return [i for i in found if _distinctive(i)]
 
 
@@ -313,11 +323,11 @@ def conversation_digests(messages: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def _walk(messages: Iterable[Any], running: Any, keys: list[str] | None, *, every: bool = False,
-          kept_keys: list[int | None] | None = None) -> int:
+          kept_keys: list[int | None] | None = None, turns_out: list[tuple[Any, bytes]] | None = None) -> int:
     """Extends `running` (the hash of the turns before) by each turn's digest and returns how many turns there were;
     appends to `keys` the digest of each prefix, or with `every` off of each that ends in a turn the proxy may have
-    delivered, and to `kept_keys` each turn's `_kept_key`. One loop with its names bound: it runs over every
-    message of every request."""
+    delivered, to `kept_keys` each turn's `_kept_key`, and to `turns_out` each turn with its digest (for
+    `_free_walk`). One loop with its names bound: it runs over every message of every request."""
     kept, kept_max, instruction, client = _KEPT, _KEPT_MAX, _INSTRUCTION_ROLES, _CLIENT_ROLES
     kept_get, update, sha256, str_, none = _KEPT.get, running.update, _sha256, str, None
     turns = 0
@@ -348,9 +358,40 @@ def _walk(messages: Iterable[Any], running: Any, keys: list[str] | None, *, ever
                     del kept[next(iter(kept))]  # the oldest: a conversation's turns are asked for again in order
                 kept[key] = digest
         update(digest)
+        if turns_out is not None:
+            turns_out.append((message, digest))
         if keys is not None and (every or role not in client):
             keys.append(running.copy().hexdigest()[:32])
     return turns
+
+
+# The id-free digests of turns that carry call ids, kept like `_KEPT` (by the turn's `_kept_key`).
+_KEPT_FREE: dict[int, bytes] = {}
+
+
+def _free_walk(turns: Iterable[tuple[Any, bytes]], running: Any, keys: list[str] | None,
+               kept_keys: Sequence[int | None] = ()) -> None:
+    """Extends the id-free running hash (proxy/sessions/content_lineage.py) by the turns `_walk` hashed: a turn that
+    carries no call id counts by its own digest, one that does by the digest of what `id_free` reads of it. Appends
+    to `keys` the id-free key of each prefix that ends in a turn the proxy may have delivered."""
+    update, client, kept_get = running.update, _CLIENT_ROLES, _KEPT_FREE.get
+    for index, (message, digest) in enumerate(turns):
+        get = message.get
+        if get("tool_calls") or get("tool_call_id") is not None or (get("role") == "assistant" and may_render(
+                get("content"))):
+            key = kept_keys[index] if index < len(kept_keys) else None
+            found = kept_get(key) if key is not None else None
+            if found is None:
+                free = id_free(message)
+                found = _sha256(_canonical(free)).digest() if free is not None else digest
+                if key is not None:
+                    if len(_KEPT_FREE) >= _KEPT_MAX:
+                        del _KEPT_FREE[next(iter(_KEPT_FREE))]
+                    _KEPT_FREE[key] = found
+            digest = found
+        update(digest)
+        if keys is not None and message.get("role") not in client:
+            keys.append(FREE_PREFIX + running.copy().hexdigest()[:31])
 
 
 def hash_conversation(messages: Sequence[Any]) -> Digests:
@@ -360,13 +401,13 @@ def hash_conversation(messages: Sequence[Any]) -> Digests:
     return Digests(keys, running, turns)
 
 
-def _hash_turns(messages: Sequence[Any]) -> tuple[Digests, list[int | None]]:
-    """`hash_conversation`, and each turn's `_kept_key` (for `_named_keys_by_turn`)."""
+def _hash_turns(messages: Sequence[Any], namespace: str | None = None) -> tuple[Digests, list[int | None]]:
+    """`hash_conversation`, and each turn's `_kept_key` (for `_named_keys_by_turn` and `_free_walk`)."""
     keys: list[str] = []
     kept_keys: list[int | None] = []
     running = hashlib.sha256()
     turns = _walk(messages, running, keys, kept_keys=kept_keys)
-    return Digests(keys, running, turns), kept_keys
+    return Digests(keys, running, turns, namespace=namespace), kept_keys
 
 
 def reply_digest(messages: Sequence[Mapping[str, Any]] | None, reply: Mapping[str, Any], known: Digests | None,
@@ -381,6 +422,24 @@ def reply_digest(messages: Sequence[Mapping[str, Any]] | None, reply: Mapping[st
         running, rest, turns = hashlib.sha256(), [*messages, *after, reply], 0
     turns += _walk(rest, running, None)
     return running.hexdigest()[:32] if turns else None
+
+
+def _free_reply_key(messages: Sequence[Mapping[str, Any]] | None, reply: Mapping[str, Any], known: Digests | None,
+                    after: Sequence[Any] = ()) -> str | None:
+    """The id-free key of the conversation extended by `after` and the delivered reply (`reply_digest`'s twin)."""
+    if messages is None and (known is None or known.free is None):
+        return None  # its conversation extended a delivered turn as the client got it: no id-free key needed
+    hashed: list[tuple[Any, bytes]] = []
+    if messages is None:
+        assert known is not None
+        running, rest = known.free.copy(), [*after, reply]
+    else:
+        running, rest = hashlib.sha256(), [*messages, *after, reply]
+    kept_keys: list[int | None] = []
+    if not _walk(rest, hashlib.sha256(), None, kept_keys=kept_keys, turns_out=hashed):
+        return None
+    _free_walk(hashed, running, None, kept_keys)
+    return FREE_PREFIX + running.hexdigest()[:31]
 
 
 class SessionResolver:
@@ -408,14 +467,14 @@ class SessionResolver:
         self._writer = writer
 
     def _named(self, headers: Mapping[str, str], payload: Mapping[str, Any] | None,
-               scope: str | None = None) -> SessionRef | None:
+               namespace: str | None = None) -> SessionRef | None:
         for name in self._headers:
             value = headers.get(name)
             if value:
-                return SessionRef(_in_scope(value, scope), "header", False, scope=scope)
+                return SessionRef(named_session(value, namespace), "header", False)
         found = body_session(payload)
         if found is not None:
-            return SessionRef(_in_scope(found, scope), "metadata", False, scope=scope)
+            return SessionRef(named_session(found, namespace), "metadata", False)
         return None
 
     @staticmethod
@@ -455,37 +514,44 @@ class SessionResolver:
         return None, -1
 
     def resolve(self, headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]] | None,
-                payload: Mapping[str, Any] | None = None) -> SessionRef:
+                payload: Mapping[str, Any] | None = None, *, namespace: str | None = None) -> SessionRef:
         """From headers, the body and this process's memory only."""
-        if (ref := self._named(headers, payload)) is not None:
-            return ref
-        digests = hash_conversation(messages or [])
-        found = self._local(self._keys(digests, payload))[0]
+        prepared = self.prepare(headers, messages, payload, namespace=namespace)
+        if isinstance(prepared, SessionRef):
+            return prepared
+        found = self._local(prepared.keys)[0]
         if found is None:
-            found = self._local_named(_named_keys_by_turn(messages or []))
-        return self._lineage_ref(found, digests)
+            found = self._local_named(prepared.named) or self._local(list(prepared.free))[0]
+        return self._lineage_ref(found, prepared.digests)
 
     async def aresolve(self, headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]] | None,
-                       payload: Mapping[str, Any] | None = None) -> SessionRef:
+                       payload: Mapping[str, Any] | None = None, *, namespace: str | None = None) -> SessionRef:
         """Like resolve, then the shared store: another replica may have served the earlier turns."""
-        return await self.finish(self.prepare(headers, messages, payload))
+        return await self.finish(self.prepare(headers, messages, payload, namespace=namespace))
 
     def prepare(self, headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]] | None,
-                payload: Mapping[str, Any] | None = None, *, scope: str | None = None) -> SessionRef | Pending:
+                payload: Mapping[str, Any] | None = None, *, namespace: str | None = None) -> SessionRef | Pending:
         """`aresolve`'s first half, at once: the session the headers or the body name, else the conversation's
-        lineage keys, which `finish` looks up without the conversation (nothing waits holding it). `scope`: the
-        project key's id of a keyed request, whose sessions are that key's alone."""
-        if (ref := self._named(headers, payload, scope)) is not None:
+        lineage keys, which `finish` looks up without the conversation (nothing waits holding it). `namespace`:
+        a project key's (see the module's docstring), None without one."""
+        if (ref := self._named(headers, payload, namespace)) is not None:
             return ref
-        digests, kept_keys = _hash_turns(messages or [])
-        keys = scoped(self._keys(digests, payload), scope)
-        # The call ids it names are read only where no turn it extends is known here (a rewriting client's step,
-        # or another replica's session): `finish` may need them, and it gets no messages.
+        digests, kept_keys = _hash_turns(messages or [], namespace)
+        keys = _spaced_all(self._keys(digests, payload), namespace)
+        # The call ids it names, and its id-free lineage, are read only where no turn it extends is known here (a
+        # rewriting client's step, a new conversation, or another replica's session): `finish` may need them, and
+        # it gets no messages. A client that sent back a delivered turn as it got it will again: its replies need
+        # no id-free key (`remember` records one where the digests hold the id-free hash).
         known = not self._lineage.keys().isdisjoint(keys)  # a key is held only with its sessions
-        named = [] if known else _named_keys_by_turn(messages or [], kept_keys)
-        if scope is not None:
-            named = [tuple(scoped(turn, scope)) for turn in named]
-        return Pending(digests, keys, named, scope)
+        if known:
+            return Pending(digests, keys, [])
+        free: list[str] = []
+        hashed: list[tuple[Any, bytes]] = []  # each turn with its digest, kept from the walk above
+        _walk(messages or [], hashlib.sha256(), None, turns_out=hashed)
+        digests.free = hashlib.sha256()
+        _free_walk(hashed, digests.free, free, kept_keys)
+        named = [tuple(_spaced_all(turn, namespace)) for turn in _named_keys_by_turn(messages or [], kept_keys)]
+        return Pending(digests, keys, named, _spaced_all(free, namespace))
 
     async def finish(self, prepared: SessionRef | Pending) -> SessionRef:
         """`aresolve`'s second half: the lineage keys looked up in this process, then in the shared store."""
@@ -493,18 +559,22 @@ class SessionResolver:
             return prepared
         digests, keys = prepared.digests, prepared.keys
         found, position = self._local(keys)
-        # Another replica may have delivered a later turn of this conversation than the one this process
-        # knows: the shared store is asked for the keys past it.
+        # Another replica may have delivered a later turn of this conversation than the one this process knows:
+        # the shared store is asked for the keys past it; where no turn it extends is known here, for the weaker
+        # keys too (a delivered call it names by id in a structured field, its id-free lineage), in the same
+        # question: the strongest it holds wins.
         if self._engine is not None:
-            later = [key for key in keys[position + 1:] if key not in self._missing][-_SHARED_LOOKBACK:]
-            if later:
-                found = await self._shared(later) or found
+            asked = [key for key in keys[position + 1:] if key not in self._missing][-_SHARED_LOOKBACK:]
+            if found is None:
+                weak = [key for key in (*prepared.free, *_unique_keys(prepared.named)) if key not in self._missing]
+                asked = [*weak[-_SHARED_LOOKBACK:], *asked]
+            if asked:
+                found = await self._shared(asked) or found
         if found is None:  # no delivered turn extended: a rewritten conversation may name a delivered call
             found = self._local_named(prepared.named)
-            if found is None and self._engine is not None:
-                named = _unique_keys(prepared.named)
-                found = await self._shared(named[-_SHARED_LOOKBACK:]) if named else None
-        return self._lineage_ref(found, digests, prepared.scope)
+        if found is None:  # nor any by its id: the client may have rewritten the ids it was given
+            found = self._local(list(prepared.free))[0]
+        return self._lineage_ref(found, digests)
 
     def _local_named(self, keys_by_turn: Sequence[Sequence[str]]) -> str | None:
         """The session of the latest delivered call the conversation names (its latest turns' call keys), from
@@ -517,10 +587,10 @@ class SessionResolver:
         return None
 
     @staticmethod
-    def _lineage_ref(found: str | None, digests: Digests, scope: str | None = None) -> SessionRef:
+    def _lineage_ref(found: str | None, digests: Digests) -> SessionRef:
         if found is not None:
-            return SessionRef(found, "lineage", False, digests, scope)
-        return SessionRef(_in_scope("lin_" + uuid.uuid4().hex, scope), "lineage", True, digests, scope)
+            return SessionRef(found, "lineage", False, digests)
+        return SessionRef("lin_" + uuid.uuid4().hex, "lineage", True, digests)
 
     async def _shared(self, keys: list[str]) -> str | None:
         assert self._engine is not None
@@ -547,6 +617,14 @@ class SessionResolver:
         except SQLAlchemyError as exc:
             log.warning("sessions.lineage_lookup_failed", error=str(exc))
             return None
+        # The store's copy lags this process's writer: a session this process served that the store has not seen
+        # hold the key yet holds it too, waiting there or not by its head here (the ones this process continued
+        # from it are claimed: `_pick`).
+        stored = set(sessions)
+        for session in self._lineage.get(best) or ():
+            if session not in stored:
+                sessions.append(session)
+                heads[session] = self._heads.get(session, (best,))
         for session in sessions:
             self._hold(best, session)
         return self._pick(best, sessions, heads)
@@ -597,7 +675,9 @@ class SessionResolver:
         if response_id:
             keys.append(response_digest(response_id))
         keys += [call_digest(i) for i in _named_ids({"tool_calls": reply.get("tool_calls")})]
-        keys = scoped(keys, session.scope)
+        if (free_key := _free_reply_key(messages, reply, session.digests, after)) is not None:
+            keys.append(free_key)
+        keys = _spaced_all(keys, session.digests.namespace if session.digests is not None else None)
         for digest in keys:
             self._hold(digest, session.id)
         if keys:
@@ -609,6 +689,3 @@ class SessionResolver:
             queue_lineage(self._writer, session.id, keys)
 
 
-def _in_scope(session_id: str, scope: str | None) -> str:
-    """A session id as a key's scope holds it: `<key id>:<id>` (ids cut at the column's width either way)."""
-    return (session_id if scope is None else f"{scope}:{session_id}")[:_MAX_ID]

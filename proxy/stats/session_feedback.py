@@ -35,5 +35,5 @@ def add_feedback(detail: dict[str, Any], policies: PolicyManager) -> dict[str, A
             arguments = None
         verdict = judge_call(loaded.policy, call["tool_name"], arguments)
         call["feedback"] = format_feedback(loaded.policy, verdict, tool=call["tool_name"], arguments=arguments,
-                                           variant=call["feedback_variant"])
+                                           variant=call["feedback_variant"], unrooted=not detail.get("project_root"))
     return detail

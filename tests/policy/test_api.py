@@ -39,6 +39,7 @@ def test_signatures() -> None:
         "tool",
         "arguments",
         "variant",
+        "unrooted",
     ]
     manager = policy_package.PolicyManager
     for method in ("current", "get", "reload", "start", "stop", "status"):

@@ -119,3 +119,18 @@ def test_a_policy_without_feedback_tells_the_model_as_much_as_the_shipped_one(tm
     curl = {"command": "curl -s https://example.com/a"}
     text = format_feedback(bare, judge_call(bare, "bash", curl), tool="bash", arguments=curl)
     assert "uv run scripts/fetch_page.py https://example.com/a" in text and "curl" in text
+
+
+def test_a_path_judged_without_a_root_says_how_to_bind_the_project(policy: Policy) -> None:
+    from proxy.policy.feedback.messages import UNROOTED
+
+    verdict = judge_call(policy, "read", {"filePath": "/srv/app/a.txt"})
+    told = format_feedback(policy, verdict, tool="read", arguments={"filePath": "/srv/app/a.txt"}, unrooted=True)
+    assert told.count(UNROOTED) == 1 and "allowlist-proxy run" in told and "paths.project_root" in told
+    assert UNROOTED not in format_feedback(policy, verdict, tool="read", arguments={"filePath": "/srv/app/a.txt"})
+    # In `{hint}` where the template has one, after the text where it has none; never for a shell rejection.
+    bare = policy.model_copy(update={"feedback": Feedback(paths="Rejected ({reasons}).")})
+    assert format_feedback(bare, verdict, tool="read", arguments={}, unrooted=True).endswith(UNROOTED)
+    piped = {"command": "uv run scripts/search.py | head -5"}
+    assert UNROOTED not in format_feedback(policy, judge_call(policy, "bash", piped), tool="bash", arguments=piped,
+                                           unrooted=True)

@@ -13,6 +13,8 @@ from proxy.policy.paths.inside import patch_paths
 STRICT = Path(__file__).resolve().parents[2] / "policies" / "strict.yaml"
 POLICY = load_policy_file(STRICT).policy
 ROOT = "/home/me/project"
+# The shipped policy judging a project whose root is known (here pinned): where a relative path lands is known.
+ROOTED = POLICY.model_copy(update={"paths": POLICY.paths.model_copy(update={"project_root": [ROOT]})})
 
 
 def _reasons(tool: str, arguments: dict) -> tuple[str, ...]:
@@ -66,7 +68,20 @@ def test_protected_writes(path: str) -> None:
                                   "Makefile", "package.json", "src/profile.py", "docs/.bashrc.md",
                                   "src/config/settings.py", "src/pycache.py", "src/site_packages.md"])
 def test_ordinary_files_stay_writable(path: str) -> None:
-    assert _reasons("write", {"filePath": path, "content": "x"}) == ()
+    assert judge_call(ROOTED, "write", {"filePath": path, "content": "x"}).reasons == ()
+
+
+@pytest.mark.parametrize("path", ["src/app.py", "tests/conftest.py", "lib/native.so", "app/scripts/x.md",
+                                  "nested/project/scripts/run.py", "home/.bashrc", "sub/.config/x"])
+def test_without_a_root_a_relative_write_that_could_land_on_a_protected_file_is_refused(path: str) -> None:
+    """Where no root is known, the folder a relative path starts from is unknown: a pattern anchored at the root
+    (`/scripts/`, `/.bashrc`) may match below any folder of it, and which modules the scripts import cannot be
+    read, so a Python module is refused too. What no such rule could match stays writable."""
+    assert _reasons("write", {"filePath": path, "content": "x"}) == ("protected_path",)
+    assert judge_call(ROOTED, "write", {"filePath": path.replace("scripts/", "x/").replace("/.", "/"),
+                                        "content": "x"}).reasons == ()
+    for ordinary in ("README.md", "docs/guide.md", "package.json", "data/a.csv"):
+        assert _reasons("write", {"filePath": ordinary, "content": "x"}) == ()
 
 
 @pytest.mark.parametrize("path", [".env", ".env.local", "deploy/.ENV.production", "certs/server.pem", "tls.key",
@@ -113,7 +128,7 @@ def test_responses_apply_patch_call_operations() -> None:
                       {"type": "delete_file", "path": ".git/config"},
                       {"type": "update_file", "path": "src/a.py", "diff": "*** Move to: pyproject.toml\n+x"}):
         assert judge_call(POLICY, "apply_patch_call", operation).reasons, operation
-    assert judge_call(POLICY, "apply_patch_call", {"type": "update_file", "path": "src/a.py",
+    assert judge_call(ROOTED, "apply_patch_call", {"type": "update_file", "path": "src/a.py",
                                                     "diff": "@@\n-a\n+b"}).allowed
 
 
@@ -123,7 +138,11 @@ def test_script_path_argument_and_unknown_tool_values() -> None:
     policy = load_policy_text(text.encode()).policy
     assert judge_call(policy, "bash", {"command": "uv run scripts/search.py .git/config"}).reasons[:2] == (
         "argument", "protected_path")
-    assert judge_call(policy, "bash", {"command": "uv run scripts/search.py src/a.py"}).allowed
+    rooted = policy.model_copy(update={"paths": policy.paths.model_copy(update={"project_root": [ROOT]})})
+    assert judge_call(rooted, "bash", {"command": "uv run scripts/search.py src/a.py"}).allowed
+    # Without a root, the script may write the module a script imports: not judged, refused.
+    assert judge_call(policy, "bash", {"command": "uv run scripts/search.py src/a.py"}).reasons[:2] == (
+        "argument", "protected_path")
     assert "protected_path" in judge_call(POLICY, "save_it", {"target": ".git/hooks/pre-push", "body": "x"}).reasons
 
 

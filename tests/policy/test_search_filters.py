@@ -166,11 +166,23 @@ def test_a_directory_too_large_to_list_is_refused(policy: Policy, tmp_path: Path
 
 
 def test_a_project_the_proxy_cannot_see_is_judged_by_names(policy: Policy, tmp_path: Path) -> None:
-    # The documented limit: no listing where the root is not on this machine (or not known).
+    # The documented limit: no listing where the root is not on this machine.
     missing = tmp_path / "elsewhere"
     assert _judge(policy, "grep", {"pattern": "BEGIN", "path": "."}, roots=(str(missing),)) == ()
-    assert _judge(policy, "grep", {"pattern": "BEGIN", "path": "."}) == ()
     assert _judge(policy, "grep", {"pattern": "BEGIN", "path": "certs/server.key"}) == ("protected_path",)
+
+
+@pytest.mark.parametrize("path", [None, ".", "src", "./deploy", "a/b/c"])
+def test_without_a_root_a_search_that_could_read_a_secret_is_refused(policy: Policy, path: str | None) -> None:
+    """Where no root is known the directory cannot be listed: a search without a filter could read any secret
+    below it (OpenCode's grep runs `rg --hidden`), so it is refused; one whose filter cannot select a secret is
+    judged, and passes."""
+    arguments = {"pattern": "BEGIN"} if path is None else {"pattern": "BEGIN", "path": path}
+    assert _judge(policy, "grep", arguments) == ("protected_path",)
+    assert _judge(policy, "grep", {**arguments, "include": "*.py"}) == ()
+    assert _judge(policy, "grep", {**arguments, "include": "*.{env,py}"}) == ("protected_path",)
+    assert _judge(policy, "grep_search", {k.replace("include", "glob"): v for k, v in arguments.items()}) == (
+        "protected_path",)
 
 
 # -- tools no profile describes ---------------------------------------------------------------------------

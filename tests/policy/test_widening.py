@@ -32,7 +32,7 @@ WIDEN: dict[str, Callable[[dict[str, Any]], object]] = {
     "metadata host allowed": lambda d: d.setdefault("urls", {}).update(allow_hosts=["169.254.169.254"]),
     "file scheme": lambda d: d.setdefault("urls", {}).update(schemes=["http", "https", "file"]),
     "deny host dropped": lambda d: None,  # filled below from a served deny list
-    "project root added": lambda d: d["paths"].update(project_root=["/etc"]),
+    "project root added": lambda d: d["paths"].update(project_root=["/srv/other"]),
     "scripts dir listed": lambda d: d["shell"].update(scripts_path="/tmp"),
     "scripts dir moved": lambda d: d["shell"].update(scripts_dir="tmp"),
     "script added": lambda d: d["shell"]["scripts"].update(evil={}),

@@ -14,7 +14,7 @@ from ..shell.matcher import matcher_for
 from ..verdict import Verdict
 from .suggest import suggest
 
-__all__ = ["HINTS", "capability_of", "format_feedback", "template_for"]
+__all__ = ["HINTS", "UNROOTED", "capability_of", "format_feedback", "template_for"]
 
 # One sentence per reason code, for the `{hint}` placeholder: what to do instead.
 HINTS: dict[str, str] = {
@@ -54,6 +54,12 @@ HINTS: dict[str, str] = {
     "bad_arguments": "Send the arguments as a JSON object with every required field.",
     "unjudgeable": "Call only the tools you were given, as plain function calls: that output could not be judged.",
 }
+# Said after a path's rejection where no project root is known (DESIGN invariant 10): absolute paths are then
+# outside any project, and a search or a relative write that could reach a protected file is refused.
+UNROOTED = ("No project root is known for this client, so its paths cannot be judged inside a project: start the "
+            "client with `allowlist-proxy run CLIENT`, give it a project key (`allowlist-proxy keys create --root "
+            "DIR`), or set `paths.project_root` in the policy.")
+_UNROOTED_REASONS = frozenset({"absolute_path", "protected_path"})
 _PLACEHOLDER = re.compile(r"\{(reasons|scripts|command|tool|shape|hint|decision|suggestion)\}")
 _MAX_COMMAND = 300
 
@@ -118,7 +124,7 @@ def template_for(policy: Policy, variant: str | None, capability: str = "shell")
 
 
 def format_feedback(policy: Policy, verdict: Verdict, *, tool: str, arguments: dict[str, Any] | None,
-                    variant: str | None = None) -> str:
+                    variant: str | None = None, unrooted: bool = False) -> str:
     """Fill `{reasons}`, `{scripts}`, `{command}`, `{suggestion}` (and `{tool}`, `{shape}`, `{hint}`,
     `{decision}`) in the template for the rejection's capability (a rejected read is never told which
     commands may run), or the session's feedback `variant` for a shell rejection.
@@ -126,10 +132,12 @@ def format_feedback(policy: Policy, verdict: Verdict, *, tool: str, arguments: d
     Only these exact placeholders are replaced and everything else is left as written, so a template with
     stray braces or `{reasons.__class__}` never raises and never reaches into objects. `{suggestion}` is
     the nearest allowed command (proxy/policy/feedback/suggest.py), or nothing; the text is stripped at its end so
-    an empty last placeholder leaves no trailing space.
+    an empty last placeholder leaves no trailing space. `unrooted`: the call was judged where no project root
+    was known; a path rejection then says how to bind the project (`UNROOTED`), in `{hint}` or after the text.
     """
     values: dict[str, str] = {}
     template = str(template_for(policy, variant, capability_of(verdict)))
+    told = unrooted and bool(verdict.reasons) and verdict.reasons[0] in _UNROOTED_REASONS
 
     def fill(m: re.Match[str]) -> str:
         key = m.group(1)
@@ -146,7 +154,7 @@ def format_feedback(policy: Policy, verdict: Verdict, *, tool: str, arguments: d
                 elif key == "shape":
                     values[key] = verdict.shape or ""
                 elif key == "hint":
-                    values[key] = _hint(verdict)
+                    values[key] = " ".join(filter(None, (_hint(verdict), UNROOTED if told else "")))
                 elif key == "suggestion":
                     found = suggest(policy, tool, arguments, verdict)
                     values[key] = found.text if found is not None else ""
@@ -157,6 +165,7 @@ def format_feedback(policy: Policy, verdict: Verdict, *, tool: str, arguments: d
         return values[key]
 
     try:
-        return _PLACEHOLDER.sub(fill, template).rstrip()
+        text = _PLACEHOLDER.sub(fill, template).rstrip()
     except Exception:
-        return template
+        text = template
+    return text + " " + UNROOTED if told and UNROOTED not in text else text

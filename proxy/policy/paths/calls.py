@@ -27,7 +27,8 @@ def path_findings(call: Call) -> Iterator[Finding]:
 
 def search_findings(call: Call) -> Iterator[Finding]:
     """Filter globs (`globs`: what they could select) and searched directories (`searches`: read paths, and
-    the protected files on this machine the search's filters select; left out, the project root)."""
+    the protected files on this machine the search's filters select; left out, the project root). Where no
+    project root is known, a search without a filter could read any secret below it: refused."""
     tool_map, roots = call.map, call.roots
     if not (tool_map.globs or tool_map.searches):
         return
@@ -39,6 +40,7 @@ def search_findings(call: Call) -> Iterator[Finding]:
                 problem = glob_problem(call.policy, glob, roots)
                 if problem is not None:
                     yield call.found(problem, label)
+    protected = protected_for(call.policy)
     for spec in tool_map.searches:
         given = call.values(spec)
         for label, value in given or [(spec, ".")]:
@@ -46,8 +48,11 @@ def search_findings(call: Call) -> Iterator[Finding]:
                 # Left out, the search is of the project root: no path to judge, only what lies below it.
                 problem = (path_value_problem(directory, roots)
                            or protected_problem(call.policy, directory, roots, write=False)) if given else None
-                if problem is None and roots and searched_secret(protected_for(call.policy),
-                                                                 directory.strip() or ".", filters, roots):
+                if problem is None and roots and searched_secret(protected, directory.strip() or ".", filters, roots):
+                    problem = "protected_path"
+                elif problem is None and not roots and not filters and protected.read is not None:
+                    # No root known: where the search runs, and what lies below it, is unknown. Only a filter that
+                    # cannot select a protected read (judged above) makes it safe to pass.
                     problem = "protected_path"
                 if problem is not None:
                     yield call.found(problem, label)

@@ -3,7 +3,10 @@
 The class is every file something other than the model runs or loads on its own (uv, Python, git, the
 shell, the editor, the agent client, the proxy itself): writing one changes what an allowed command does.
 A pattern is gitignore-like: without a leading `/` it matches at any depth (`*.pth`, `.git/`), with one
-only from a project root (`/scripts/`); a match covers everything beneath. Paths are compared after
+only from a project root (`/scripts/`); a match covers everything beneath. Two forms name places outside any
+project, matched against absolute paths whatever the root (or none): `//etc/` from the file system's root,
+`~/.ssh/` under every home directory (`/root`, `/home/NAME`, `/Users/NAME`, `/var/home/NAME`), as Claude
+Code's permission rules write them. Paths are compared after
 normalisation (NFKC, case, backslashes, `.`/`..`, repeated slashes, trailing dots and spaces per segment),
 absolute ones under a project root as relative ones, and through the symlinks a root on this machine has.
 The proxy's own policy and config files are protected wherever they are (`register_own_files`).
@@ -17,13 +20,14 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
+from ..roots import HOME_PARENTS
 from ..schema import Policy, compiled_for
 from .globs import GlobSet, Patterns, compile_glob, pattern_tokens, selects
 from .imported import imported_modules
 from .inside import path_value_problem
 
-__all__ = ["READ", "WRITE", "fold", "glob_problem", "own_files", "protected_for", "protected_problem",
-           "register_own_files"]
+__all__ = ["READ", "WRITE", "fold", "glob_problem", "is_absolute_pattern", "own_files", "protected_for",
+           "protected_problem", "register_own_files"]
 
 WRITE = "write"
 READ = "read"
@@ -33,6 +37,9 @@ _OWN: set[str] = set()
 _OWN_DIRS: set[str] = set()
 # The files of a watched policies dir that are policies (proxy/policy/file/manager.py reads these suffixes).
 _POLICY_SUFFIXES = (".yaml", ".yml")
+# What Python imports by a module's name: a source, or an extension module.
+_MODULE_SUFFIXES = (".py", ".so", ".pyd")
+_WILDCARDS = re.compile(r"[*?\[{]")  # a filter, not a file: judged as one (glob_problem)
 
 
 def _forms(path: str) -> set[str]:
@@ -63,6 +70,20 @@ def _is_own(path: str) -> bool:
     return path in _OWN_DIRS or (parent in _OWN_DIRS and name.endswith(_POLICY_SUFFIXES))
 
 
+def _is_own_below(relative: str) -> bool:
+    """Whether a folded relative path names one of the proxy's own files from some folder: an own file, or a policy
+    file of a watched policies dir, ends with it."""
+    if relative in ("", "..") or relative.startswith("../"):
+        return False
+    tail = "/" + relative
+    if any(mine.endswith(tail) for mine in _OWN):
+        return True
+    # A policy file directly in a watched dir: `policies/new.yaml` from above it, `new.yaml` from inside it.
+    parent, _, name = tail.rpartition("/")
+    return any(mine.endswith(tail) or (name.endswith(_POLICY_SUFFIXES) and mine.endswith(parent))
+               for mine in _OWN_DIRS)
+
+
 def fold(text: str) -> str:
     """The form every compared path takes: NFKC, casefolded, `/` separators, segments without trailing
     dots and spaces (Windows drops them), `.` and repeated slashes gone."""
@@ -88,19 +109,49 @@ def _segment(text: str) -> str:
     return "".join("[^/]*" if c == "*" else "[^/]" if c == "?" else re.escape(c) for c in text)
 
 
-def _compile(patterns: Iterable[str]) -> re.Pattern[str] | None:
-    """All patterns as one regex searched over a folded relative path: one search per path, not one per
-    pattern and segment."""
+def is_absolute_pattern(pattern: str) -> bool:
+    """A pattern that names a place outside any project: `//x` (from the file system's root), `~/x` (in every
+    home)."""
+    text = pattern.strip()
+    return text.startswith(("//", "~/"))
+
+
+# Where a `~/` pattern starts: any home directory, as `fold` writes it.
+_HOMES = "(?:/root|" + "|".join(re.escape(fold(parent)) + "/[^/]+" for parent in HOME_PARENTS) + ")"
+
+
+def _compile(patterns: Iterable[str], *, floating: bool = False) -> re.Pattern[str] | None:
+    """All relative patterns as one regex searched over a folded relative path: one search per path, not one
+    per pattern and segment. `floating`: the patterns anchored at a project root match at any depth too (where
+    no root is known, any folder on a relative path may be the root)."""
     anchored: list[str] = []
     anywhere: list[str] = []
     for pattern in patterns:
+        if is_absolute_pattern(pattern):
+            continue
         folded = fold(pattern)
         segments = [s for s in folded.split("/") if s]
         if not segments:
             continue
-        (anchored if folded.startswith("/") else anywhere).append("/".join(map(_segment, segments)))
+        (anchored if folded.startswith("/") and not floating else anywhere).append("/".join(map(_segment, segments)))
     # The shared start and end written once: the engine tries the alternatives only where a segment starts.
     parts = [f"{start}(?:{'|'.join(bodies)})(?:/|$)" for start, bodies in (("^", anchored), ("(?:^|/)", anywhere))
+             if bodies]
+    return re.compile("|".join(parts)) if parts else None
+
+
+def _compile_absolute(patterns: Iterable[str]) -> re.Pattern[str] | None:
+    """The `//x` and `~/x` patterns as one regex searched over a folded absolute path."""
+    rooted: list[str] = []
+    homed: list[str] = []
+    for pattern in patterns:
+        if not is_absolute_pattern(pattern):
+            continue
+        text = pattern.strip()
+        segments = [s for s in fold(text[2:]).split("/") if s]
+        if segments:
+            (rooted if text.startswith("//") else homed).append("/".join(map(_segment, segments)))
+    parts = [f"^{start}/(?:{'|'.join(bodies)})(?:/|$)" for start, bodies in (("", rooted), (_HOMES, homed))
              if bodies]
     return re.compile("|".join(parts)) if parts else None
 
@@ -117,6 +168,10 @@ class Protected:
         self.scripts_dir = policy.bash.scripts_dir.strip("/") if rules.scripts_dir else None
         self.write = _compile([*write, *rules.read])  # a writing tool reads the file too
         self.read = _compile(rules.read)
+        self.write_absolute = _compile_absolute([*write, *rules.read])
+        self.read_absolute = _compile_absolute(rules.read)
+        self.write_unrooted = _compile([*write, *rules.read], floating=True)
+        self.read_unrooted = _compile(rules.read, floating=True)
         self._read_patterns: Patterns | None = None
         self._globs: dict[str, bool] = {}
         self.glob_problems: dict[tuple[str, tuple[str, ...]], str | None] = {}
@@ -129,7 +184,8 @@ class Protected:
         found = self._globs.get(key)
         if found is None:
             if self._read_patterns is None:
-                self._read_patterns = pattern_tokens((fold(p), p.rstrip().endswith("/")) for p in self.source.read)
+                self._read_patterns = pattern_tokens((fold(p), p.rstrip().endswith("/")) for p in self.source.read
+                                                     if not is_absolute_pattern(p))
             found = not glob.complete or selects(glob, self._read_patterns)
             if len(self._globs) >= _KEPT_GLOBS:
                 self._globs.clear()
@@ -186,18 +242,40 @@ class Protected:
 
     def problem(self, path: str, *, write: bool, roots: tuple[str, ...] = ()) -> bool:
         """Whether `path` is protected for this access (a write checks both lists: a writing tool reads)."""
+        if not roots and not fold(path).startswith("/"):
+            return self._unrooted(path, write=write)
         patterns = self.write if write else self.read
+        outside = self.write_absolute if write else self.read_absolute
         own = write and self.source.own_files and bool(_OWN or _OWN_DIRS)
-        if patterns is None and not own:
+        if patterns is None and outside is None and not own:
             return False
         relative, absolute, escapes = self._candidates(path, roots)
         if escapes or (patterns is not None and any(patterns.search(form) for form in relative)):
+            return True
+        if outside is not None and any(outside.search(form) for form in absolute):
             return True
         if write and self.scripts_dir is not None and self._imported(relative, roots):
             return True
         if own:
             return any(_is_own(a) for a in absolute)
         return False
+
+
+    def _unrooted(self, path: str, *, write: bool) -> bool:
+        """A relative path where no project root is known: where the agent works is unknown, so the path may land
+        below any folder. Protected when a pattern matches it from any of its folders (`/scripts/` at any depth),
+        when it may be one of the proxy's own files from any folder (`policies/strict.yaml` from the directory
+        the proxy serves it from, or any above it), and, for a write, when it is a Python module a script may
+        import (which modules those are is read from the project, and there is none to read)."""
+        folded = fold(path)
+        patterns = self.write_unrooted if write else self.read_unrooted
+        if patterns is not None and patterns.search(folded):
+            return True
+        if not write:
+            return False
+        if self.scripts_dir is not None and folded.endswith(_MODULE_SUFFIXES) and not _WILDCARDS.search(folded):
+            return True
+        return self.source.own_files and _is_own_below(folded)
 
 
 def protected_for(policy: Policy) -> Protected:

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from ..roots import normal_root
+from ..roots import normal_root, root_problem
 from ..schema import Policy, Profile, ShellMap, ToolMap
 from .classify import Declared, classify, classify_arguments, misfits
 from .offered import Offered, offered_tools, properties, shell_like
@@ -191,7 +191,8 @@ class ToolSet:
         elif root_header:
             value = _header(headers, root_header)
             root = normal_root(value) if value else None
-            roots = (root,) if root else ()
+            # A header naming a system directory or a home's dot-directory names no root (proxy/policy/roots.py).
+            roots = (root,) if root and root_problem(root) is None else ()
         if not bound_root and not roots and stated_root and not policy.paths.project_root and \
                 policy.paths.infer_project_root:
             roots = (stated_root,)
