@@ -27,7 +27,7 @@ def make_app(engine, *, admin_token: str | None = None, loop_min_attempts: int =
     app.include_router(router)
     policy = SimpleNamespace(policy=SimpleNamespace(loop_min_attempts=loop_min_attempts))
     app.state.proxy = SimpleNamespace(
-        engine=engine, settings=SimpleNamespace(admin_token=admin_token),
+        engine=engine, settings=SimpleNamespace(http=SimpleNamespace(admin_token=admin_token)),
         policies=SimpleNamespace(current=lambda: policy, get=lambda _name: None),
     )
     return app
