@@ -133,7 +133,7 @@ def _judge_call(policy: Policy, tool: str, arguments: dict[str, Any] | None, off
         judged = frozenset(spec for rule in rules for spec in rule.judges)
 
         def protected(value: str) -> str | None:
-            problem = protected_problem(policy, value, roots)
+            problem = protected_problem(policy, value, roots, imports=True)
             if problem is None and _GLOB_CHARS.search(value) and not is_url(value):
                 # A one-word value with wildcards may be a filter (`*.pem`, `{.env,x}`): judged as one.
                 problem = "protected_path" if protected_for(policy).glob_selects(compile_glob(value), value) else None

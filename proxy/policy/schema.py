@@ -31,6 +31,7 @@ __all__ = [
     "BashRules",
     "Examples",
     "Feedback",
+    "NewModules",
     "PathRules",
     "Policy",
     "Profile",
@@ -362,15 +363,29 @@ DEFAULT_PROTECTED_READ: tuple[str, ...] = (
 ProtectedPattern = Annotated[str, StringConstraints(min_length=1, max_length=300, pattern=r"^[^\x00]+$")]
 
 
+ModuleName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,199}$")]
+
+
+class NewModules(_Strict):
+    """`protected.new_modules`: top-level modules the agent may create in the project's import directories
+    (the root, `src/`, the `.pth` directories) where the project's environment cannot be read, and which the
+    standard library's or the installed distributions' names do not cover (proxy/policy/paths/modules.py)."""
+
+    allow: list[ModuleName] = Field(default_factory=list, description=(
+        "module or package names (`mypkg`, `tests`) a write may create at the top level of an import directory"))
+
+
 class ProtectedRules(_Strict):
     """`protected:` paths no tool may write (`write`) or read (`read`); a policy without the key gets the
     shipped lists. `scripts_dir`: every file under `shell.scripts_dir` is protected from writing too;
-    `own_files`: so are the proxy's loaded policy and config files, wherever they are."""
+    `own_files`: so are the proxy's loaded policy and config files, wherever they are. A write that changes
+    what an import of the project's interpreter resolves to is protected as well (`new_modules`)."""
 
     write: list[ProtectedPattern] = Field(default_factory=lambda: list(DEFAULT_PROTECTED_WRITE))
     read: list[ProtectedPattern] = Field(default_factory=lambda: list(DEFAULT_PROTECTED_READ))
     scripts_dir: bool = True
     own_files: bool = True
+    new_modules: NewModules = Field(default_factory=NewModules)
 
 
 class Feedback(_Strict):

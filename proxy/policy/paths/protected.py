@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 from ..schema import Policy, compiled_for
 from .globs import GlobSet, Patterns, compile_glob, pattern_tokens, selects
-from .imported import imported_modules
+from .modules import import_view, shadowing_write, unknown_view
 from .inside import path_value_problem
 
 __all__ = ["READ", "WRITE", "fold", "glob_problem", "own_files", "protected_for", "protected_problem",
@@ -115,6 +115,9 @@ class Protected:
         if rules.scripts_dir:
             write.append("/" + policy.bash.scripts_dir.strip("/") + "/")
         self.scripts_dir = policy.bash.scripts_dir.strip("/") if rules.scripts_dir else None
+        self.import_scripts_dir = policy.bash.scripts_dir.strip("/")
+        self.new_modules = frozenset(name.casefold() for name in rules.new_modules.allow)
+        self.unknown_view = unknown_view(self.import_scripts_dir, fold)
         self.write = _compile([*write, *rules.read])  # a writing tool reads the file too
         self.read = _compile(rules.read)
         self._read_patterns: Patterns | None = None
@@ -173,19 +176,16 @@ class Protected:
                 escapes = True  # `link/x` with `link -> /etc`: the write lands outside the project
         return relative, absolute, escapes
 
-    def _imported(self, relative: list[str], roots: tuple[str, ...]) -> bool:
-        """Whether a path (its forms relative to a root) is one of the project's modules the scripts import
-        (proxy/policy/paths/imported.py)."""
-        assert self.scripts_dir is not None
-        for root in roots:
-            if os.path.isdir(root):
-                modules = imported_modules(root, self.scripts_dir, fold)
-                if any(form == m or form.startswith(m + "/") for form in relative for m in modules):
-                    return True
-        return False
+    def _shadowing(self, relative: list[str], roots: tuple[str, ...]) -> bool:
+        """Whether a write (its forms relative to a root) changes what an import of the project's interpreter
+        resolves to (proxy/policy/paths/modules.py); a root not on this machine is judged by its layout."""
+        views = [import_view(root, self.import_scripts_dir, fold) if os.path.isdir(root) else self.unknown_view
+                 for root in roots] or [self.unknown_view]
+        return any(shadowing_write(form, view, self.new_modules) for view in views for form in relative)
 
-    def problem(self, path: str, *, write: bool, roots: tuple[str, ...] = ()) -> bool:
-        """Whether `path` is protected for this access (a write checks both lists: a writing tool reads)."""
+    def problem(self, path: str, *, write: bool, roots: tuple[str, ...] = (), imports: bool = False) -> bool:
+        """Whether `path` is protected for this access (a write checks both lists: a writing tool reads);
+        `imports`: the access writes the file itself, so a module it would shadow counts too."""
         patterns = self.write if write else self.read
         own = write and self.source.own_files and bool(_OWN or _OWN_DIRS)
         if patterns is None and not own:
@@ -193,7 +193,7 @@ class Protected:
         relative, absolute, escapes = self._candidates(path, roots)
         if escapes or (patterns is not None and any(patterns.search(form) for form in relative)):
             return True
-        if write and self.scripts_dir is not None and self._imported(relative, roots):
+        if write and imports and self._shadowing(relative, roots):
             return True
         if own:
             return any(_is_own(a) for a in absolute)
@@ -204,10 +204,13 @@ def protected_for(policy: Policy) -> Protected:
     return compiled_for(policy, "_protected", policy.protected, Protected)
 
 
-def protected_problem(policy: Policy, path: str, roots: tuple[str, ...] = (), *, write: bool = True) -> str | None:
+def protected_problem(policy: Policy, path: str, roots: tuple[str, ...] = (), *, write: bool = True,
+                      imports: bool = False) -> str | None:
     """`protected_path` when a tool may not touch `path` this way, else None: the one check every judged
-    write (and secret read) goes through."""
-    return "protected_path" if protected_for(policy).problem(path, write=write, roots=roots) else None
+    write (and secret read) goes through. `imports`: a file-writing tool's own path (written, replaced,
+    renamed or deleted), judged also by what it would change for the project's imports."""
+    found = protected_for(policy).problem(path, write=write, roots=roots, imports=imports and write)
+    return "protected_path" if found else None
 
 
 def glob_problem(policy: Policy, glob: str, roots: tuple[str, ...] = ()) -> str | None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from ..paths.modules import warm_root
 from ..roots import normal_root
 from ..schema import Policy, Profile, ShellMap, ToolMap
 from .classify import Declared, classify, classify_arguments, misfits
@@ -191,6 +192,8 @@ class ToolSet:
         tools = cls(table=profile_table(policy), offered=offered_tools(payload),
                     user_agent=_header(headers, "user-agent"), extra_roots=roots)
         tools.select()
+        for root in tools.roots:  # what the project's environment imports, read before its first write is judged
+            warm_root(root, policy.bash.scripts_dir)
         return tools
 
     @property
