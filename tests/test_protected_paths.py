@@ -128,7 +128,7 @@ def test_the_served_policy_is_protected(upstream, start_proxy, tmp_path: Path):
              {"filePath": "ops/link/served.yaml", "content": "x"},
              {"filePath": "ops/new-policy.yaml", "content": "x"}]
     for index, bad in enumerate(cases):
-        _run(proxy, upstream, 100 + index, "opencode", "write", bad, {"filePath": "src/app/x.py", "content": "x"})
+        _run(proxy, upstream, 100 + index, "opencode", "write", bad, {"filePath": "docs/x.md", "content": "x"})
 
 
 def test_a_symlink_out_of_the_project_is_refused(upstream, start_proxy, tmp_path: Path):
@@ -145,7 +145,7 @@ def test_a_symlink_out_of_the_project_is_refused(upstream, start_proxy, tmp_path
     for index, bad in enumerate([{"filePath": "src/cfg/.bashrc", "content": "x"},
                                  {"filePath": f"{project}/src/cfg/.profile", "content": "x"},
                                  {"filePath": "hooks/pre-commit", "content": "x"}]):
-        _run(proxy, upstream, 200 + index, "opencode", "write", bad, {"filePath": "src/app/x.py", "content": "x"})
+        _run(proxy, upstream, 200 + index, "opencode", "write", bad, {"filePath": "src/x.md", "content": "x"})
 
 
 def test_a_search_over_a_secret_on_disk_is_refused(upstream, start_proxy, tmp_path: Path):
