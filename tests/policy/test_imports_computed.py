@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
+import importlib.util
 import os
 import re
 import shutil
@@ -93,7 +94,7 @@ def make_project(where: Path) -> tuple[Path, dict[str, str]]:
 
 def _installed(site: Path, name: str) -> bool:
     return (site / name).is_dir() or (site / f"{name}.py").exists() or any(site.glob(f"{name}.*.so")) \
-        or name in sys.stdlib_module_names and importlib.util.find_spec(name) is not None
+        or (name in sys.stdlib_module_names and importlib.util.find_spec(name) is not None)
 
 
 def optional_imports(site: Path, packages: tuple[str, ...] = ("requests", "urllib3")) -> set[str]:

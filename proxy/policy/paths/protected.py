@@ -5,7 +5,10 @@ shell, the editor, the agent client, the proxy itself): writing one changes what
 A pattern is gitignore-like: without a leading `/` it matches at any depth (`*.pth`, `.git/`), with one
 only from a project root (`/scripts/`); a match covers everything beneath. Paths are compared after
 normalisation (NFKC, case, backslashes, `.`/`..`, repeated slashes, trailing dots and spaces per segment),
-absolute ones under a project root as relative ones, and through the symlinks a root on this machine has.
+absolute ones under a project root as relative ones, and through the symlinks a root on this machine has;
+and under the names macOS and Windows would read them by (proxy/policy/paths/spellings.py: ignorable code
+points, alternate data streams, 8.3 short names). A write is also judged by what it would change for the
+project's imports (proxy/policy/paths/modules.py).
 The proxy's own policy and config files are protected wherever they are (`register_own_files`).
 """
 
@@ -19,8 +22,9 @@ from collections.abc import Iterable
 
 from ..schema import Policy, compiled_for
 from .globs import GlobSet, Patterns, compile_glob, pattern_tokens, selects
-from .modules import import_view, shadowing_write, unknown_view
 from .inside import path_value_problem
+from .modules import import_view, shadowing_write, unknown_view
+from .spellings import literal_names, other_spellings
 
 __all__ = ["READ", "WRITE", "fold", "glob_problem", "own_files", "protected_for", "protected_problem",
            "register_own_files"]
@@ -118,6 +122,7 @@ class Protected:
         self.import_scripts_dir = policy.bash.scripts_dir.strip("/")
         self.new_modules = frozenset(name.casefold() for name in rules.new_modules.allow)
         self.unknown_view = unknown_view(self.import_scripts_dir, fold)
+        self.short_names = literal_names([*map(fold, write), *map(fold, rules.read), fold(self.import_scripts_dir)])
         self.write = _compile([*write, *rules.read])  # a writing tool reads the file too
         self.read = _compile(rules.read)
         self._read_patterns: Patterns | None = None
@@ -176,6 +181,12 @@ class Protected:
                 escapes = True  # `link/x` with `link -> /etc`: the write lands outside the project
         return relative, absolute, escapes
 
+    def _other_spellings(self, forms: list[str]) -> list[str]:
+        """The forms and the names a macOS or Windows reader would take each for (proxy/policy/paths/
+        spellings.py): a short name may stand for any protected name, or one of the proxy's own files."""
+        names = self.short_names | {name: name for mine in _OWN | _OWN_DIRS if (name := mine.rpartition("/")[2])}
+        return forms + [other for form in forms for other in other_spellings(form, names, fold)]
+
     def _shadowing(self, relative: list[str], roots: tuple[str, ...]) -> bool:
         """Whether a write (its forms relative to a root) changes what an import of the project's interpreter
         resolves to (proxy/policy/paths/modules.py); a root not on this machine is judged by its layout."""
@@ -191,6 +202,8 @@ class Protected:
         if patterns is None and not own:
             return False
         relative, absolute, escapes = self._candidates(path, roots)
+        if not (path.isascii() and ":" not in path and "~" not in path):
+            relative, absolute = self._other_spellings(relative), self._other_spellings(absolute)
         if escapes or (patterns is not None and any(patterns.search(form) for form in relative)):
             return True
         if write and imports and self._shadowing(relative, roots):
