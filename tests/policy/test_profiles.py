@@ -141,6 +141,18 @@ def test_codex_shell_argument_must_be_a_shell(rooted: Policy) -> None:
     verdict = judge_call(rooted, "exec_command", {"cmd": ALLOWED, "shell": "/usr/bin/curl"}, tools=tools)
     assert (verdict.reasons, verdict.shape) == (("wrapper",), "wrapper:exec_command.shell")
     assert judge_call(rooted, "exec_command", {"cmd": ALLOWED, "shell": 3}, tools=tools).decision == "malformed"
+    # A program named like a shell at a path of the project's (or the model's) is no shell (issue 38).
+    for shell in ("scripts/x/bash", "./tools/bash", "/tmp/bash", "bin/zsh", "/home/u/bash", "bash ", "BASH"):
+        verdict = judge_call(rooted, "exec_command", {"cmd": ALLOWED, "shell": shell}, tools=tools)
+        assert verdict.reasons == ("wrapper",), shell
+
+
+@pytest.mark.parametrize("program", ["scripts/x/bash", "./tools/bash", "tools/sh", "/tmp/zsh", "../bash"])
+def test_an_argv_program_named_like_a_shell_is_not_unwrapped(rooted: Policy, program: str) -> None:
+    verdict = judge_call(rooted, "local_shell_call", {"type": "exec", "command": [program, "-lc", ALLOWED]})
+    assert not verdict.allowed, program
+    for shell in ("bash", "/bin/bash", "/usr/bin/bash", "sh", "/bin/sh", "zsh", "/usr/local/bin/zsh"):
+        assert judge_call(rooted, "local_shell_call", {"type": "exec", "command": [shell, "-lc", ALLOWED]}).allowed
 
 
 def test_project_root_from_a_header(shipped: Policy) -> None:
