@@ -15,6 +15,7 @@ refused rather than guessed.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import re
 import socket
@@ -104,10 +105,8 @@ def _spelled(host: str) -> list[_IP]:
                 found.append(ipaddress.IPv4Address(value))
     for label in host.split("."):
         if "-" in label and _V6_LABEL.fullmatch(label):
-            try:
+            with contextlib.suppress(ValueError):
                 found.append(ipaddress.IPv6Address(label.replace("-", ":")))
-            except ValueError:
-                pass
     return found
 
 
