@@ -31,6 +31,7 @@ __all__ = [
     "BashRules",
     "Examples",
     "Feedback",
+    "KeyboardMap",
     "NewModules",
     "PathRules",
     "Policy",
@@ -211,11 +212,27 @@ class ShellMap(_Strict):
         return self.command or self.commands or self.argv or ""
 
 
+class KeyboardMap(_Strict):
+    """A tool that types into a screen or a terminal (computer use, key typing) is a shell: the text it types
+    is judged as a command line (one trailing newline is the Enter that runs it), a key it presses must be
+    Enter alone, and any other action (a click, a drag) cannot be judged and is refused. `action`: the
+    argument naming what one call does (`type`, `key`, `click`, `screenshot` ...), where the tool has one."""
+
+    text: ArgPath | None = Field(default=None, description="the argument holding the text typed")
+    keys: ArgPath | None = Field(default=None, description="the argument holding the keys pressed")
+    action: ArgPath | None = Field(default=None, description="the argument naming the action of a call")
+
+    def specs(self) -> list[str]:
+        return [s for s in (self.action, self.text, self.keys) if s]
+
+
 class ToolMap(_Strict):
     """One tool of a client mapped onto the capabilities; a tool with neither is known and follows
     `other_tools`."""
 
     shell: ShellMap | None = None
+    keyboard: KeyboardMap | None = Field(default=None, description=(
+        "a tool that types into a screen or terminal: its typed text judged as a command line"))
     paths: list[ArgPath] = Field(
         default_factory=list, description="arguments holding file paths the tool may write (or read)")
     read_paths: list[ArgPath] = Field(
@@ -240,6 +257,8 @@ class ToolMap(_Strict):
     def arguments(self) -> list[str]:
         """The top-level argument names this map reads."""
         specs = [*self.paths, *self.read_paths, *self.patch, *self.urls, *self.globs, *self.searches]
+        if self.keyboard is not None:
+            specs += self.keyboard.specs()
         if self.shell is not None:
             specs.append(self.shell.source)
         return [re.split(r"[.\[]", spec, maxsplit=1)[0] for spec in specs]
@@ -248,6 +267,8 @@ class ToolMap(_Strict):
         """Every argument this map says what it is: the ones it judges, the shell's workdir, environment
         and interpreter, and `known`."""
         specs = [*self.paths, *self.read_paths, *self.patch, *self.urls, *self.globs, *self.searches, *self.known]
+        if self.keyboard is not None:
+            specs += self.keyboard.specs()
         if self.shell is not None:
             specs += [s for s in (self.shell.source, self.shell.workdir, self.shell.env, self.shell.interpreter) if s]
         return specs
@@ -255,7 +276,7 @@ class ToolMap(_Strict):
     @property
     def governed(self) -> bool:
         return (self.shell is not None or bool(self.paths) or bool(self.read_paths) or bool(self.patch)
-                or bool(self.urls) or bool(self.globs) or bool(self.searches))
+                or bool(self.urls) or bool(self.globs) or bool(self.searches) or self.keyboard is not None)
 
 
 class Profile(_Strict):

@@ -26,6 +26,7 @@ from ..paths.modules import warm_root
 from ..roots import normal_root
 from ..schema import Policy, Profile, ShellMap, ToolMap
 from .classify import Declared, classify, classify_arguments, misfits
+from .keyboard import keyboard_map, keyboard_map_of_call
 from .offered import Offered, offered_tools, properties, shell_like
 
 __all__ = [
@@ -294,8 +295,10 @@ def unknown_tool_rules(tool: str, schema: Mapping[str, Any] | None, description:
     if not found.readable:
         return [Rule.of(HEURISTIC_PROFILE, tool, ToolMap(), content=True, readable=False)]
     maps = found.maps or (ToolMap(),)
-    return [Rule.of(HEURISTIC_PROFILE, tool, m, content=True, declared=found.declared if i == 0 else None)
-            for i, m in enumerate(maps)]
+    rules = [Rule.of(HEURISTIC_PROFILE, tool, m, content=True, declared=found.declared if i == 0 else None)
+             for i, m in enumerate(maps)]
+    keyboard = keyboard_map(tool, schema)  # computer use, key typing: what it types is a command line
+    return rules + ([Rule.of(HEURISTIC_PROFILE, tool, ToolMap(keyboard=keyboard))] if keyboard else [])
 
 
 def _known_name_rules(tool: str, spec: Offered, known: list[Rule]) -> list[Rule]:
@@ -341,7 +344,9 @@ def _argument_rules(rule: Rule, arguments: Mapping[str, Any]) -> list[Rule]:
     found = classify_arguments(arguments)
     if found.unaddressable:
         return [dataclasses.replace(Rule.of(rule.profile, rule.tool, ToolMap(), content=True), unaddressable=True)]
-    return [Rule.of(rule.profile, rule.tool, m, content=True) for m in found.maps]
+    keyboard = keyboard_map_of_call(rule.tool, arguments)
+    return [Rule.of(rule.profile, rule.tool, m, content=True) for m in found.maps] + (
+        [Rule.of(rule.profile, rule.tool, ToolMap(keyboard=keyboard))] if keyboard else [])
 
 
 def misfit_rules(rule: Rule, arguments: Mapping[str, Any]) -> list[Rule]:
