@@ -279,12 +279,19 @@ class ToolMap(_Strict):
                 or bool(self.urls) or bool(self.globs) or bool(self.searches) or self.keyboard is not None)
 
 
+# A file a client loads, written as a `protected:` pattern (ProtectedPattern's form).
+ClientFilePattern = Annotated[str, StringConstraints(min_length=1, max_length=300, pattern=r"^[^\x00]+$")]
+
+
 class Profile(_Strict):
     """A client's tools mapped onto capabilities. Chosen per request from the offered tools."""
 
     description: str | None = None
     user_agent: str | None = Field(default=None, description="a regex searched in the User-Agent header")
     tools: dict[ToolName, ToolMap] = Field(default_factory=dict)
+    files: list[ClientFilePattern] = Field(default_factory=list, description=(
+        "the files this client loads into the model's context or runs on its own (instructions, rules, "
+        "settings, hooks), as `protected:` patterns: protected from writing for every client"))
 
     @field_validator("user_agent")
     @classmethod
@@ -406,6 +413,9 @@ class ProtectedRules(_Strict):
     read: list[ProtectedPattern] = Field(default_factory=lambda: list(DEFAULT_PROTECTED_READ))
     scripts_dir: bool = True
     own_files: bool = True
+    # The instructions, rules and settings each tool profile's client loads (`profiles.*.files`, the built-in
+    # ones and the policy's own): a model must not rewrite what the next session of any client is told.
+    client_files: bool = True
     new_modules: NewModules = Field(default_factory=NewModules)
 
 

@@ -21,6 +21,7 @@ import unicodedata
 from collections.abc import Iterable
 
 from ..schema import Policy, compiled_for
+from .client_files import client_files
 from .globs import GlobSet, Patterns, compile_glob, pattern_tokens, selects
 from .inside import path_value_problem
 from .modules import import_view, shadowing_write, unknown_view
@@ -116,6 +117,8 @@ class Protected:
         rules = policy.protected
         self.source = rules
         write = list(rules.write)
+        if rules.client_files:  # what every client loads on its own (proxy/policy/paths/client_files.py)
+            write += client_files(policy)
         if rules.scripts_dir:
             write.append("/" + policy.bash.scripts_dir.strip("/") + "/")
         self.scripts_dir = policy.bash.scripts_dir.strip("/") if rules.scripts_dir else None

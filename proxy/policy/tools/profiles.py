@@ -17,11 +17,11 @@ import re
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
 
+from ..paths.client_files import BUILTIN_PROFILES_FILE
 from ..paths.modules import warm_root
 from ..roots import normal_root
 from ..schema import Policy, Profile, ShellMap, ToolMap
@@ -44,7 +44,7 @@ __all__ = [
     "unknown_tool_rules",
 ]
 
-_BUILTIN_FILE = Path(__file__).resolve().parents[2] / "default_policies" / "tool-profiles.yaml"
+_BUILTIN_FILE = BUILTIN_PROFILES_FILE
 # The maps the policy's own `bash:`/`paths:` tool keys make; applied wherever they fit, never recorded.
 LEGACY_PROFILE = "policy"
 # The rule of a tool no profile knows whose schema looks like it runs commands (`shell_like`).
