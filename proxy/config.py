@@ -141,7 +141,9 @@ class Settings(BaseSettings):
     models_cache_seconds: float = Field(10.0, description="How long the upstream's /v1/models answer is reused.")
     connect_timeout: float = Field(5.0, description="Seconds to connect to the upstream.")
     read_timeout: float = Field(600.0, description="Seconds the upstream may stay silent before a 504.")
-    max_body_bytes: int = Field(32 * 1024 * 1024, description="Largest request body accepted (413 above).")
+    max_body_bytes: int = Field(32 * 1024 * 1024, description=(
+        "Largest request body accepted (413 above), and largest answer read whole from upstream, its bytes and "
+        "what they decode to (502 above)."))
     vllm_version: str = Field(
         "auto", description="The upstream's vLLM version, which decides how XML calls in content are read: "
         "auto (read GET /version at start and when the upstream comes back) or a version such as 0.23."
