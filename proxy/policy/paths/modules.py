@@ -142,7 +142,7 @@ def shadowing_write(form: str, view: ImportView, allow: frozenset[str]) -> bool:
     for directory in view.dirs:
         if not directory:
             rest = form
-        elif form.startswith(directory + "/"):
+        elif form.startswith(directory) and form[len(directory):len(directory) + 1] == "/":
             rest = form[len(directory) + 1:]
         else:
             continue
@@ -152,28 +152,27 @@ def shadowing_write(form: str, view: ImportView, allow: frozenset[str]) -> bool:
 
 
 def _shadows(rest: str, directory: str, view: ImportView, allow: frozenset[str]) -> bool:
-    parts = rest.split("/")
-    first = parts[0]
+    first, slash, below = rest.partition("/")
     if first.endswith(_METADATA):
         return True
     loadable = rest.endswith(_LOADABLE)
     if first == "__pycache__":
-        if len(parts) < 2:
+        if not below:
             return False
-        name, package = parts[1].split(".", 1)[0], False
-    elif len(parts) == 1:
+        name, package = below.partition(".")[0], False
+    elif not slash:
         if not loadable:
             return False  # a data file beside the modules
-        name, package = first.split(".", 1)[0], False
+        name, package = first.partition(".")[0], False
     else:
         name, package = first, True
-    if _SHORT_NAME.search(name):
+    if "~" in name and _SHORT_NAME.search(name):
         return loadable
     if not name.isidentifier():
         return False  # no import statement can name it
     if name in view.scripts and name not in view.stdlib:  # the standard library's come first on `sys.path`
         return True
-    initializer = package and (parts[1].startswith("__init__.") or parts[1] == "__pycache__")
+    initializer = package and below.startswith(("__init__.", "__pycache__"))
     existing = view.packages is not None and name in view.packages.get(directory, ())
     if package and existing:  # inside a package that exists: the project's own, unless something imports it
         if view.imported is not None:

@@ -193,9 +193,13 @@ class Protected:
     def _shadowing(self, relative: list[str], roots: tuple[str, ...]) -> bool:
         """Whether a write (its forms relative to a root) changes what an import of the project's interpreter
         resolves to (proxy/policy/paths/modules.py); a root not on this machine is judged by its layout."""
-        views = [import_view(root, self.import_scripts_dir, fold) if os.path.isdir(root) else self.unknown_view
-                 for root in roots] or [self.unknown_view]
-        return any(shadowing_write(form, view, self.new_modules) for view in views for form in relative)
+        for root in roots or (None,):
+            view = import_view(root, self.import_scripts_dir, fold) if root and os.path.isdir(root) \
+                else self.unknown_view
+            for form in relative:
+                if shadowing_write(form, view, self.new_modules):
+                    return True
+        return False
 
     def problem(self, path: str, *, write: bool, roots: tuple[str, ...] = (), imports: bool = False) -> bool:
         """Whether `path` is protected for this access (a write checks both lists: a writing tool reads);
