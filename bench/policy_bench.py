@@ -91,11 +91,25 @@ def tool_figures(policy: Policy, repeat: int) -> dict[str, float]:
     # a few seconds), then the filter is compared with each.
     rooted = policy.model_copy(update={"paths": policy.paths.model_copy(update={"project_root": [str(HERE)]})})
     rooted_tools = ToolSet.for_request(rooted, payload, headers)
+    # A first write judged outside an event loop waits for what the checkout's environment imports to be read
+    # (a child process): nothing measured below runs beside that reading.
+    judge_call(rooted, "write", {"filePath": "src/app/x.py", "content": "x"}, offered_tools=offered, tools=rooted_tools)
 
     def search(_: str) -> object:
         return judge_call(rooted, "grep", {"pattern": "TODO", "path": "proxy"}, offered_tools=offered,
                           tools=rooted_tools)
     out["judge_call grep over proxy/ (listing kept)"] = per_call_us(search, "", repeat)
+    # Writes judged against this checkout's environment (its `.venv`, read once: what its imports could
+    # resolve to), and against a project not on this machine (its layout only).
+    for label, chosen, chosen_tools, path in (
+            ("judge_call write, project here", rooted, rooted_tools, "src/app/new_module.py"),
+            ("judge_call write top-level module, project here", rooted, rooted_tools, "bench_new_module.py"),
+            ("judge_call write, project not here", policy, tools, "src/app/new_module.py")):
+        def write(_: str, chosen: Policy = chosen, chosen_tools: ToolSet = chosen_tools, path: str = path) -> object:
+            return judge_call(chosen, "write", {"filePath": path, "content": "x = 1"}, offered_tools=offered,
+                              tools=chosen_tools)
+        write("")
+        out[label] = per_call_us(write, "", repeat)
     return out
 
 

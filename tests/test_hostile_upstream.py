@@ -264,7 +264,7 @@ CASES = [
                             "input": f"*** Begin Patch\n*** Add File: ../{MARKER}\n+x\n*** End Patch"},
            "path_escape"),
           ("computer", {"type": "computer_call", "id": "cc_1", "call_id": "c1", "status": "completed",
-                        "action": {"type": "type", "text": EVIL}}, "unjudgeable"),
+                        "action": {"type": "type", "text": EVIL}}, "pipe"),  # typed text is a command line
           ("mcp", {"type": "mcp_call", "id": "mcp_1", "name": "bash", "server_label": "x", "arguments": ARGS},
            "unjudgeable"),
           ("function", FUNCTION_ITEM, None),
@@ -302,7 +302,7 @@ CASES = [
          typed({"type": "response.created", "response": resp(status="in_progress")}, *r_item_events(FUNCTION_ITEM),
                {"type": "response.completed", "response": resp([FUNCTION_ITEM])}, end=b"\r\n\r\n")),
     case("responses-whole-computer", "responses", False,
-         whole(resp([{"type": "computer_call", "id": "cc", "action": {"text": EVIL}}])), reason="unjudgeable"),
+         whole(resp([{"type": "computer_call", "id": "cc", "action": {"text": EVIL}}])), reason="pipe"),
     case("responses-whole-local-shell", "responses", False,
          whole(resp([{"type": "local_shell_call", "id": "ls", "call_id": "c", "action": {
              "type": "exec", "command": ["sh", "-c", EVIL]}}]))),

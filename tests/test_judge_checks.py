@@ -74,7 +74,8 @@ def test_a_check_that_breaks_fails_closed(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_the_shipped_checks_come_from_their_rooms_in_order() -> None:
     rooms = [f"{check.__module__}.{check.__name__}" for check in judge_module.CHECKS]
-    assert rooms == ["proxy.policy.shell.calls.shell_findings", "proxy.policy.paths.calls.path_findings",
+    assert rooms == ["proxy.policy.shell.calls.shell_findings", "proxy.policy.shell.keyboard.keyboard_findings",
+                     "proxy.policy.paths.calls.path_findings",
                      "proxy.policy.paths.calls.search_findings", "proxy.policy.urls.calls.url_findings",
                      "proxy.policy.paths.calls.patch_findings"]
     # A command's shape outranks a path problem's, whichever check found it first.

@@ -442,7 +442,7 @@ def test_recheck_judges_each_call_under_the_root_it_was_judged_under(upstream, p
     tool, arguments = READS["claude-code"]
     upstream.script(Reply(tool_calls=[(tool, arguments("/etc/passwd"))]),
                     Reply(tool_calls=[(tool, arguments(PROJECT + "/notes.md"))]),
-                    Reply(tool_calls=[("Write", {"file_path": "src/app.py", "content": "x = 1"})]))
+                    Reply(tool_calls=[("Write", {"file_path": "src/app/cli.py", "content": "x = 1"})]))
     path, body = request("claude-code")
     with proxy.client() as client:
         client.post(path, json=body, headers={"x-claude-code-session-id": "cc-recheck"})

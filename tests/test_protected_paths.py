@@ -38,9 +38,9 @@ def _patch(*lines: str) -> str:
 # (client, tool, refused arguments, allowed arguments)
 WRITES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("opencode", "write", {"filePath": "scripts/search.py", "content": "import os"},
-     {"filePath": "src/search_notes.py", "content": "x = 1"}),
+     {"filePath": "src/app/search_notes.py", "content": "x = 1"}),
     ("opencode", "edit", {"filePath": ".git/config", "oldString": "a", "newString": "b"},
-     {"filePath": "src/app.py", "oldString": "a", "newString": "b"}),
+     {"filePath": "src/app/main.py", "oldString": "a", "newString": "b"}),
     ("opencode", "write", {"filePath": "PyProject.TOML", "content": "[build-system]"},
      {"filePath": "notes.md", "content": "x"}),
     ("opencode", "write", {"filePath": "src/../.venv/lib/python3.11/site-packages/x.pth", "content": "import os"},
@@ -54,11 +54,11 @@ WRITES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("opencode", "apply_patch", {"patchText": _patch("*** Add File: lib/sitecustomize.py", "+import os")},
      {"patchText": _patch("*** Add File: lib/custom.py", "+x = 1")}),
     ("opencode", "apply_patch", {"patchText": _patch("\u2003*** Update File: .git/hooks/pre-commit", "@@", "+x")},
-     {"patchText": _patch("*** Update File: src/a.py", "@@", "-a", "+b")}),
+     {"patchText": _patch("*** Update File: src/app/a.py", "@@", "-a", "+b")}),
     ("claude-code", "Write", {"file_path": ".claude/settings.json", "content": "{}"},
      {"file_path": "src/settings.json", "content": "{}"}),
     ("claude-code", "Edit", {"file_path": "uv.lock", "old_string": "a", "new_string": "b"},
-     {"file_path": "src/a.py", "old_string": "a", "new_string": "b"}),
+     {"file_path": "src/app/a.py", "old_string": "a", "new_string": "b"}),
     ("claude-code", "NotebookEdit", {"notebook_path": "scripts/analysis.ipynb", "new_source": "x"},
      {"notebook_path": "notebooks/analysis.ipynb", "new_source": "x"}),
     ("qwen-code", "write_file", {"file_path": ".python-version", "content": "3.9"},
@@ -68,11 +68,11 @@ WRITES: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("cline", "editor", {"command": "create", "path": ".clinerules/x.md", "file_text": "x"},
      {"command": "create", "path": "docs/rules.md", "file_text": "x"}),
     ("codex", "apply_patch", {"input": _patch("*** Update File: src/a.py", "*** Move to: scripts/a.py", "@@", "+x")},
-     {"input": _patch("*** Update File: src/a.py", "*** Move to: src/b.py", "@@", "+x")}),
+     {"input": _patch("*** Update File: src/app/a.py", "*** Move to: src/app/b.py", "@@", "+x")}),
     ("codex", "apply_patch", {"input": _patch("*** Delete File: scripts/search.py")},
-     {"input": _patch("*** Delete File: src/old.py")}),
+     {"input": _patch("*** Delete File: src/app/old.py")}),
     ("codex", "apply_patch", {"input": _patch("*** Update File: scripts/search.py", "@@", "+import os")},
-     {"input": _patch("*** Update File: src/search.py", "@@", "+import os")}),
+     {"input": _patch("*** Update File: src/app/search.py", "@@", "+import os")}),
     ("codex", "exec_command", {"cmd": 'uv run scripts/search.py "x"', "workdir": ".git/hooks"},
      {"cmd": 'uv run scripts/search.py "x"', "workdir": "src"}),
     # A secret read: an allowed read of `.env` followed by an allowed fetch is the exfiltration path.
@@ -133,7 +133,7 @@ def test_the_served_policy_is_protected(upstream, start_proxy, tmp_path: Path):
              {"filePath": "ops/link/served.yaml", "content": "x"},
              {"filePath": "ops/new-policy.yaml", "content": "x"}]
     for index, bad in enumerate(cases):
-        _run(proxy, upstream, 100 + index, "opencode", "write", bad, {"filePath": "src/x.py", "content": "x"})
+        _run(proxy, upstream, 100 + index, "opencode", "write", bad, {"filePath": "docs/x.md", "content": "x"})
 
 
 def test_a_symlink_out_of_the_project_is_refused(upstream, start_proxy, tmp_path: Path):
@@ -150,7 +150,7 @@ def test_a_symlink_out_of_the_project_is_refused(upstream, start_proxy, tmp_path
     for index, bad in enumerate([{"filePath": "src/cfg/.bashrc", "content": "x"},
                                  {"filePath": f"{project}/src/cfg/.profile", "content": "x"},
                                  {"filePath": "hooks/pre-commit", "content": "x"}]):
-        _run(proxy, upstream, 200 + index, "opencode", "write", bad, {"filePath": "src/x.py", "content": "x"})
+        _run(proxy, upstream, 200 + index, "opencode", "write", bad, {"filePath": "src/x.md", "content": "x"})
 
 
 def test_a_search_over_a_secret_on_disk_is_refused(upstream, start_proxy, tmp_path: Path):
@@ -241,9 +241,13 @@ def test_without_a_root_a_relative_write_of_the_proxys_own_policy_is_refused(ups
         good = {"filePath": "notes.md", "content": "x"}
         feedback = _run(proxy, upstream, 500 + index, "opencode", "write", bad, good)
         assert BIND in feedback, feedback
-    # Given a root, the same relative write of a module lands in the project: judged, and delivered.
+    # Given a root, a relative write of a module inside the project's own package lands in the project: judged, and
+    # delivered (a new top-level module there is judged by what the project's imports could resolve to instead).
+    package = tmp_path / "project" / "src" / "app"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
     rooted = _opencode_system(tmp_path / "project")
-    upstream.script(Reply(tool_calls=[("write", {"filePath": "src/helpers.py", "content": "x = 1"})]))
+    upstream.script(Reply(tool_calls=[("write", {"filePath": "src/app/helpers.py", "content": "x = 1"})]))
     with proxy.client() as http:
         http.post("/v1/chat/completions", json=chat([rooted, {"role": "user", "content": "go"}],
                                                     tools=_chat_tools("opencode")))

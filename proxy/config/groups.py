@@ -187,7 +187,9 @@ class HttpSettings(_Group):
         500, description="Most connections one peer address holds at once (half of max_connections by default, so one "
         "peer cannot take every slot); past it the peer's oldest idle one is closed, else the new one."
     )
-    max_body_bytes: int = Field(32 * 1024 * 1024, description="Largest request body accepted (413 above).")
+    max_body_bytes: int = Field(32 * 1024 * 1024, description=(
+        "Largest request body accepted (413 above), and largest answer read whole from upstream, its bytes and "
+        "what they decode to (502 above)."))
     max_tools: int = Field(1000, description="Most tools one request may offer (400 above).")
     max_messages: int = Field(10_000, description="Most messages (or input items) one request may carry (400 above).")
     header_timeout_seconds: float = Field(

@@ -47,7 +47,7 @@ _COMPACT = (",", ":")
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _TEXT_DELTAS = frozenset({"response.output_text.delta", "response.reasoning_text.delta"})
 # Output items that carry only text, and those that carry a call the proxy judges; any other type is
-# `unjudgeable` (computer_call, mcp_call, code_interpreter_call ... and whatever comes next).
+# `unjudgeable` (mcp_call, code_interpreter_call ... and whatever comes next).
 _TEXT_ITEMS = frozenset({"message", "reasoning"})
 _CALL_ITEMS = frozenset({"function_call", *ACTION_ITEMS})
 # Every event type the proxy reads; an unknown one could carry anything, and is `unjudgeable`.

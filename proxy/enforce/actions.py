@@ -1,11 +1,13 @@
 """Output the proxy judges that is not a plain function call: Responses API action items, and output it
 cannot judge at all.
 
-Action items (`local_shell_call`, `shell_call`, `apply_patch_call`, `custom_tool_call`) become `ToolCall`s
+Action items (`local_shell_call`, `shell_call`, `apply_patch_call`, `custom_tool_call`, `computer_call`) become
+`ToolCall`s
 whose name is the item type (a custom tool's own name) and whose arguments are the item's action object as
 the API gives it, so the store shows what the model asked for. The built-in `openai-responses` tool profile
 maps them onto the policy: commands onto the shell rules (an argv, `bash -lc STRING` unwrapped to STRING),
-a working directory and the files a patch touches onto the path rules.
+a working directory and the files a patch touches onto the path rules, what a computer-use action types onto
+the keyboard rules (judged as a command line; a click refused).
 
 Anything else that could carry an action and that the proxy does not know (an unknown item or event type,
 a legacy `function_call`, data after the end of a response) becomes an `unjudgeable` call: rejected with
@@ -30,7 +32,7 @@ UNJUDGEABLE = "unjudgeable"  # the ToolCall source, and the reason code
 ACTION = "responses_action"  # the ToolCall source of a Responses action item
 # Item type -> the field holding its action, as the Responses API names them.
 ACTION_ITEMS = {"local_shell_call": "action", "shell_call": "action", "apply_patch_call": "operation",
-                "custom_tool_call": None}
+                "custom_tool_call": None, "computer_call": "action"}
 
 
 def unjudgeable_call(name: str, detail: str, content: Any = None) -> ToolCall:

@@ -21,6 +21,7 @@ from .schema import Policy
 from .shell.calls import shell_findings
 from .shell.decision import ALLOWED, judge_command
 from .shell.explain import parse_error_verdict
+from .shell.keyboard import keyboard_findings
 from .shell.shell_forms import commands_of
 from .tools.content import content_findings
 from .tools.profiles import HEURISTIC_PROFILE, ToolSet, call_rules, misfit_rules, profile_table
@@ -36,6 +37,7 @@ _log = structlog.get_logger("proxy.policy")
 # check on a tool call is a module in its room and one line here (docs/DESIGN.md "Where to change what").
 CHECKS: list[Check] = [
     shell_findings,  # shell: the commands it runs, its workdir, interpreter and environment
+    keyboard_findings,  # shell: what a computer-use or key-typing tool types
     path_findings,  # paths: the files it writes or reads
     search_findings,  # paths: the filters and directories a search reads
     url_findings,  # urls: the URLs it fetches
@@ -133,7 +135,7 @@ def _judge_call(policy: Policy, tool: str, arguments: dict[str, Any] | None, off
         judged = frozenset(spec for rule in rules for spec in rule.judges)
 
         def protected(value: str) -> str | None:
-            problem = protected_problem(policy, value, roots)
+            problem = protected_problem(policy, value, roots, imports=True)
             if problem is None and _GLOB_CHARS.search(value) and not is_url(value):
                 # A one-word value with wildcards may be a filter (`*.pem`, `{.env,x}`): judged as one.
                 problem = "protected_path" if protected_for(policy).glob_selects(compile_glob(value), value) else None

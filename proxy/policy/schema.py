@@ -34,6 +34,8 @@ __all__ = [
     "BashRules",
     "Examples",
     "Feedback",
+    "KeyboardMap",
+    "NewModules",
     "PathRules",
     "Policy",
     "Profile",
@@ -213,11 +215,27 @@ class ShellMap(_Strict):
         return self.command or self.commands or self.argv or ""
 
 
+class KeyboardMap(_Strict):
+    """A tool that types into a screen or a terminal (computer use, key typing) is a shell: the text it types
+    is judged as a command line (one trailing newline is the Enter that runs it), a key it presses must be
+    Enter alone, and any other action (a click, a drag) cannot be judged and is refused. `action`: the
+    argument naming what one call does (`type`, `key`, `click`, `screenshot` ...), where the tool has one."""
+
+    text: ArgPath | None = Field(default=None, description="the argument holding the text typed")
+    keys: ArgPath | None = Field(default=None, description="the argument holding the keys pressed")
+    action: ArgPath | None = Field(default=None, description="the argument naming the action of a call")
+
+    def specs(self) -> list[str]:
+        return [s for s in (self.action, self.text, self.keys) if s]
+
+
 class ToolMap(_Strict):
     """One tool of a client mapped onto the capabilities; a tool with neither is known and follows
     `other_tools`."""
 
     shell: ShellMap | None = None
+    keyboard: KeyboardMap | None = Field(default=None, description=(
+        "a tool that types into a screen or terminal: its typed text judged as a command line"))
     paths: list[ArgPath] = Field(
         default_factory=list, description="arguments holding file paths the tool may write (or read)")
     read_paths: list[ArgPath] = Field(
@@ -242,6 +260,8 @@ class ToolMap(_Strict):
     def arguments(self) -> list[str]:
         """The top-level argument names this map reads."""
         specs = [*self.paths, *self.read_paths, *self.patch, *self.urls, *self.globs, *self.searches]
+        if self.keyboard is not None:
+            specs += self.keyboard.specs()
         if self.shell is not None:
             specs.append(self.shell.source)
         return [re.split(r"[.\[]", spec, maxsplit=1)[0] for spec in specs]
@@ -250,6 +270,8 @@ class ToolMap(_Strict):
         """Every argument this map says what it is: the ones it judges, the shell's workdir, environment
         and interpreter, and `known`."""
         specs = [*self.paths, *self.read_paths, *self.patch, *self.urls, *self.globs, *self.searches, *self.known]
+        if self.keyboard is not None:
+            specs += self.keyboard.specs()
         if self.shell is not None:
             specs += [s for s in (self.shell.source, self.shell.workdir, self.shell.env, self.shell.interpreter) if s]
         return specs
@@ -257,7 +279,11 @@ class ToolMap(_Strict):
     @property
     def governed(self) -> bool:
         return (self.shell is not None or bool(self.paths) or bool(self.read_paths) or bool(self.patch)
-                or bool(self.urls) or bool(self.globs) or bool(self.searches))
+                or bool(self.urls) or bool(self.globs) or bool(self.searches) or self.keyboard is not None)
+
+
+# A file a client loads, written as a `protected:` pattern (ProtectedPattern's form).
+ClientFilePattern = Annotated[str, StringConstraints(min_length=1, max_length=300, pattern=r"^[^\x00]+$")]
 
 
 class Profile(_Strict):
@@ -266,6 +292,9 @@ class Profile(_Strict):
     description: str | None = None
     user_agent: str | None = Field(default=None, description="a regex searched in the User-Agent header")
     tools: dict[ToolName, ToolMap] = Field(default_factory=dict)
+    files: list[ClientFilePattern] = Field(default_factory=list, description=(
+        "the files this client loads into the model's context or runs on its own (instructions, rules, "
+        "settings, hooks), as `protected:` patterns: protected from writing for every client"))
 
     @field_validator("user_agent")
     @classmethod
@@ -392,15 +421,32 @@ DEFAULT_PROTECTED_READ: tuple[str, ...] = (
 ProtectedPattern = Annotated[str, StringConstraints(min_length=1, max_length=300, pattern=r"^[^\x00]+$")]
 
 
+ModuleName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,199}$")]
+
+
+class NewModules(_Strict):
+    """`protected.new_modules`: top-level modules the agent may create in the project's import directories
+    (the root, `src/`, the `.pth` directories) where the project's environment cannot be read, and which the
+    standard library's or the installed distributions' names do not cover (proxy/policy/paths/modules.py)."""
+
+    allow: list[ModuleName] = Field(default_factory=list, description=(
+        "module or package names (`mypkg`, `tests`) a write may create at the top level of an import directory"))
+
+
 class ProtectedRules(_Strict):
     """`protected:` paths no tool may write (`write`) or read (`read`); a policy without the key gets the
     shipped lists. `scripts_dir`: every file under `shell.scripts_dir` is protected from writing too;
-    `own_files`: so are the proxy's loaded policy and config files, wherever they are."""
+    `own_files`: so are the proxy's loaded policy and config files, wherever they are. A write that changes
+    what an import of the project's interpreter resolves to is protected as well (`new_modules`)."""
 
     write: list[ProtectedPattern] = Field(default_factory=lambda: list(DEFAULT_PROTECTED_WRITE))
     read: list[ProtectedPattern] = Field(default_factory=lambda: list(DEFAULT_PROTECTED_READ))
     scripts_dir: bool = True
     own_files: bool = True
+    # The instructions, rules and settings each tool profile's client loads (`profiles.*.files`, the built-in
+    # ones and the policy's own): a model must not rewrite what the next session of any client is told.
+    client_files: bool = True
+    new_modules: NewModules = Field(default_factory=NewModules)
 
 
 class SecretRules(_Strict):

@@ -25,7 +25,7 @@ from proxy.errors import ProxyError, UpstreamProtocolError, UpstreamTimeout, Ups
 from proxy.keys.tokens import KEY_PATTERN
 from proxy.keys.tokens import PREFIX as KEY_PREFIX
 from proxy.upstream.transport import upstream_transport
-from proxy.upstream.whole import UpstreamFailure, WholeAnswers, usable_for
+from proxy.upstream.whole import UpstreamFailure, WholeAnswers, decoded_response, usable_for
 
 __all__ = ["Upstream", "Upstreams", "forward_headers", "map_failure", "map_httpx_error", "without_credentials"]
 
@@ -141,9 +141,11 @@ class Upstream:
         )
         # Answers read whole go on connections of their own where they can (proxy/upstream/whole.py): through
         # httpx such an answer cost half of what a bare passthrough spends on it.
+        # An answer read whole is held in memory: its bytes, and what they decode to, are bounded like a body.
+        self._max_bytes = settings.http.max_body_bytes
         self._whole = WholeAnswers(self.base_url, connect_timeout=settings.upstream.connect_timeout,
                                    read_timeout=settings.upstream.read_timeout,
-                                   default_headers={"accept-encoding": "identity"}) \
+                                   default_headers={"accept-encoding": "identity"}, max_bytes=self._max_bytes) \
             if usable_for(self.base_url) else None
         # Parsed once per path rather than per request: the routes that carry traffic are a handful, and
         # the bound keeps arbitrary passthrough paths from growing it.
@@ -179,8 +181,7 @@ class Upstream:
             if self._whole is not None and method in _WHOLE_METHODS:
                 response = await self._whole.request(method, self._target(path), headers, content, params)
             else:
-                response = await self.client.request(method, self._target(path), headers=headers,
-                                                     content=content, params=params)
+                response = await self._bounded(method, path, headers, content, params)
         except (httpx.HTTPError, UpstreamFailure) as exc:
             if timer:
                 timer.stop("error")
@@ -188,6 +189,24 @@ class Upstream:
         if timer:
             timer.stop("ok" if response.status_code == 200 else "http_error")
         return response
+
+    async def _bounded(self, method: str, path: str, headers: Mapping[str, str], content: bytes | None,
+                       params: Any) -> httpx.Response:
+        """An answer read whole through httpx, its raw and decoded bytes bounded as `WholeAnswers` bounds them."""
+        request = self.client.build_request(method, self._target(path), headers=headers, content=content,
+                                            params=params)
+        response = await self.client.send(request, stream=True)
+        parts: list[bytes] = []
+        size = 0
+        try:
+            async for chunk in response.aiter_raw():
+                size += len(chunk)
+                if size > self._max_bytes:
+                    raise UpstreamFailure("TooLarge", f"the answer is larger than {self._max_bytes} bytes")
+                parts.append(chunk)
+        finally:
+            await response.aclose()
+        return decoded_response(response.status_code, response.headers.raw, parts, request, self._max_bytes)
 
     async def open_stream(self, method: str, path: str, *, headers: Mapping[str, str],
                           content: bytes | None = None, params: Any = None) -> httpx.Response:

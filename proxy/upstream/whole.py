@@ -22,14 +22,14 @@ import re
 import ssl
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 import httptools
 import httpx
 
-__all__ = ["UpstreamFailure", "WholeAnswers", "usable_for"]
+__all__ = ["UpstreamFailure", "WholeAnswers", "decoded_response", "usable_for"]
 
 _MAX_CONNECTIONS = 1000
 _KEEPALIVE_SECONDS = 4.0  # vLLM's uvicorn closes an idle keep-alive connection after 5 s
@@ -58,11 +58,13 @@ class _Answer:
     """One answer being read: httptools' callbacks fill it. An interim (1xx) answer is skipped; anything after the
     final answer is not read as part of it."""
 
-    __slots__ = ("body", "complete", "extra", "framed", "headers", "keep_alive", "parser", "started", "status")
+    __slots__ = ("body", "complete", "extra", "framed", "headers", "keep_alive", "limit", "parser", "size", "started",
+                 "status", "too_large")
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int) -> None:
         self.headers: list[tuple[bytes, bytes]] = []
         self.body: list[bytes] = []
+        self.limit, self.size, self.too_large = limit, 0, False
         self.started = False  # its headers are in
         self.complete = False
         self.extra = False  # bytes after the final answer: the connection is not reused
@@ -85,7 +87,11 @@ class _Answer:
             self.framed = any(n.lower() in (b"content-length", b"transfer-encoding") for n, _ in self.headers)
 
     def on_body(self, body: bytes) -> None:
-        if not self.complete:
+        if not self.complete and not self.too_large:
+            self.size += len(body)
+            if self.size > self.limit:
+                self.too_large, self.body = True, []  # read no further: `data_received` fails the answer
+                return
             self.body.append(body)
 
     def on_message_complete(self) -> None:
@@ -105,14 +111,15 @@ class _Connection(asyncio.Protocol):
         self.done: asyncio.Future[None] | None = None
         self.usable = True  # nothing arrived while idle, not closed, no bytes after the answer
         self.idle_since = 0.0
+        self.limit = 0
         self.progress: asyncio.Timeout | None = None  # the read timeout, pushed back by every read
         self.read_timeout = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # a stream transport (uvloop's is no subclass)
 
-    def start(self, done: asyncio.Future[None], read_timeout: float) -> _Answer:
-        answer = self.answer = _Answer()
+    def start(self, done: asyncio.Future[None], read_timeout: float, limit: int) -> _Answer:
+        answer = self.answer = _Answer(limit)
         answer.parser = httptools.HttpResponseParser(answer)
         self.done, self.read_timeout = done, read_timeout
         return answer
@@ -132,6 +139,10 @@ class _Connection(asyncio.Protocol):
             if not answer.complete:
                 done.set_exception(UpstreamFailure("RemoteProtocolError", f"unreadable answer: {exc}"))
                 return
+        if answer.too_large:
+            self.usable = False
+            done.set_exception(UpstreamFailure("TooLarge", f"the answer is larger than {answer.limit} bytes"))
+            return
         if answer.complete:
             self.usable = self.usable and not answer.extra
             done.set_result(None)
@@ -161,13 +172,14 @@ class WholeAnswers:
     """Keep-alive connections to one upstream origin and the requests made on them."""
 
     def __init__(self, base_url: str, *, connect_timeout: float, read_timeout: float,
-                 default_headers: Mapping[str, str]) -> None:
+                 default_headers: Mapping[str, str], max_bytes: int = 32 * 1024 * 1024) -> None:
         parts = urlsplit(base_url)
         self._host = parts.hostname or ""
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._authority = parts.netloc.rpartition("@")[2].encode("ascii")
         self._ssl: ssl.SSLContext | None = httpx.create_ssl_context() if parts.scheme == "https" else None
         self._connect_timeout, self._read_timeout = connect_timeout, read_timeout
+        self._max_bytes = max_bytes
         self._default_headers = dict(default_headers)
         self._idle: collections.deque[_Connection] = collections.deque()
         self._slots: asyncio.Semaphore | None = None
@@ -197,14 +209,8 @@ class WholeAnswers:
                 self._idle.append(conn)
             else:
                 conn.close()
-        try:
-            # The headers as sent (no Content-Length of httpx's own), the body decoded as httpx decodes it.
-            response = httpx.Response(status, headers=answer.headers, stream=httpx.ByteStream(b"".join(answer.body)),
-                                      request=httpx.Request(method, url))
-            response.read()
-            return response
-        except httpx.DecodingError as exc:  # a body its content-encoding does not decode
-            raise UpstreamFailure("DecodingError", str(exc)) from None
+        # The headers as sent (no Content-Length of httpx's own), the body decoded as httpx decodes it.
+        return decoded_response(status, answer.headers, answer.body, httpx.Request(method, url), self._max_bytes)
 
     async def aclose(self) -> None:
         while self._idle:
@@ -246,7 +252,7 @@ class WholeAnswers:
 
     async def _exchange(self, conn: _Connection, head: bytes, content: bytes | None) -> _Answer:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        answer = conn.start(done, self._read_timeout)
+        answer = conn.start(done, self._read_timeout, self._max_bytes)
         transport = conn.transport
         assert transport is not None
         transport.writelines((head, content) if content else (head,))
@@ -257,6 +263,47 @@ class WholeAnswers:
         except TimeoutError:
             raise UpstreamFailure("ReadTimeout", "the answer timed out") from None
         return answer
+
+
+# Compressed bytes handed to a decoder at a time: gzip and deflate expand at most ~1,030 times, so one step
+# adds at most ~4 MiB to what is held, and a bomb stops within a step of the limit.
+_DECODE_STEP = 4096
+
+
+class _Steps(httpx.SyncByteStream):
+    def __init__(self, parts: list[bytes]) -> None:
+        self._parts = parts
+
+    def __iter__(self) -> Iterator[bytes]:
+        for part in self._parts:
+            for start in range(0, len(part), _DECODE_STEP):
+                yield part[start:start + _DECODE_STEP]
+
+
+def decoded_response(status: int, headers: Any, body: list[bytes], request: httpx.Request,
+                     limit: int) -> httpx.Response:
+    """An answer read whole as an `httpx.Response`, its body decoded as httpx decodes it (content-encoding),
+    refused as `TooLarge` once the decoded bytes pass `limit` (a 1 MB gzip that expands to 1 GiB stops within
+    a few MiB past the limit) and as `DecodingError` when its encoding does not decode."""
+    response = httpx.Response(status, headers=headers, stream=_Steps(body), request=request)
+    if "content-encoding" not in response.headers:
+        content = b"".join(body)
+        if len(content) > limit:
+            raise UpstreamFailure("TooLarge", f"the answer is larger than {limit} bytes")
+        response.stream = httpx.ByteStream(content)
+        response.read()
+        return response
+    held = bytearray()
+    try:
+        for part in response.iter_bytes():
+            held += part
+            if len(held) > limit:
+                raise UpstreamFailure("TooLarge", f"the answer decodes to more than {limit} bytes")
+    except httpx.DecodingError as exc:  # a body its content-encoding does not decode
+        raise UpstreamFailure("DecodingError", str(exc)) from None
+    # What `Response.read()` keeps, read here step by step under the limit.
+    response._content = bytes(held)
+    return response
 
 
 def _head(method: str, target: bytes, authority: bytes, headers: Mapping[str, str], content: bytes | None) -> bytes:

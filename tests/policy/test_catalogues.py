@@ -36,7 +36,7 @@ EXPECTED: dict[str, dict[str, str]] = {
     "smolagents": {"python_interpreter": "shell", "visit_webpage": "urls"},
     "pydantic-ai": {"web_fetch": "urls", "read_file": "paths", "run_command": "shell"},
     "openai-agents": {"read_file": "paths", "shell_call": "shell", "apply_patch_call": "paths",
-                      "local_shell_call": "shell"},
+                      "local_shell_call": "shell", "computer_call": "keyboard"},
     "langchain": {"terminal": "shell", "copy_file": "paths", "file_delete": "paths", "file_search": "paths",
                   "move_file": "paths", "read_file": "paths", "write_file": "paths", "list_directory": "paths",
                   "requests_get": "urls"},
@@ -47,7 +47,8 @@ EXPECTED: dict[str, dict[str, str]] = {
 }  # fmt: skip
 _CAPABILITY = {"shell": lambda m: m.shell is not None,
                "paths": lambda m: bool(m.paths) or bool(m.read_paths) or bool(m.searches),
-               "urls": lambda m: bool(m.urls), "patch": lambda m: bool(m.patch)}
+               "urls": lambda m: bool(m.urls), "patch": lambda m: bool(m.patch),
+               "keyboard": lambda m: m.keyboard is not None}
 
 
 def _catalogue(name: str) -> dict[str, Any]:

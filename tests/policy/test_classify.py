@@ -114,7 +114,7 @@ def test_known_name_other_arguments_is_classified() -> None:
     policy = _policy(builtin_profiles=True, profiles={"continue": None})
     tools = [_tool("Read", _obj(filepath=S))]
     assert _call(policy, tools, "Read", {"filepath": "/etc/passwd"}) == ("absolute_path",)
-    assert _call(policy, tools, "Read", {"filepath": "src/a.py"}) == ()
+    assert _call(policy, tools, "Read", {"filepath": "src/app/a.py"}) == ()
 
 
 @pytest.mark.parametrize(("url", "ok"), [

@@ -141,6 +141,18 @@ def test_codex_shell_argument_must_be_a_shell(rooted: Policy) -> None:
     verdict = judge_call(rooted, "exec_command", {"cmd": ALLOWED, "shell": "/usr/bin/curl"}, tools=tools)
     assert (verdict.reasons, verdict.shape) == (("wrapper",), "wrapper:exec_command.shell")
     assert judge_call(rooted, "exec_command", {"cmd": ALLOWED, "shell": 3}, tools=tools).decision == "malformed"
+    # A program named like a shell at a path of the project's (or the model's) is no shell (issue 38).
+    for shell in ("scripts/x/bash", "./tools/bash", "/tmp/bash", "bin/zsh", "/home/u/bash", "bash ", "BASH"):
+        verdict = judge_call(rooted, "exec_command", {"cmd": ALLOWED, "shell": shell}, tools=tools)
+        assert verdict.reasons == ("wrapper",), shell
+
+
+@pytest.mark.parametrize("program", ["scripts/x/bash", "./tools/bash", "tools/sh", "/tmp/zsh", "../bash"])
+def test_an_argv_program_named_like_a_shell_is_not_unwrapped(rooted: Policy, program: str) -> None:
+    verdict = judge_call(rooted, "local_shell_call", {"type": "exec", "command": [program, "-lc", ALLOWED]})
+    assert not verdict.allowed, program
+    for shell in ("bash", "/bin/bash", "/usr/bin/bash", "sh", "/bin/sh", "zsh", "/usr/local/bin/zsh"):
+        assert judge_call(rooted, "local_shell_call", {"type": "exec", "command": [shell, "-lc", ALLOWED]}).allowed
 
 
 def test_project_root_from_a_header(shipped: Policy) -> None:
@@ -171,10 +183,11 @@ RESPONSES_TOOLS = [{"type": "local_shell"}, {"type": "shell"}, {"type": "apply_p
      ("absolute_path",)),
     ("shell_call", {"commands": [ALLOWED, "uv run scripts/summarize.py"]}, ()),
     ("shell_call", {"commands": [ALLOWED, "cat /etc/shadow"]}, ("program",)),
-    ("apply_patch_call", {"type": "update_file", "path": "src/a.py", "diff": "@@\n-a\n+b\n"}, ()),
+    ("apply_patch_call", {"type": "update_file", "path": "src/app/a.py", "diff": "@@\n-a\n+b\n"}, ()),
     ("apply_patch_call", {"type": "create_file", "path": "/etc/cron.d/x", "diff": "+x\n"}, ("absolute_path",)),
-    ("apply_patch", {"input": "*** Begin Patch\n*** Update File: src/a.py\n@@\n-a\n+b\n*** End Patch\n"}, ()),
-    ("apply_patch", {"input": "*** Begin Patch\n*** Update File: a.py\n*** Move to: ../../x.py\n*** End Patch"},
+    ("apply_patch", {"input": "*** Begin Patch\n*** Update File: src/app/a.py\n@@\n-a\n+b\n*** End Patch\n"},
+     ()),
+    ("apply_patch", {"input": "*** Begin Patch\n*** Update File: app/a.py\n*** Move to: ../../x.py\n*** End Patch"},
      ("path_escape",)),
     ("apply_patch", {"input": "*** Begin Patch\n*** Delete File: /etc/passwd\n*** End Patch"}, ("absolute_path",)),
 ])  # fmt: skip

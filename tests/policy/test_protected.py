@@ -63,15 +63,15 @@ def test_protected_writes(path: str) -> None:
     assert protected_problem(POLICY, path, (ROOT,)) == "protected_path", path
 
 
-@pytest.mark.parametrize("path", ["src/app.py", "scripts_notes.md", "docs/scripts.md", "notes/pyproject.md",
+@pytest.mark.parametrize("path", ["src/app/main.py", "scripts_notes.md", "docs/scripts.md", "notes/pyproject.md",
                                   "src/git/config.py", "README.md", "tests/test_x.py", "tests/conftest.py",
-                                  "Makefile", "package.json", "src/profile.py", "docs/.bashrc.md",
-                                  "src/config/settings.py", "src/pycache.py", "src/site_packages.md"])
+                                  "Makefile", "package.json", "src/app/profile.py", "docs/.bashrc.md",
+                                  "src/config/settings.py", "src/app/pycache.py", "src/site_packages.md"])
 def test_ordinary_files_stay_writable(path: str) -> None:
     assert judge_call(ROOTED, "write", {"filePath": path, "content": "x"}).reasons == ()
 
 
-@pytest.mark.parametrize("path", ["src/app.py", "tests/conftest.py", "lib/native.so", "app/scripts/x.md",
+@pytest.mark.parametrize("path", ["src/app/cli.py", "tests/conftest.py", "lib/native.so", "app/scripts/x.md",
                                   "nested/project/scripts/run.py", "home/.bashrc", "sub/.config/x"])
 def test_without_a_root_a_relative_write_that_could_land_on_a_protected_file_is_refused(path: str) -> None:
     """Where no root is known, the folder a relative path starts from is unknown: a pattern anchored at the root
@@ -128,7 +128,7 @@ def test_responses_apply_patch_call_operations() -> None:
                       {"type": "delete_file", "path": ".git/config"},
                       {"type": "update_file", "path": "src/a.py", "diff": "*** Move to: pyproject.toml\n+x"}):
         assert judge_call(POLICY, "apply_patch_call", operation).reasons, operation
-    assert judge_call(ROOTED, "apply_patch_call", {"type": "update_file", "path": "src/a.py",
+    assert judge_call(ROOTED, "apply_patch_call", {"type": "update_file", "path": "src/app/a.py",
                                                     "diff": "@@\n-a\n+b"}).allowed
 
 
@@ -172,8 +172,10 @@ def test_the_project_modules_the_scripts_import_are_protected(tmp_path: Path) ->
     roots = (str(project),)
     for path in ["src/mylib/core.py", "src/mylib/new.py", "SRC/MyLib/__init__.py", "lib/tools/__init__.py",
                  "helpers.py", "src/helpers.py", "mylib.py", f"{project}/src/mylib/core.py"]:
-        assert protected_problem(POLICY, path, roots) == "protected_path", path
-    for path in ["src/app.py", "http/handlers.py", "json.py", "lib/other.py", "docs/mylib.md"]:
-        assert protected_problem(POLICY, path, roots) is None, path
+        assert protected_problem(POLICY, path, roots, imports=True) == "protected_path", path
+    for path in ["src/app.py", "http/handlers.py", "lib/other.py", "docs/mylib.md"]:
+        assert protected_problem(POLICY, path, roots, imports=True) is None, path
+    # A module named like the standard library's is refused where it would stand first (issue 38).
+    assert protected_problem(POLICY, "json.py", roots, imports=True) == "protected_path"
     # Reading them stays allowed.
     assert protected_problem(POLICY, "src/mylib/core.py", roots, write=False) is None

@@ -86,6 +86,23 @@ def test_a_live_file_cut_after_a_path_rule_is_refused_and_a_widening_is_held_unt
     assert manager.reload() is True
 
 
+def test_a_change_of_what_the_statistics_count_is_held_until_sighup(tmp_path: Path) -> None:
+    """Raised to 100 live, `loop_min_attempts` would empty the loop figures; lowered, it would inflate them:
+    either way the reload is held like a widening (issue 38)."""
+    policy = tmp_path / "strict.yaml"
+    full = STRICT.read_text()
+    _write(policy, full)
+    manager = PolicyManager(policy)
+    served = manager.current().hash
+    for value in ("100", "2"):
+        _write(policy, full.replace("loop_min_attempts: 3 ", f"loop_min_attempts: {value} ", 1))
+        assert manager.reload() is False and manager.current().policy.loop_min_attempts == 3
+        held = manager.status()["held"]
+        assert "statistics count" in held[-1]["reason"] and "SIGHUP" in held[-1]["reason"], held
+    assert manager.reload(explicit=True) is True and manager.current().hash != served  # SIGHUP applies it
+    assert manager.current().policy.loop_min_attempts == 2
+
+
 def test_a_configmap_symlink_swap_is_picked_up(tmp_path: Path) -> None:
     full = STRICT.read_text()
     first, second = tmp_path / "..2026_12_03_a", tmp_path / "..2026_12_03_b"

@@ -46,6 +46,11 @@ WIDEN: dict[str, Callable[[dict[str, Any]], object]] = {
     "built-in profiles off": lambda d: d.update(builtin_profiles=False),
     "longer commands": lambda d: d["shell"].update(max_command_length=4000),
     "command argument renamed": lambda d: d["shell"].update(command_argument="cmd"),
+    # What the statistics count, either way (issue 38): raised, a live reload would empty the loop figures.
+    "loops counted later": lambda d: d.update(loop_min_attempts=100),
+    "loops counted sooner": lambda d: d.update(loop_min_attempts=2),
+    "a new module allowed": lambda d: d.setdefault("protected", {}).setdefault("new_modules", {}).update(
+        allow=["mypkg"]),
 }
 NARROW_OR_TEXT: dict[str, Callable[[dict[str, Any]], object]] = {
     "script removed": lambda d: d["shell"]["scripts"].pop("summarize"),
@@ -73,6 +78,11 @@ def test_an_edit_that_allows_more_is_a_widening(edit: str) -> None:
 @pytest.mark.parametrize("edit", sorted(NARROW_OR_TEXT))
 def test_an_edit_that_narrows_or_changes_text_is_not(edit: str) -> None:
     assert widenings(SERVED, _policy(NARROW_OR_TEXT[edit])) == [], edit
+
+
+def test_a_change_of_what_the_statistics_count_says_so() -> None:
+    assert widenings(SERVED, _policy(WIDEN["loops counted later"])) == [
+        "loop_min_attempts: 3 -> 100 (changes what the statistics count)"]
 
 
 def test_the_widening_says_what_moved() -> None:

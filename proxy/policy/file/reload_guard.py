@@ -8,7 +8,8 @@ lets `write /etc/cron.d/x` through. A reload is therefore taken only when one of
   rejects: each call of a probe set built from both files (their scripts and flags, path tools, shell tools,
   examples, absolute and escaping paths, a tool neither names) judged by both, and the mode not moved from
   enforce to observe.
-So a narrowing edit takes effect at once. An edit that allows more is never applied by the live reload:
+So a narrowing edit takes effect at once. An edit that allows more (or changes what the statistics count:
+`loop_min_attempts`, proxy/policy/file/widening.py) is never applied by the live reload:
 the served policy is not the agent's to change, and an agent that can write the file (or a prefix of it)
 could widen it. It is held (reported in /policies and the log) and applied only when the operator sends
 SIGHUP to the serving process; a file that lacks sections the served one has is refused unless it ends
@@ -63,9 +64,9 @@ def reload_verdict(current: LoadedPolicy, candidate: LoadedPolicy, *, explicit: 
         return ReloadVerdict("apply")
     widened = _widenings(current.policy, candidate.policy)
     if widened:
-        return ReloadVerdict("hold", f"the new file allows what the served policy rejects ({widened[0]}): held, "
-                                     "not applied; send SIGHUP to the serving process to apply it",
-                             widens=tuple(widened))
+        return ReloadVerdict("hold", f"the new file allows what the served policy rejects or changes what the "
+                                     f"statistics count ({widened[0]}): held, not applied; send SIGHUP to the "
+                                     "serving process to apply it", widens=tuple(widened))
     return ReloadVerdict("apply")
 
 

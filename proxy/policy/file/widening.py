@@ -13,7 +13,9 @@ read here by its meaning, and a key whose direction is not known counts as widen
 - switches: `mode` enforce -> observe, `other_tools` reject -> allow, a `protected.*` switch,
   `urls.resolve` or `secrets.redact` turned off, a longer `shell.max_command_length`;
 - text the model reads or names (`name`, `description`, `feedback`, `feedback_variants`, `examples`,
-  `retry_budget`, `loop_min_attempts`, a script's `description` / `instead_of`) change nothing allowed;
+  `retry_budget`, a script's `description` / `instead_of`) change nothing allowed;
+- what the statistics count (`loop_min_attempts`; a statistics window added later belongs here): any change,
+  either way, is held like a widening - raised to 100 it would empty the loop figures live;
 - anything else that changed (`profiles`, `builtin_profiles`, `shell.scripts_dir`, `shell.scripts_path`,
   a script's argument rules, the shell argument names, keys added later) widens unless proven otherwise.
 
@@ -33,9 +35,10 @@ __all__ = ["widenings"]
 
 # Key patterns (dotted, `*` one map key) and how their change is read; the first pattern that matches wins.
 _NEUTRAL = ("name", "description", "feedback", "feedback.*", "feedback_variants", "examples", "retry_budget",
-            "loop_min_attempts", "bash.scripts.*.description", "bash.scripts.*.instead_of")
+            "bash.scripts.*.description", "bash.scripts.*.instead_of")
+_COUNTING = ("loop_min_attempts",)
 _ALLOW_LISTS = ("urls.allow_hosts", "urls.schemes", "paths.project_root", "repair", "passthrough_routes",
-                "bash.scripts.*.flags", "secrets.allow")
+                "bash.scripts.*.flags", "secrets.allow", "protected.new_modules.allow")
 _DENY_LISTS = ("urls.deny_hosts", "protected.write", "protected.read")
 _ALLOW_MAPS = ("bash.scripts",)
 _ON_NARROWS = ("protected.*", "urls.resolve", "secrets.redact")  # a switch that protects when on
@@ -51,6 +54,9 @@ def _items(value: Any) -> set[str]:
 
 def _walk(key: str, old: Any, new: Any) -> Iterator[str]:
     if old == new or _matches(key, _NEUTRAL):
+        return
+    if _matches(key, _COUNTING):
+        yield f"{key}: {old} -> {new} (changes what the statistics count)"
         return
     if _matches(key, _ALLOW_LISTS):
         added = _items(new) - _items(old)

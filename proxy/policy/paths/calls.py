@@ -20,7 +20,7 @@ def path_findings(call: Call) -> Iterator[Finding]:
             for label, value in call.values(spec):
                 for path in strings(value):
                     problem = (path_value_problem(path, call.roots)
-                               or protected_problem(call.policy, path, call.roots, write=write))
+                               or protected_problem(call.policy, path, call.roots, write=write, imports=write))
                     if problem is not None:
                         yield call.found(problem, label)
 
@@ -64,7 +64,8 @@ def patch_findings(call: Call) -> Iterator[Finding]:
             if not isinstance(value, str):
                 raise BadArguments
             for path in patch_paths(value):
-                problem = ((path_value_problem(path, call.roots) or protected_problem(call.policy, path, call.roots))
+                problem = ((path_value_problem(path, call.roots)
+                            or protected_problem(call.policy, path, call.roots, imports=True))
                            if "\x00" not in path else "path_escape")
                 if problem is not None:
                     yield call.found(problem, label)

@@ -8,7 +8,10 @@ project, matched against absolute paths whatever the root (or none): `//etc/` fr
 `~/.ssh/` under every home directory (`/root`, `/home/NAME`, `/Users/NAME`, `/var/home/NAME`), as Claude
 Code's permission rules write them. Paths are compared after
 normalisation (NFKC, case, backslashes, `.`/`..`, repeated slashes, trailing dots and spaces per segment),
-absolute ones under a project root as relative ones, and through the symlinks a root on this machine has.
+absolute ones under a project root as relative ones, and through the symlinks a root on this machine has;
+and under the names macOS and Windows would read them by (proxy/policy/paths/spellings.py: ignorable code
+points, alternate data streams, 8.3 short names). A write is also judged by what it would change for the
+project's imports (proxy/policy/paths/modules.py).
 The proxy's own policy and config files are protected wherever they are (`register_own_files`).
 """
 
@@ -22,9 +25,11 @@ from collections.abc import Iterable
 
 from ..roots import HOME_PARENTS
 from ..schema import Policy, compiled_for
+from .client_files import client_files
 from .globs import GlobSet, Patterns, compile_glob, pattern_tokens, selects
-from .imported import imported_modules
 from .inside import path_value_problem
+from .modules import import_view, shadowing_write, unknown_view
+from .spellings import literal_names, other_spellings
 
 __all__ = ["READ", "WRITE", "fold", "glob_problem", "is_absolute_pattern", "own_files", "protected_for",
            "protected_problem", "register_own_files"]
@@ -163,9 +168,15 @@ class Protected:
         rules = policy.protected
         self.source = rules
         write = list(rules.write)
+        if rules.client_files:  # what every client loads on its own (proxy/policy/paths/client_files.py)
+            write += client_files(policy)
         if rules.scripts_dir:
             write.append("/" + policy.bash.scripts_dir.strip("/") + "/")
         self.scripts_dir = policy.bash.scripts_dir.strip("/") if rules.scripts_dir else None
+        self.import_scripts_dir = policy.bash.scripts_dir.strip("/")
+        self.new_modules = frozenset(name.casefold() for name in rules.new_modules.allow)
+        self.unknown_view = unknown_view(self.import_scripts_dir, fold)
+        self.short_names = literal_names([*map(fold, write), *map(fold, rules.read), fold(self.import_scripts_dir)])
         self.write = _compile([*write, *rules.read])  # a writing tool reads the file too
         self.read = _compile(rules.read)
         self.write_absolute = _compile_absolute([*write, *rules.read])
@@ -229,63 +240,80 @@ class Protected:
                 escapes = True  # `link/x` with `link -> /etc`: the write lands outside the project
         return relative, absolute, escapes
 
-    def _imported(self, relative: list[str], roots: tuple[str, ...]) -> bool:
-        """Whether a path (its forms relative to a root) is one of the project's modules the scripts import
-        (proxy/policy/paths/imported.py)."""
-        assert self.scripts_dir is not None
-        for root in roots:
-            if os.path.isdir(root):
-                modules = imported_modules(root, self.scripts_dir, fold)
-                if any(form == m or form.startswith(m + "/") for form in relative for m in modules):
+    def _other_spellings(self, forms: list[str]) -> list[str]:
+        """The forms and the names a macOS or Windows reader would take each for (proxy/policy/paths/
+        spellings.py): a short name may stand for any protected name, or one of the proxy's own files."""
+        names = self.short_names | {name: name for mine in _OWN | _OWN_DIRS if (name := mine.rpartition("/")[2])}
+        return forms + [other for form in forms for other in other_spellings(form, names, fold)]
+
+    def _shadowing(self, relative: list[str], roots: tuple[str, ...]) -> bool:
+        """Whether a write (its forms relative to a root) changes what an import of the project's interpreter
+        resolves to (proxy/policy/paths/modules.py); a root not on this machine is judged by its layout."""
+        for root in roots or (None,):
+            view = import_view(root, self.import_scripts_dir, fold) if root and os.path.isdir(root) \
+                else self.unknown_view
+            for form in relative:
+                if shadowing_write(form, view, self.new_modules):
                     return True
         return False
 
-    def problem(self, path: str, *, write: bool, roots: tuple[str, ...] = ()) -> bool:
-        """Whether `path` is protected for this access (a write checks both lists: a writing tool reads)."""
+    def problem(self, path: str, *, write: bool, roots: tuple[str, ...] = (), imports: bool = False) -> bool:
+        """Whether `path` is protected for this access (a write checks both lists: a writing tool reads);
+        `imports`: the access writes the file itself, so a module it would shadow counts too."""
         if not roots and not fold(path).startswith("/"):
-            return self._unrooted(path, write=write)
+            return self._unrooted(path, write=write, imports=imports)
         patterns = self.write if write else self.read
         outside = self.write_absolute if write else self.read_absolute
         own = write and self.source.own_files and bool(_OWN or _OWN_DIRS)
         if patterns is None and outside is None and not own:
             return False
         relative, absolute, escapes = self._candidates(path, roots)
+        if not (path.isascii() and ":" not in path and "~" not in path):
+            relative, absolute = self._other_spellings(relative), self._other_spellings(absolute)
         if escapes or (patterns is not None and any(patterns.search(form) for form in relative)):
             return True
         if outside is not None and any(outside.search(form) for form in absolute):
             return True
-        if write and self.scripts_dir is not None and self._imported(relative, roots):
+        if write and imports and self._shadowing(relative, roots):
             return True
         if own:
             return any(_is_own(a) for a in absolute)
         return False
 
 
-    def _unrooted(self, path: str, *, write: bool) -> bool:
+    def _unrooted(self, path: str, *, write: bool, imports: bool = False) -> bool:
         """A relative path where no project root is known: where the agent works is unknown, so the path may land
         below any folder. Protected when a pattern matches it from any of its folders (`/scripts/` at any depth),
         when it may be one of the proxy's own files from any folder (`policies/strict.yaml` from the directory
         the proxy serves it from, or any above it), and, for a write, when it is a Python module a script may
         import (which modules those are is read from the project, and there is none to read)."""
-        folded = fold(path)
+        forms = [fold(path)]
+        if not (path.isascii() and ":" not in path and "~" not in path):
+            forms = self._other_spellings(forms)  # as macOS or Windows would name it
         patterns = self.write_unrooted if write else self.read_unrooted
-        if patterns is not None and patterns.search(folded):
+        if patterns is not None and any(patterns.search(form) for form in forms):
             return True
         if not write:
             return False
-        if self.scripts_dir is not None and folded.endswith(_MODULE_SUFFIXES) and not _WILDCARDS.search(folded):
+        if self.scripts_dir is not None and any(form.endswith(_MODULE_SUFFIXES) and not _WILDCARDS.search(form)
+                                                for form in forms):
             return True
-        return self.source.own_files and _is_own_below(folded)
+        if imports and self._shadowing(forms, ()):  # a new top-level module or package of an unseen project
+            return True
+        return self.source.own_files and any(_is_own_below(form) for form in forms)
 
 
 def protected_for(policy: Policy) -> Protected:
     return compiled_for(policy, "_protected", policy.protected, Protected)
 
 
-def protected_problem(policy: Policy, path: str, roots: tuple[str, ...] = (), *, write: bool = True) -> str | None:
+def protected_problem(policy: Policy, path: str, roots: tuple[str, ...] = (), *, write: bool = True,
+                      imports: bool = False) -> str | None:
     """`protected_path` when a tool may not touch `path` this way, else None: the one check every judged
-    write (and secret read) goes through."""
-    return "protected_path" if protected_for(policy).problem(path, write=write, roots=roots) else None
+    write (and secret read) goes through. `imports`: a file-writing tool's own path (written, replaced,
+    renamed or deleted), judged also by what it would change for the project's imports."""
+    found = protected_for(policy).problem(path, write=write, roots=roots, imports=imports and write)
+    return "protected_path" if found else None
 
 
 def glob_problem(policy: Policy, glob: str, roots: tuple[str, ...] = ()) -> str | None:

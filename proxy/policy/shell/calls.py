@@ -8,11 +8,11 @@ from ..call import BadArguments, Call, Finding
 from ..paths.inside import path_value_problem
 from ..paths.protected import protected_problem
 from .decision import judge_command
-from .shell_forms import commands_of
+from .shell_forms import KNOWN_SHELLS, commands_of
 
 __all__ = ["shell_findings"]
 
-_POSIX_SHELLS = frozenset({"bash", "sh", "dash", "zsh"})
+_POSIX_SHELLS = frozenset(s for s in KNOWN_SHELLS if s.rsplit("/", 1)[-1] in ("bash", "sh", "dash", "zsh"))
 
 
 def shell_findings(call: Call) -> Iterator[Finding]:
@@ -47,7 +47,7 @@ def shell_findings(call: Call) -> Iterator[Finding]:
                 raise BadArguments
             # The judged language means the same in these shells only; any other program given the
             # command text (`curl -lc TEXT`, `python3 -c TEXT`) runs something else entirely.
-            if value.rsplit("/", 1)[-1] not in _POSIX_SHELLS:
+            if value not in _POSIX_SHELLS:  # exactly a shell, by its name or a system path
                 yield call.found("wrapper", label)
     if shell.env:
         for label, value in call.values(shell.env):

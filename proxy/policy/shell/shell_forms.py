@@ -16,10 +16,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["argv_command", "commands_of", "shell_script"]
+__all__ = ["KNOWN_SHELLS", "argv_command", "commands_of", "shell_script"]
 
-# The shells whose `-c STRING` runs STRING: the judged language means the same in each of them.
-_SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "ash"})
+# The shells whose `-c STRING` runs STRING (the judged language means the same in each of them), by the names a
+# client's argv or `shell` field gives them: bare (looked up on PATH) or at a system path. Any other path
+# (`scripts/x/bash`, `./tools/bash`, `/tmp/bash`) is a program of the project's or the model's own.
+_SHELL_NAMES = ("bash", "sh", "dash", "zsh", "ksh", "ash")
+_SHELL_DIRS = ("/bin", "/usr/bin", "/usr/local/bin", "/opt/homebrew/bin", "/usr/pkg/bin", "/run/current-system/sw/bin")
+KNOWN_SHELLS = frozenset(_SHELL_NAMES) | frozenset(f"{d}/{n}" for d in _SHELL_DIRS for n in _SHELL_NAMES)
 # Options before `-c` that change nothing the rules look at: a login shell (`-l`, `--login`) and the
 # combined forms Codex and others send (`-lc`, `-cl`).
 _LOGIN = frozenset({"-l", "--login"})
@@ -40,7 +44,7 @@ def _quote(word: str) -> str | None:
 
 def shell_script(argv: list[str]) -> str | None:
     """STRING of an argv `bash|sh ... [-l] -c|-lc STRING` (always its last word); None for any other argv."""
-    if argv and argv[0].rsplit("/", 1)[-1] in _SHELLS:
+    if argv and argv[0] in KNOWN_SHELLS:
         rest = argv[1:]
         while rest and rest[0] in _LOGIN:
             rest = rest[1:]

@@ -24,7 +24,8 @@ _SHELL_DESCRIPTION = re.compile(
 # Responses API tools that are not functions: the item type the model's action arrives as, and the
 # arguments that item carries (proxy/dialects/responses.py hands those items to the judge under these names).
 _RESPONSES_BUILTIN_TOOLS = {"local_shell": "local_shell_call", "shell": "shell_call",
-                            "apply_patch": "apply_patch_call"}
+                            "apply_patch": "apply_patch_call", "computer_use_preview": "computer_call",
+                            "computer": "computer_call"}
 _CUSTOM_INPUT = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
 
 

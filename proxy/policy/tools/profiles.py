@@ -17,14 +17,16 @@ import re
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
 
+from ..paths.client_files import BUILTIN_PROFILES_FILE
+from ..paths.modules import warm_root
 from ..roots import normal_root, root_problem
 from ..schema import Policy, Profile, ShellMap, ToolMap
 from .classify import Declared, classify, classify_arguments, misfits
+from .keyboard import keyboard_map, keyboard_map_of_call
 from .offered import Offered, offered_tools, properties, shell_like
 
 __all__ = [
@@ -42,7 +44,7 @@ __all__ = [
     "unknown_tool_rules",
 ]
 
-_BUILTIN_FILE = Path(__file__).resolve().parents[2] / "default_policies" / "tool-profiles.yaml"
+_BUILTIN_FILE = BUILTIN_PROFILES_FILE
 # The maps the policy's own `bash:`/`paths:` tool keys make; applied wherever they fit, never recorded.
 LEGACY_PROFILE = "policy"
 # The rule of a tool no profile knows whose schema looks like it runs commands (`shell_like`).
@@ -199,6 +201,8 @@ class ToolSet:
         tools = cls(table=profile_table(policy), offered=offered_tools(payload),
                     user_agent=_header(headers, "user-agent"), client=client, extra_roots=roots)
         tools.select()
+        for root in tools.roots:  # what the project's environment imports, read before its first write is judged
+            warm_root(root, policy.bash.scripts_dir)
         return tools
 
     @property
@@ -299,8 +303,10 @@ def unknown_tool_rules(tool: str, schema: Mapping[str, Any] | None, description:
     if not found.readable:
         return [Rule.of(HEURISTIC_PROFILE, tool, ToolMap(), content=True, readable=False)]
     maps = found.maps or (ToolMap(),)
-    return [Rule.of(HEURISTIC_PROFILE, tool, m, content=True, declared=found.declared if i == 0 else None)
-            for i, m in enumerate(maps)]
+    rules = [Rule.of(HEURISTIC_PROFILE, tool, m, content=True, declared=found.declared if i == 0 else None)
+             for i, m in enumerate(maps)]
+    keyboard = keyboard_map(tool, schema)  # computer use, key typing: what it types is a command line
+    return rules + ([Rule.of(HEURISTIC_PROFILE, tool, ToolMap(keyboard=keyboard))] if keyboard else [])
 
 
 def _known_name_rules(tool: str, spec: Offered, known: list[Rule]) -> list[Rule]:
@@ -346,7 +352,9 @@ def _argument_rules(rule: Rule, arguments: Mapping[str, Any]) -> list[Rule]:
     found = classify_arguments(arguments)
     if found.unaddressable:
         return [dataclasses.replace(Rule.of(rule.profile, rule.tool, ToolMap(), content=True), unaddressable=True)]
-    return [Rule.of(rule.profile, rule.tool, m, content=True) for m in found.maps]
+    keyboard = keyboard_map_of_call(rule.tool, arguments)
+    return [Rule.of(rule.profile, rule.tool, m, content=True) for m in found.maps] + (
+        [Rule.of(rule.profile, rule.tool, ToolMap(keyboard=keyboard))] if keyboard else [])
 
 
 def misfit_rules(rule: Rule, arguments: Mapping[str, Any]) -> list[Rule]:
