@@ -14,6 +14,12 @@ declare -A packages=(
   [openai-agents]="openai-agents==0.24.0"
   [pydantic-ai]="pydantic-ai-slim[openai]==2.68.0"
   [langgraph]="langgraph==1.2.22 langgraph-prebuilt==1.1.2 langchain-core==1.8.3 langchain-openai==1.7.4 langchain-community==0.4.2 langchain-experimental==0.4.2"
+  [strands]="strands-agents[openai]==1.62.0 strands-agents-tools==0.8.10"
+  [agno]="agno[openai]==3.1.10"
+  [autogen]="autogen-agentchat==0.7.5 autogen-ext[openai]==0.7.5"
+  [dspy]="dspy==3.4.1"
+  [open-interpreter]="open-interpreter==0.4.3"
+  [aider]="aider-chat==0.86.2"
 )
 
 mkdir -p "$cache"

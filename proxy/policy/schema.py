@@ -197,6 +197,10 @@ class ShellMap(_Strict):
     env: ArgPath | None = Field(default=None, description="variables set for the command: must be empty")
     interpreter: ArgPath | None = Field(
         default=None, description="the program the command runs in (Codex's `shell`): must be a POSIX shell")
+    shells: list[Annotated[str, StringConstraints(min_length=1, max_length=40)]] = Field(
+        default_factory=list, description=(
+            "the `interpreter` values this client runs the command in a POSIX shell for, besides bash, sh, dash "
+            "and zsh (Open Interpreter's language `shell`)"))
 
     @model_validator(mode="after")
     def _one_command(self) -> ShellMap:

@@ -173,6 +173,9 @@ class ToolSet:
     offered: dict[str, Offered] | None = None
     user_agent: str | None = None
     extra_roots: tuple[str, ...] = ()
+    # Commands allowed verbatim in this request's shell calls: the protocol commands of the client it comes from
+    # (mini-swe-agent's submit sentinel), recognised by its own prompt (proxy/enforce/text_clients.py).
+    exact: tuple[str, ...] = ()
     profiles: list[str] = field(default_factory=list)
     _rules: dict[str, list[Rule]] = field(default_factory=dict)
 
