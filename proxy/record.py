@@ -29,6 +29,12 @@ class Digests:
     keys: list[str]
     running: Any  # hashlib's sha256 object
     turns: int  # how many of the messages were hashed (instructions are not)
+    # Whether call ids are part of the turns hashed (False: a client that renames the calls it was given,
+    # proxy/sessions/rewritten.py; its reply is remembered without them too).
+    call_ids: bool = True
+    # Keys its delivered reply reaches besides the conversation's own (a client that rewrites its history each
+    # step: DSPy's trajectory, proxy/sessions/rewritten.py `history_keys`).
+    also: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,8 @@ from proxy.errors import BadRequest
 from proxy.record import RequestRecord
 from proxy.services import Services
 from proxy.sessions.project_root import stated_root
+from proxy.sessions.resolve import Pending
+from proxy.sessions.rewritten import as_delivered, history_keys, renames_calls
 
 __all__ = ["RouteShape", "open_exchange"]
 
@@ -57,9 +59,19 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
     # together all wait here (the model list, the lineage store), and each would hold its parsed conversation,
     # larger than its bytes, until it streams. After this, the bytes are the one copy kept.
     conversation = shape.conversation(payload)
-    lineage = state.sessions.prepare(request.headers, conversation, payload)
+    # Open Interpreter sends its turns back renamed (proxy/sessions/rewritten.py): read as they were delivered.
+    renamed = as_delivered(conversation) if conversation is not None and renames_calls(conversation) else None
+    lineage = state.sessions.prepare(request.headers, conversation if renamed is None else renamed, payload)
+    if renamed is not None and isinstance(lineage, Pending):
+        lineage.digests.call_ids = False
+    history = history_keys(conversation) if conversation is not None and isinstance(lineage, Pending) else None
+    if history is not None and isinstance(lineage, Pending):  # DSPy: each step a new conversation of its trajectory
+        continues, reaches = history
+        lineage.digests.also = (reaches,)
+        if continues is not None:
+            lineage.keys.append(continues)
     text_client, stated = _text_client(conversation, payload), stated_root(shape.client_texts(payload))
-    del conversation
+    del conversation, renamed
     refused: BadRequest | None = None
     try:
         stream, changed = normalize_stream(payload)

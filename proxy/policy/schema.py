@@ -234,6 +234,10 @@ class ToolMap(_Strict):
     known: list[ArgPath] = Field(default_factory=list, description=(
         "arguments named like a command, file or URL that carry none (OpenCode's `task.command` names a slash "
         "command); any other such argument the offered schema has is judged by its classification"))
+    reads_when: dict[ArgName, list[Annotated[str, StringConstraints(min_length=1, max_length=100)]]] = Field(
+        default_factory=dict, description=(
+            "the `paths` are only read when an argument named here holds one of its values (an editor's "
+            "`command: view`); otherwise they are written"))
 
     @field_validator("paths", "read_paths", "patch", "urls", "globs", "searches", "known", mode="before")
     @classmethod
@@ -250,7 +254,8 @@ class ToolMap(_Strict):
     def claimed(self) -> list[str]:
         """Every argument this map says what it is: the ones it judges, the shell's workdir, environment
         and interpreter, and `known`."""
-        specs = [*self.paths, *self.read_paths, *self.patch, *self.urls, *self.globs, *self.searches, *self.known]
+        specs = [*self.paths, *self.read_paths, *self.patch, *self.urls, *self.globs, *self.searches, *self.known,
+                 *self.reads_when]
         if self.shell is not None:
             specs += [s for s in (self.shell.source, self.shell.workdir, self.shell.env, self.shell.interpreter) if s]
         return specs

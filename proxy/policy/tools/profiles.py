@@ -25,7 +25,7 @@ import yaml
 from ..roots import normal_root
 from ..schema import Policy, Profile, ShellMap, ToolMap
 from .classify import Declared, classify, classify_arguments, misfits
-from .offered import Offered, offered_tools, properties, shell_like
+from .offered import Offered, command_named, offered_tools, properties, shell_like
 
 __all__ = [
     "HEURISTIC_PROFILE",
@@ -235,7 +235,7 @@ class ToolSet:
         for tool, spec in self.offered.items():
             names = properties(spec.schema).keys() if spec.schema is not None else None
             for rule in self.table.by_tool.get(tool, ()):
-                if names is None or rule.fits(names):
+                if (names is None or rule.fits(names)) and not _foreign(rule, spec.schema):
                     known.setdefault(rule.profile, set()).add(tool)
         order = list(self.table.profiles)
 
@@ -255,7 +255,7 @@ class ToolSet:
         for tool, spec in self.offered.items():
             names = properties(spec.schema).keys() if spec.schema is not None else None
             rules = [r for r in self.table.by_tool.get(tool, ()) if r.profile in chosen
-                     and (names is None or r.fits(names))]
+                     and (names is None or r.fits(names)) and not _foreign(r, spec.schema)]
             rules += [r for r in self.table.legacy.get(tool, ()) if names is None or r.fits(names)]
             rules = _unique(rules)
             if not rules:
@@ -284,6 +284,17 @@ class ToolSet:
     def governed(self) -> list[str]:
         """The offered tools a shell, path or URL rule governs (or, unreadable, what each call carries)."""
         return [tool for tool, rules in self._rules.items() if any(r.governed or not r.readable for r in rules)]
+
+
+def _foreign(rule: Rule, schema: Mapping[str, Any] | None) -> bool:
+    """Another client's tool of the rule's name: its schema requires a command argument the map neither judges nor
+    knows (Strands' `editor {command, path}` is not Cline's `editor {path}`). A map of no capability (a tool its
+    profile declares harmless) is kept."""
+    required = schema.get("required") if rule.governed and isinstance(schema, Mapping) else None
+    if not isinstance(required, list):
+        return False
+    claimed = {re.split(r"[.\[]", spec, maxsplit=1)[0] for spec in rule.map.claimed()}
+    return any(isinstance(name, str) and name not in claimed and command_named(name) for name in required)
 
 
 def unknown_tool_rules(tool: str, schema: Mapping[str, Any] | None, description: str | None) -> list[Rule]:
