@@ -287,14 +287,48 @@ class ToolSet:
 
 
 def _foreign(rule: Rule, schema: Mapping[str, Any] | None) -> bool:
-    """Another client's tool of the rule's name: its schema requires a command argument the map neither judges nor
-    knows (Strands' `editor {command, path}` is not Cline's `editor {path}`). A map of no capability (a tool its
-    profile declares harmless) is kept."""
-    required = schema.get("required") if rule.governed and isinstance(schema, Mapping) else None
+    """Another client's tool of the rule's name, as its schema shows: it requires a command argument the map neither
+    judges nor knows (Strands' `editor {command, path}` is not Cline's `editor {path}`), or its command argument takes
+    a shape the map does not read it in (Strands' `shell {command: string | [string | {command, work_dir}]}`, a list
+    of commands, is not Codex's `shell {command: [argv]}`). A map of no capability (a tool its profile declares
+    harmless) is kept."""
+    if not rule.governed or not isinstance(schema, Mapping):
+        return False
+    shell = rule.map.shell
+    if shell is not None and _PLAIN.fullmatch(shell.source):
+        shapes = _shapes(properties(schema).get(shell.source))
+        takes = {"argv"} if shell.argv else {"string"} if shell.command else {"string", "argv"}
+        if shapes - takes:
+            return True
+    required = schema.get("required")
     if not isinstance(required, list):
         return False
     claimed = {re.split(r"[.\[]", spec, maxsplit=1)[0] for spec in rule.map.claimed()}
     return any(isinstance(name, str) and name not in claimed and command_named(name) for name in required)
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9_$@-]+")
+
+
+def _shapes(prop: Any, depth: int = 0) -> set[str]:
+    """The shapes an argument's schema takes: `string`, `argv` (a list of strings), `other` (a list of anything else,
+    an object); nothing for a schema that does not say (no `type`, a `$ref`)."""
+    if not isinstance(prop, Mapping) or depth > 4:
+        return set()
+    out: set[str] = set()
+    for key in ("anyOf", "oneOf"):
+        for branch in prop.get(key) or []:
+            out |= _shapes(branch, depth + 1)
+    kinds = prop.get("type")
+    kinds = set(kinds) if isinstance(kinds, list) else {kinds}
+    if "string" in kinds:
+        out.add("string")
+    if "object" in kinds:
+        out.add("other")
+    if "array" in kinds:
+        items = _shapes(prop.get("items"), depth + 1)
+        out.add("argv" if items <= {"string"} else "other")
+    return out
 
 
 def unknown_tool_rules(tool: str, schema: Mapping[str, Any] | None, description: str | None) -> list[Rule]:
