@@ -29,9 +29,9 @@ class Digests:
     keys: list[str]
     running: Any  # hashlib's sha256 object
     turns: int  # how many of the messages were hashed (instructions are not)
-    # Whether call ids are part of the turns hashed (False: a client that renames the calls it was given,
-    # proxy/sessions/rewritten.py; its reply is remembered without them too).
-    call_ids: bool = True
+    # The turns were hashed as their client sends them back (a client that rewrites the turns it was given,
+    # proxy/sessions/rewritten.py): its reply is remembered so too.
+    rewritten: bool = False
     # Keys its delivered reply reaches besides the conversation's own (a client that rewrites its history each
     # step: DSPy's trajectory, proxy/sessions/rewritten.py `history_keys`).
     also: tuple[str, ...] = ()

@@ -59,11 +59,12 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
     # together all wait here (the model list, the lineage store), and each would hold its parsed conversation,
     # larger than its bytes, until it streams. After this, the bytes are the one copy kept.
     conversation = shape.conversation(payload)
-    # Open Interpreter sends its turns back renamed (proxy/sessions/rewritten.py): read as they were delivered.
-    renamed = as_delivered(conversation) if conversation is not None and renames_calls(conversation) else None
+    # Open Interpreter and Agno send their turns back renamed (proxy/sessions/rewritten.py): read as delivered.
+    renamed = (as_delivered(conversation) if conversation is not None
+               and renames_calls(conversation, payload.get("tools")) else None)
     lineage = state.sessions.prepare(request.headers, conversation if renamed is None else renamed, payload)
     if renamed is not None and isinstance(lineage, Pending):
-        lineage.digests.call_ids = False
+        lineage.digests.rewritten = True
     history = history_keys(conversation) if conversation is not None and isinstance(lineage, Pending) else None
     if history is not None and isinstance(lineage, Pending):  # DSPy: each step a new conversation of its trajectory
         continues, reaches = history

@@ -37,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from proxy.logs import get_logger
 from proxy.record import Digests, SessionRef
-from proxy.sessions.rewritten import without_call_ids
+from proxy.sessions.rewritten import sent_back
 from proxy.store import tables
 from proxy.store.recorder import queue_lineage
 from proxy.store.writer import StoreWriter
@@ -575,9 +575,8 @@ class SessionResolver:
         """
         if session.source != "lineage" or not isinstance(reply, Mapping) or not reply:
             return
-        if session.digests is not None and not session.digests.call_ids:  # hashed as its client sends it back
-            reply, after = without_call_ids(reply), [without_call_ids(m) if isinstance(m, Mapping) else m
-                                                     for m in after]
+        if session.digests is not None and session.digests.rewritten:  # hashed as its client sends it back
+            reply, after = sent_back(reply), [sent_back(m) if isinstance(m, Mapping) else m for m in after]
         last = reply_digest(messages, reply, session.digests, after)
         keys = [last] if last is not None else []
         if response_id:

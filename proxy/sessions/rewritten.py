@@ -4,10 +4,16 @@ in the client's spelling.
 Open Interpreter 0.4 keeps no call ids. It turns a delivered turn into messages of its own (the text, then a code
 message) and sends it back as two assistant messages, the text and then the call with empty text, the call renamed
 `toolu_N` (N counting the calls of the conversation: interpreter/core/llm/run_tool_calling_llm.py
-`process_messages`) and its result answering that name. No turn of its next request is then the turn the proxy
-delivered, and no id it names is one the proxy gave out: each step began a new session. Its lineage is read over the
-conversation as delivered (`as_delivered`: an assistant text joined with the calls that follow it, no call ids), and
-its reply is remembered without its ids (`Digests.call_ids` False), so both sides of a turn hash alike.
+`process_messages`) and its result answering that name; in its text mode it writes the turn again from its text and
+code block, stripped, the block as "```LANGUAGE\nCODE\n```" (interpreter/core/llm/utils/
+convert_to_openai_messages.py). No turn of its next request is then the turn the proxy delivered, and no id it names
+is one the proxy gave out: each step began a new session. Agno renames every call id that is not `call_` and at most
+40 characters (vLLM's `chatcmpl-tool-...` from 0.24) as `call_` and a counter in 35 hex digits
+(agno/utils/message.py `reformat_tool_call_ids`); it is known by the keys its tool specs carry
+(`requires_confirmation`), or by such ids. Either's lineage is read over the conversation as delivered
+(`as_delivered`: an assistant text joined with the calls that follow it) and each turn as it comes back
+(`sent_back`: no call ids, an assistant text without its whitespace), and its reply is remembered the same way
+(`Digests.rewritten`), so both sides of a turn hash alike.
 
 DSPy's ReAct sends each step as a new conversation: its instructions and one user message holding the program's
 inputs and the trajectory so far (each step's thought, tool name and arguments, and observation), which its answer
@@ -19,29 +25,49 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.toolcalls.text_dspy import trajectory_steps
 
-__all__ = ["as_delivered", "history_keys", "renames_calls", "without_call_ids"]
+__all__ = ["as_delivered", "history_keys", "renames_calls", "sent_back"]
 
 _OPEN_INTERPRETER = "You are Open Interpreter"
+_AGNO_ID = re.compile(r"call_[0-9a-f]{35}")
 
 
-def renames_calls(messages: Sequence[Any]) -> bool:
-    """The conversation is Open Interpreter's (its system prompt says so): it renames the calls it was given."""
-    return any(isinstance(m, Mapping) and m.get("role") == "system" and isinstance(m.get("content"), str)
-               and _OPEN_INTERPRETER in m["content"] for m in messages)
+def renames_calls(messages: Sequence[Any], tools: Any = None) -> bool:
+    """The conversation is one of a client that renames the calls it was given: Open Interpreter's (its system prompt
+    says so) or Agno's (its tool specs, or the ids it gave)."""
+    for message in messages:
+        if not isinstance(message, Mapping):
+            continue
+        content = message.get("content")
+        if message.get("role") == "system" and isinstance(content, str) and _OPEN_INTERPRETER in content:
+            return True
+        calls = message.get("tool_calls")
+        if isinstance(calls, list) and any(isinstance(c, Mapping) and isinstance(c.get("id"), str)
+                                           and _AGNO_ID.fullmatch(c["id"]) for c in calls):
+            return True
+    return isinstance(tools, list) and any(
+        isinstance(t, Mapping) and isinstance(t.get("function"), Mapping) and "requires_confirmation" in t["function"]
+        for t in tools)
 
 
-def without_call_ids(message: Mapping[str, Any]) -> dict[str, Any]:
-    """The message with no call ids: its calls' and the one it answers."""
+_SPACE = re.compile(r"\s+")
+
+
+def sent_back(message: Mapping[str, Any]) -> dict[str, Any]:
+    """The message as such a client sends it back: no call ids (its calls' and the one it answers), an assistant's
+    text without its whitespace."""
     out = {k: v for k, v in message.items() if k != "tool_call_id"}
     calls = message.get("tool_calls")
     if isinstance(calls, list):
         out["tool_calls"] = [{k: v for k, v in c.items() if k != "id"} if isinstance(c, Mapping) else c
                              for c in calls]
+    if message.get("role") == "assistant" and isinstance(message.get("content"), str):
+        out["content"] = _SPACE.sub("", message["content"])
     return out
 
 
@@ -53,7 +79,7 @@ def as_delivered(messages: Sequence[Any]) -> list[Any]:
         if not isinstance(message, Mapping):
             out.append(message)
             continue
-        message = without_call_ids(message)
+        message = sent_back(message)
         before = out[-1] if out else None
         if (message.get("role") == "assistant" and message.get("tool_calls") and not message.get("content")
                 and isinstance(before, dict) and before.get("role") == "assistant" and not before.get("tool_calls")):

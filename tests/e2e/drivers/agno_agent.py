@@ -37,7 +37,9 @@ def main() -> None:
             output = agent.get_last_run_output(session_id="conversation")
         else:
             output = agent.run(message, session_id="conversation")
-        return str(output.content if output is not None else "").strip()
+        # The run's content joins every assistant text of it; the answer is its last assistant message.
+        said = [m.content for m in (output.messages or []) if m.role == "assistant" and m.content] if output else []
+        return str(said[-1] if said else "").strip()
 
     try:
         answer, then = run(prompt), run(follow_up)
