@@ -597,7 +597,9 @@ class _StreamRelay(EventReader, StreamedAttempts):
     def _reply(self) -> dict[str, Any]:
         """The turn as the client holds it: the text it received (the first attempt's, live; a retry's only for a
         field the first attempt left empty; the blocked turn's explanation) and the calls delivered."""
-        content = (self._content() if self.attempt == 1 else self.first_content) + self.reply_content
+        # A text-acting client's attempts are all held: it holds the delivered one's text alone.
+        first = "" if self.ex.acts_on_text and self.ex.enforce else self.first_content
+        content = (self._content() if self.attempt == 1 else first) + self.reply_content
         return {"role": "assistant", "content": content, "tool_calls": self.reply_calls}
 
     def _encode(self, choices: list[dict[str, Any]], top: dict[str, Any] | None = None) -> bytes:
