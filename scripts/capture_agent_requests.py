@@ -1,7 +1,7 @@
 """Captures the first request each Python agent of scripts/install-agent-pys.sh sends, through its own driver
-(tests/e2e/drivers/), against a recording scripted upstream: the tools it offers into tests/policy/client_tools/<name>.json,
-and for the agents that act on text, what it writes into its request (its prompt) into tests/text_clients_data/<name>.json,
-the project's path replaced by `{cwd}` and the HOME by `{home}`.
+(tests/e2e/drivers/), against a recording scripted upstream: the tools it offers into
+tests/policy/client_tools/<name>.json, and for the agents that act on text, what it writes into its request (its
+prompt) into tests/text_clients_data/<name>.json, the project's path replaced by `{cwd}` and the HOME by `{home}`.
 
 Run after scripts/install-agent-pys.sh: `python scripts/capture_agent_requests.py [name ...]`.
 """
@@ -45,8 +45,8 @@ CAPTURES: dict[str, tuple[str, list[str], str, str]] = {
 
 
 def _version(venv: Path, package: str) -> str:
-    done = subprocess.run([str(venv / "bin" / "python"), "-c", f"import importlib.metadata as m; print(m.version({package!r}))"],
-                          capture_output=True, text=True, timeout=60)
+    code = f"import importlib.metadata as m; print(m.version({package!r}))"
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=60)
     return done.stdout.strip()
 
 

@@ -52,7 +52,8 @@ def _step(messages: list[dict[str, Any]], k: int, name: str, args: dict[str, Any
     step = (f"[[ ## thought_{k} ## ]]\ngo\n\n[[ ## tool_name_{k} ## ]]\n{name}\n\n[[ ## tool_args_{k} ## ]]\n"
             f"{json.dumps(args)}\n\n[[ ## observation_{k} ## ]]\n{seen}")
     trajectory = f"{trajectory.rstrip()}\n\n\n{step}" if trajectory.strip() else step
-    return [messages[0], {"role": "user", "content": f"{head}[[ ## trajectory ## ]]\n{trajectory}\n\nRespond with{respond}"}]
+    content = f"{head}[[ ## trajectory ## ]]\n{trajectory}\n\nRespond with{respond}"
+    return [messages[0], {"role": "user", "content": content}]
 
 
 @SQLITE_ONLY

@@ -74,7 +74,8 @@ def open_interpreter_cases(cases):
 
     out = []
     for chunks in cases:
-        llm = types.SimpleNamespace(execution_instructions=None, interpreter=types.SimpleNamespace(verbose=False, os=False))
+        client = types.SimpleNamespace(verbose=False, os=False)
+        llm = types.SimpleNamespace(execution_instructions=None, interpreter=client)
         llm.completions = lambda chunks=chunks, **params: iter(
             {"choices": [{"delta": {"content": c}}]} for c in chunks)
         language, code = None, ""

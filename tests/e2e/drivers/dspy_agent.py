@@ -8,15 +8,14 @@ MODE: `chat` (ChatAdapter: `[[ ## next_tool_name ## ]]` fields), `chat-stream` (
 Prints one JSON line: {"answer": ..., "steps": [tool names]} or {"error": type, "message": ...}.
 """
 
-import asyncio
 import json
 import os
 import sys
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # nothing outside 127.0.0.1 is reached
 
-import dspy  # noqa: E402
-from agent_tools import read_text, run_shell  # noqa: E402
+import dspy
+from agent_tools import read_text, run_shell
 
 
 def main() -> None:
