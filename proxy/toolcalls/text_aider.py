@@ -12,7 +12,7 @@ Read as aider 0.86 reads them (aider/coders/editblock_coder.py `find_original_up
 fence and the files in the chat that its own request states (`aider_stated`): aider matches a path to a chat file
 (by basename, or difflib at 0.8), and a SEARCH/REPLACE edit that does not apply to its file is tried on every other
 file in the chat, so such an edit is judged as a write of those files too. An edit is a call of `aider_edit`
-(`{"path", "fallback"}`, both judged as written paths), a suggested command one of `aider_shell` (`{"command"}`).
+(`{"path", "fallback_paths"}`, both judged as written paths), a suggested command one of `aider_shell` (`{"command"}`).
 Where aider refuses an answer (a block without a path, a SEARCH without its divider) it applies none of it; the
 blocks read up to there are judged all the same.
 """
@@ -82,7 +82,7 @@ def aider_stated(client_text: str, messages: Sequence[Any]) -> Stated:
 
 
 def _edit(fmt: str, path: str, fallback: Sequence[str], raw: str, found: TextActions) -> None:
-    found.calls.append(text_call(fmt, EDIT, {"path": path, "fallback": [f for f in fallback if f != path]}, raw,
+    found.calls.append(text_call(fmt, EDIT, {"path": path, "fallback_paths": [f for f in fallback if f != path]}, raw,
                                  len(found.calls)))
 
 

@@ -237,3 +237,26 @@ def test_aider_is_governed_and_counted(fmt: str, tmp_path: Path, upstream: Scrip
     second = {"pipe": 1} if fmt in ("diff", "diff-fenced") else {"absolute_path": 1}
     assert (stats["sessions"], stats["errors"], stats["reasons"]) == (1, 2, {"protected_path": 1, **second}), stats
     assert _sources(proxy) == {f"text:aider_{fmt.replace('-', '_')}"}
+
+
+# (client, driver arguments, what the model keeps answering)
+BLOCKED = [("aider", ("diff", "notes.txt"), _edit("diff", "scripts/search.py", "", "print(1)\n")),
+           ("open-interpreter", ("text",), f"```shell\n{PIPED}\n```\n")]
+
+
+@pytest.mark.parametrize(("client", "arguments", "answer"), BLOCKED, ids=["aider", "open-interpreter"])
+def test_text_agent_user_learns_why_a_turn_was_blocked(client: str, arguments: tuple[str, ...], answer: str,
+                                                       tmp_path: Path, upstream: ScriptedUpstream, start_proxy,
+                                                       request: pytest.FixtureRequest) -> None:
+    """A model that keeps proposing what the policy refuses: the budget's attempts, then the explanation as the
+    turn's answer, which the agent shows its user; nothing ran or was written."""
+    def model(world: AgentWorld) -> Callable[[dict[str, Any]], Reply]:
+        return lambda body: Reply(content=answer, content_chunk=1)
+
+    world, proxy = _start(client, tmp_path, upstream, start_proxy, request, model)
+    script = (world.project / "scripts" / "search.py").read_text()
+    result = _result(client, _driver(client, world, proxy.url + "/v1", *arguments))
+    assert "allowlist-proxy blocked this turn" in str(result.get("answer")), result
+    assert (world.project / "scripts" / "search.py").read_text() == script
+    assert world.calls("head") == [] and world.calls("uv") == []
+    assert _model_stats(proxy)["errors"] == 4

@@ -178,7 +178,7 @@ def test_aider_edits_read_as_aider_reads_them() -> None:
     for case, expected in zip(cases, oracle, strict=True):
         stated = Stated(fence=tuple(case["fence"]), files=tuple(case["files"]))  # type: ignore[arg-type]
         calls = TEXT_FORMATS[_AIDER_FORMATS[case["format"]]].read(case["text"], stated).calls
-        written = {p for c in calls if c.name == "aider_edit" for p in [c.arguments["path"], *c.arguments["fallback"]]}
+        written = {p for c in calls if c.name == "aider_edit" for p in [c.arguments["path"], *c.arguments["fallback_paths"]]}
         shell = [c.arguments["command"] for c in calls if c.name == "aider_shell"]
         if "error" in expected:
             continue  # aider applies none of such an answer
@@ -194,9 +194,9 @@ def test_aider_request_states_its_fence_and_files() -> None:
 def test_an_edit_that_may_fall_back_is_judged_as_a_write_of_every_file_in_the_chat() -> None:
     stated = Stated(files=("notes.txt", "scripts/search.py"))
     (call,) = TEXT_FORMATS["aider_diff"].read(_block("notes.txt", "print('x')\n", "evil\n"), stated).calls
-    assert call.arguments == {"path": "notes.txt", "fallback": ["scripts/search.py"]}
+    assert call.arguments == {"path": "notes.txt", "fallback_paths": ["scripts/search.py"]}
     (new,) = TEXT_FORMATS["aider_diff"].read(_block("new.txt", "", "x\n"), stated).calls
-    assert new.arguments == {"path": "new.txt", "fallback": []}  # a new file is only ever that file
+    assert new.arguments == {"path": "new.txt", "fallback_paths": []}  # a new file is only ever that file
 
 
 # -- Open Interpreter ---------------------------------------------------------------------------------------------
