@@ -52,7 +52,10 @@ class TextClient:
 
 
 def _dspy_stated(text: str, messages: Sequence[Any]) -> Stated:
-    return Stated(tools=declared_tools(text))
+    """The tools ReAct's instructions declare: read from its system message (its user message holds the trajectory,
+    tool output included); a raw prompt has no roles."""
+    system = "\n".join(_text(m.get("content")) for m in messages if isinstance(m, dict) and m.get("role") == "system")
+    return Stated(tools=declared_tools(system if messages else text))
 
 
 _SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
