@@ -34,6 +34,12 @@ class Digests:
     free: Any = None
     # the namespace the keys are hashed in (a project key's), None without one
     namespace: str | None = None
+    # The turns were hashed as their client sends them back (a client that rewrites the turns it was given,
+    # proxy/sessions/rewritten.py): its reply is remembered so too.
+    rewritten: bool = False
+    # Keys its delivered reply reaches besides the conversation's own (a client that rewrites its history each
+    # step: DSPy's trajectory, proxy/sessions/rewritten.py `history_keys`).
+    also: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

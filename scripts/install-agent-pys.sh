@@ -18,7 +18,12 @@ declare -A packages=(
   # langchain-core 1.8.4 needs langchain-protocol>=0.0.22, which the index does not have yet: 1.8.3 is the newest
   # that installs, and langgraph 1.2.24 and langchain-openai 1.8.1 accept it.
   [langgraph]="langgraph==1.2.24 langgraph-prebuilt==1.1.3 langchain-core==1.8.3 langchain-openai==1.8.1 langchain-community==0.4.2 langchain-experimental==0.4.2"
-  # `allowlist-proxy run aider` (tests/e2e/test_launcher.py); aider acts on text, counted as such
+  [strands]="strands-agents[openai]==1.62.0 strands-agents-tools==0.8.10"
+  [agno]="agno[openai]==3.1.10"
+  [autogen]="autogen-agentchat==0.7.5 autogen-ext[openai]==0.7.5"
+  [dspy]="dspy==3.4.1"
+  [open-interpreter]="open-interpreter==0.4.3"
+  # `allowlist-proxy run aider` (tests/e2e/test_launcher.py); aider acts on text, governed as text (tests/e2e/test_text_agents.py)
   [aider]="aider-chat==0.86.2"
 )
 

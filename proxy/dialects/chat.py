@@ -563,7 +563,9 @@ class _StreamRelay(EventReader, StreamedAttempts):
 
     def judge_attempt(self) -> list[JudgedCall]:
         calls = [c for _, ch in sorted(self.choices.items()) for c in ch.pending]
-        return self.ex.judge(calls + self.late_calls) + self.ex.judge_text(self._content())
+        # A text-acting client reads the text as it comes, chunk by chunk (Open Interpreter: text_oi.py).
+        pieces = [part for ch in self.choices.values() for part in ch.content]
+        return self.ex.judge(calls + self.late_calls) + self.ex.judge_text(self._content(), pieces)
 
     def _content(self) -> str:
         return "".join(part for ch in self.choices.values() for part in ch.content)

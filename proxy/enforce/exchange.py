@@ -22,7 +22,7 @@ from proxy.enforce.body_splice import splice_body
 from proxy.enforce.feedback_turns import refusal_note, turn_allowed
 from proxy.enforce.judging import request_tools
 from proxy.enforce.retry_text import line_break
-from proxy.enforce.text_clients import TextClient, judge_text, ungoverned_reasons
+from proxy.enforce.text_clients import UNRECOGNISED, TextClient, judge_text, ungoverned_reasons
 from proxy.enforce.tool_choice import demands_call
 from proxy.errors import ClientGone, ProxyError, error_response
 from proxy.keys import ProjectKey
@@ -92,6 +92,11 @@ class Exchange:
         self.toolset = request_tools(self.policy, self.record, self.payload, self.headers,
                                      root_header=self.state.settings.policy.project_root_header,
                                      stated_root=stated)
+        client = self.text_client
+        if client is not None and client.sentinels and self.toolset is not None:
+            self.toolset.exact = client.sentinels  # its protocol commands, in its structured shell calls too
+        if client is None and not self.offered and not self._named_agent():
+            self.text_client = UNRECOGNISED  # counted where its answer holds a block it may run
 
     @property
     def enforce(self) -> bool:
@@ -106,9 +111,19 @@ class Exchange:
         """The client runs actions written in the text: a turn's text is held until judged, as a call is."""
         return self.text_client is not None and bool(self.text_client.formats)
 
-    def judge_text(self, text: str) -> list[JudgedCall]:
-        """The verdicts of the actions a text-acting client would run from this assistant text; what it would
-        run unjudged is counted (`allowlist_proxy_ungoverned_text_actions_total`) and logged."""
+    def _named_agent(self) -> bool:
+        """The User-Agent names a client a tool profile describes (its requests without tools, titles and the like,
+        run nothing)."""
+        tools = self.toolset
+        agent = tools.user_agent if tools is not None else None
+        if tools is None or not agent:
+            return False
+        return any(pattern.search(agent) for pattern in tools.table.user_agents.values())
+
+    def judge_text(self, text: str, pieces: list[str] | None = None) -> list[JudgedCall]:
+        """The verdicts of the actions a text-acting client would run from this assistant text (`pieces`: as the
+        chunks it is delivered in); what it would run unjudged is counted
+        (`allowlist_proxy_ungoverned_text_actions_total`) and logged."""
         client = self.text_client
         if client is None or not text:
             return []
@@ -116,8 +131,12 @@ class Exchange:
         if reasons:
             telemetry.emit(telemetry.UngovernedText(self.record.model, client.name))
             self.record.ungoverned_text += 1
-            log.warning("text_actions.ungoverned", client=client.name, reasons=reasons, session=self.record.session.id)
-        return judge_text(self.policy, client, text, tools=self.toolset, session_id=self.record.session.id)
+            (log.info if client is UNRECOGNISED else log.warning)(
+                "text_actions.ungoverned", client=client.name, reasons=reasons, session=self.record.session.id)
+        if not client.formats:
+            return []
+        return judge_text(self.policy, client, text, tools=self.toolset, session_id=self.record.session.id,
+                          pieces=pieces)
 
     @property
     def demands_call(self) -> bool:

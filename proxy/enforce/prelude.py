@@ -17,6 +17,8 @@ from proxy.errors import BadRequest
 from proxy.record import RequestRecord
 from proxy.services import Services
 from proxy.sessions.project_root import ClientText, stated_root
+from proxy.sessions.resolve import Pending, spaced
+from proxy.sessions.rewritten import as_delivered, history_keys, renames_calls
 
 __all__ = ["RouteShape", "open_exchange"]
 
@@ -64,10 +66,23 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
     # together all wait here (the model list, the lineage store), and each would hold its parsed conversation,
     # larger than its bytes, until it streams. After this, the bytes are the one copy kept.
     conversation = shape.conversation(payload)
-    lineage = state.sessions.prepare(request.headers, conversation, payload, namespace=key.id if key else None)
+    # Open Interpreter and Agno send their turns back renamed (proxy/sessions/rewritten.py): read as delivered.
+    renamed = (as_delivered(conversation) if conversation is not None
+               and renames_calls(conversation, payload.get("tools")) else None)
+    namespace = key.id if key else None
+    lineage = state.sessions.prepare(request.headers, conversation if renamed is None else renamed, payload,
+                                     namespace=namespace)
+    if renamed is not None and isinstance(lineage, Pending):
+        lineage.digests.rewritten = True
+    history = history_keys(conversation) if conversation is not None and isinstance(lineage, Pending) else None
+    if history is not None and isinstance(lineage, Pending):  # DSPy: each step a new conversation of its trajectory
+        continues, reaches = history
+        lineage.digests.also = (reaches,)  # spaced with the reply's own keys (`SessionResolver.remember`)
+        if continues is not None:
+            lineage.keys.append(spaced(continues, namespace))
     text_client = _text_client(conversation, payload)
     stated = stated_root(shape.client_texts(payload)) if key is None else None
-    del conversation
+    del conversation, renamed
     refused: BadRequest | None = None
     try:
         stream, changed = normalize_stream(payload)

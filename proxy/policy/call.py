@@ -42,6 +42,8 @@ class Call:
     roots: tuple[str, ...]
     # A command argument found by classification may be absent (nothing runs); a profile's may not.
     command_optional: bool = False
+    # Commands allowed verbatim for the client the request comes from (its protocol's, ToolSet.exact).
+    exact: tuple[str, ...] = ()
 
     def values(self, spec: str) -> list[tuple[str, Any]]:
         """The values at an argument path (`file_path`, `operation.path`, `files[].path`, `paths[]`) with the

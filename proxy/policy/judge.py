@@ -125,7 +125,7 @@ def _judge_call(policy: Policy, tool: str, arguments: dict[str, Any] | None, off
     try:
         for rule in rules:
             call = Call(policy, rule.tool, rule.map, arguments, roots,
-                        command_optional=rule.content or rule.profile == HEURISTIC_PROFILE)
+                        command_optional=rule.content or rule.profile == HEURISTIC_PROFILE, exact=tools.exact)
             for check in CHECKS:
                 for finding in check(call):
                     found.add(finding.reasons, finding.shape, command=finding.command)

@@ -202,6 +202,10 @@ class ShellMap(_Strict):
     env: ArgPath | None = Field(default=None, description="variables set for the command: must be empty")
     interpreter: ArgPath | None = Field(
         default=None, description="the program the command runs in (Codex's `shell`): must be a POSIX shell")
+    shells: list[Annotated[str, StringConstraints(min_length=1, max_length=40)]] = Field(
+        default_factory=list, description=(
+            "the `interpreter` values this client runs the command in a POSIX shell for, besides bash, sh, dash "
+            "and zsh (Open Interpreter's language `shell`)"))
 
     @model_validator(mode="after")
     def _one_command(self) -> ShellMap:
@@ -251,6 +255,10 @@ class ToolMap(_Strict):
     known: list[ArgPath] = Field(default_factory=list, description=(
         "arguments named like a command, file or URL that carry none (OpenCode's `task.command` names a slash "
         "command); any other such argument the offered schema has is judged by its classification"))
+    reads_when: dict[ArgName, list[Annotated[str, StringConstraints(min_length=1, max_length=100)]]] = Field(
+        default_factory=dict, description=(
+            "the `paths` are only read when an argument named here holds one of its values (an editor's "
+            "`command: view`); otherwise they are written"))
 
     @field_validator("paths", "read_paths", "patch", "urls", "globs", "searches", "known", mode="before")
     @classmethod
@@ -269,7 +277,8 @@ class ToolMap(_Strict):
     def claimed(self) -> list[str]:
         """Every argument this map says what it is: the ones it judges, the shell's workdir, environment
         and interpreter, and `known`."""
-        specs = [*self.paths, *self.read_paths, *self.patch, *self.urls, *self.globs, *self.searches, *self.known]
+        specs = [*self.paths, *self.read_paths, *self.patch, *self.urls, *self.globs, *self.searches, *self.known,
+                 *self.reads_when]
         if self.keyboard is not None:
             specs += self.keyboard.specs()
         if self.shell is not None:

@@ -46,12 +46,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from proxy.logs import get_logger
 from proxy.record import Digests, SessionRef
 from proxy.sessions.content_lineage import FREE_PREFIX, id_free, may_render
+from proxy.sessions.rewritten import sent_back
 from proxy.store import tables
 from proxy.store.recorder import queue_lineage
 from proxy.store.writer import StoreWriter
 
 __all__ = ["DEFAULT_SESSION_HEADERS", "Pending", "SessionResolver", "body_session", "call_digest",
-           "conversation_digests", "hash_conversation", "named_call_keys", "reply_digest", "response_digest"]
+           "conversation_digests", "hash_conversation", "named_call_keys", "reply_digest", "response_digest", "spaced"]
 
 DEFAULT_SESSION_HEADERS = ("x-session-id", "x-claude-code-session-id", "session-id", "session_id")
 
@@ -670,6 +671,8 @@ class SessionResolver:
         """
         if session.source != "lineage" or not isinstance(reply, Mapping) or not reply:
             return
+        if session.digests is not None and session.digests.rewritten:  # hashed as its client sends it back
+            reply, after = sent_back(reply), [sent_back(m) if isinstance(m, Mapping) else m for m in after]
         last = reply_digest(messages, reply, session.digests, after)
         keys = [last] if last is not None else []
         if response_id:
@@ -677,6 +680,7 @@ class SessionResolver:
         keys += [call_digest(i) for i in _named_ids({"tool_calls": reply.get("tool_calls")})]
         if (free_key := _free_reply_key(messages, reply, session.digests, after)) is not None:
             keys.append(free_key)
+        keys += session.digests.also if session.digests is not None else ()
         keys = _spaced_all(keys, session.digests.namespace if session.digests is not None else None)
         for digest in keys:
             self._hold(digest, session.id)

@@ -17,7 +17,10 @@ from proxy.toolcalls.openai import OpenAIFormat
 from proxy.toolcalls.qwen3_coder import Qwen3CoderFormat
 from proxy.toolcalls.scanner import ContentFormat
 from proxy.toolcalls.text_actions import TextActionFormat
+from proxy.toolcalls.text_aider import AiderEditBlocks, AiderUnifiedDiffs, AiderWholeFiles
+from proxy.toolcalls.text_dspy import DSPyChatFields, DSPyJsonFields
 from proxy.toolcalls.text_fenced import FencedBlocks
+from proxy.toolcalls.text_oi import OpenInterpreterBlocks
 from proxy.toolcalls.text_xml_tags import ROO_PARAMS, ROO_TOOLS, XmlActionTags
 
 __all__ = ["FORMATS", "TEXT_FORMATS", "content_formats", "register", "register_text", "structured_format", "unregister"]
@@ -83,3 +86,10 @@ register_text(FencedBlocks("mswea_bash_command", ("mswea_bash_command",), "mswea
 register_text(FencedBlocks("bash_block", ("bash", "sh", "shell"), "bash_block"))
 register_text(XmlActionTags("cline_xml"))
 register_text(XmlActionTags("roo_xml", ROO_TOOLS, ROO_PARAMS))
+register_text(DSPyChatFields())
+register_text(DSPyJsonFields())
+register_text(OpenInterpreterBlocks())
+register_text(AiderEditBlocks("aider_diff"))
+register_text(AiderEditBlocks("aider_diff_fenced"))
+register_text(AiderWholeFiles())
+register_text(AiderUnifiedDiffs())

@@ -13,11 +13,13 @@ like a command is only an action for a client that runs it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from proxy.toolcalls.base import ToolCall, dumps, new_call_id
 
-__all__ = ["TEXT_SOURCE", "TextActionFormat", "TextActions", "is_text_action", "text_call"]
+__all__ = ["NO_CONTEXT", "TEXT_SOURCE", "Stated", "TextActionFormat", "TextActions", "is_text_action", "text_call"]
 
 TEXT_SOURCE = "text:"  # the `source` prefix of a call read from text; the format's name follows
 
@@ -30,14 +32,29 @@ class TextActions:
     unreadable: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class Stated:
+    """What a client's own request states that its formats need to read an answer as the client will: the tools
+    its prompt declares (DSPy ReAct: OpenAI function tools), the fence it told the model to write code in and the
+    files it has open for editing (aider). Read from the client's request, never from the answer."""
+
+    tools: tuple[dict[str, Any], ...] = ()
+    fence: tuple[str, str] = ("```", "```")
+    files: tuple[str, ...] = ()
+
+
+NO_CONTEXT = Stated()
+
+
 class TextActionFormat(ABC):
     """One way an agent writes an action in text."""
 
     name: str
 
     @abstractmethod
-    def read(self, text: str) -> TextActions:
-        """Every action in `text`, in order."""
+    def read(self, text: str, stated: Stated = NO_CONTEXT, pieces: Sequence[str] | None = None) -> TextActions:
+        """Every action in `text`, in order, as a client that stated `stated` reads them; `pieces`: the text as the
+        chunks the client gets it in (None: whole), for a client whose reading depends on them."""
 
 
 def text_call(fmt: str, tool: str, arguments: dict[str, object], raw: str, index: int) -> ToolCall:

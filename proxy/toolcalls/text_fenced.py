@@ -10,8 +10,9 @@ counted, not ignored.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
-from proxy.toolcalls.text_actions import TextActionFormat, TextActions, text_call
+from proxy.toolcalls.text_actions import NO_CONTEXT, Stated, TextActionFormat, TextActions, text_call
 
 __all__ = ["FencedBlocks"]
 
@@ -25,7 +26,7 @@ class FencedBlocks(TextActionFormat):
         self._block = re.compile(rf"```(?:{names})\s*\n(.*?)\n```", re.DOTALL)
         self._opener = re.compile(rf"```(?:{names})\s*\n")
 
-    def read(self, text: str) -> TextActions:
+    def read(self, text: str, stated: Stated = NO_CONTEXT, pieces: Sequence[str] | None = None) -> TextActions:
         found = TextActions()
         end = 0
         for match in self._block.finditer(text):

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from proxy.toolcalls.text_actions import TextActionFormat, TextActions, text_call
+from proxy.toolcalls.text_actions import NO_CONTEXT, Stated, TextActionFormat, TextActions, text_call
 
 __all__ = ["CLINE_PARAMS", "CLINE_TOOLS", "JS_WHITESPACE", "ROO_PARAMS", "ROO_TOOLS", "XmlActionTags"]
 
@@ -97,7 +98,7 @@ class XmlActionTags(TextActionFormat):
         self._in_tool = re.compile(f"<({'|'.join(re.escape(p) for p in params)})>"
                                    f"|</({'|'.join(re.escape(t) for t in tools)})>")
 
-    def read(self, text: str) -> TextActions:
+    def read(self, text: str, stated: Stated = NO_CONTEXT, pieces: Sequence[str] | None = None) -> TextActions:
         found = TextActions()
         values: list[tuple[int, int]] = []  # where the parameter values of the actions read lie
         read_at: set[int] = set()

@@ -170,3 +170,28 @@ def test_mini_swe_agent_text_actions_are_governed(tmp_path: Path, upstream: Scri
     assert stats["sessions"] == 1, "one run, one session"
     sources = {r[0] for r in proxy.rows("SELECT source FROM tool_calls")}
     assert sources == {"text:mswea_bash_command"}
+
+
+def test_mini_swe_agent_tool_config_submits(tmp_path: Path, upstream: ScriptedUpstream, start_proxy,
+                                            request: pytest.FixtureRequest) -> None:
+    """mini-swe-agent's default config (mini.yaml: a `bash` tool) on the shipped policy: the pipe is refused, the
+    allowed command runs once, and its end-of-run sentinel, allowed for mini-swe-agent alone, ends the run as
+    `Submitted` (not RepeatedFormatError); one session."""
+    world = _world(tmp_path, "mini-swe-agent-tools")
+    steps = [[PIPED, ALLOWED], ["echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"]]
+
+    def respond(body: dict[str, Any]) -> Reply:
+        done = refused = 0
+        for message in body.get("messages") or []:
+            if message.get("role") == "tool":
+                done, refused = (done, refused + 1) if is_refusal(message) else (done + 1, 0)
+        step = steps[min(done, len(steps) - 1)]
+        return Reply(content="THOUGHT: next.", tool_calls=[("bash", {"command": step[min(refused, len(step) - 1)]})])
+
+    upstream.responder = respond
+    proxy: RunningProxy = start_proxy(upstream.url, policy=request.getfixturevalue("rooted_policy")(world.project))
+    result = _run("mini-swe-agent", world, proxy.url + "/v1", "tools")
+    assert result == {"answer": "Submitted"}, f"{result}\n{json.dumps(upstream.requests)[-3000:]}"
+    assert world.calls("head") == [] and world.calls("uv") == [["run", "scripts/search.py", "x"]]
+    stats = _model_stats(proxy)
+    assert (stats["sessions"], stats["reasons"]) == (1, {"pipe": 1}), stats

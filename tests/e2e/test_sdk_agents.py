@@ -1,5 +1,6 @@
 """Agent SDKs, unchanged, through the real proxy on the shipped strict policy, in front of a scripted model: the
-OpenAI Agents SDK, pydantic-ai and LangGraph with LangChain's shell tool, each run by the python of its own venv
+OpenAI Agents SDK, pydantic-ai, LangGraph with LangChain's shell tool, Strands Agents with strands-agents-tools,
+Agno with its ShellTools and FileTools, and AutoGen AgentChat, each run by the python of its own venv
 (scripts/install-agent-pys.sh) through a driver in tests/e2e/drivers/ that builds the agent as the SDK's docs show.
 
 Each conversation is two runs of the agent (the task, then the user's follow-up); several run side by side on one
@@ -42,6 +43,9 @@ class SdkAgent:
     modes: tuple[str, ...]  # one conversation per mode, side by side on one proxy
     shell: Callable[[str, Path], Call]  # (command, project)
     read: Callable[[Path], Call]
+    # The reasons the proxy may give for the pipe (an argv tool's `bash -c` is a pipe, or a wrapper where only a
+    # client's own argv form is unwrapped).
+    refused: frozenset[str] = frozenset({"pipe"})
 
 
 SDK_AGENTS = {
@@ -58,6 +62,16 @@ SDK_AGENTS = {
     "langgraph": SdkAgent("langgraph", ("invoke", "stream"),
                           lambda command, _: ("terminal", {"commands": [command]}),
                           lambda path: ("read_file", {"file_path": str(path)})),
+    # strands-agents-tools' shell and file reader (its editor views a file too); Strands streams every request
+    "strands": SdkAgent("strands", ("stream",), lambda command, _: ("shell", {"command": command}),
+                        lambda path: ("file_read", {"path": str(path), "mode": "view"})),
+    # Agno's ShellTools runs an argv without a shell: the pipe needs one (`bash -c`), the allowed command is its words
+    "agno": SdkAgent("agno", ("run", "stream"),
+                     lambda command, _: ("run_shell_command", {
+                         "args": ["bash", "-c", command] if "|" in command else command.split()}),
+                     lambda path: ("read_file", {"file_name": str(path)}), frozenset({"pipe", "wrapper"})),
+    "autogen": SdkAgent("autogen", ("run", "stream"), lambda command, _: ("run_shell", {"command": command}),
+                        lambda path: ("read_text", {"path": str(path)})),
 }
 
 
@@ -102,7 +116,7 @@ def _run_side_by_side(client: str, world: AgentWorld, upstream: ScriptedUpstream
 
 
 def _assert_governed_and_counted(world: AgentWorld, upstream: ScriptedUpstream, proxy: RunningProxy,
-                                 conversations: int) -> None:
+                                 conversations: int, refused: frozenset[str] = frozenset({"pipe"})) -> None:
     """In each conversation the pipe never ran, the allowed command ran once, the read outside the project was
     refused and the one inside passed; `/stats/models` counts each conversation as one session, with its two errors
     and their reasons."""
@@ -113,7 +127,9 @@ def _assert_governed_and_counted(world: AgentWorld, upstream: ScriptedUpstream, 
     assert SECRET_MARKER not in sent and NOTES_MARKER in sent
     stats = _model_stats(proxy)
     assert (stats["sessions"], stats["errors"]) == (conversations, 2 * conversations), stats
-    assert stats["reasons"] == {"pipe": conversations, "absolute_path": conversations}, stats["reasons"]
+    reasons = dict(stats["reasons"])
+    assert reasons.pop("absolute_path", 0) == conversations, stats["reasons"]
+    assert sum(reasons.values()) == conversations and set(reasons) <= refused, stats["reasons"]
 
 
 @pytest.mark.parametrize("client", sorted(SDK_AGENTS))
@@ -127,7 +143,7 @@ def test_sdk_agent_is_governed_and_counted(client: str, tmp_path: Path, upstream
     upstream.responder = _sdk_steps(agent, world)
     proxy: RunningProxy = start_proxy(upstream.url, policy=request.getfixturevalue("rooted_policy")(world.project))
     _run_side_by_side(client, world, upstream, proxy, agent.modes)
-    _assert_governed_and_counted(world, upstream, proxy, len(agent.modes))
+    _assert_governed_and_counted(world, upstream, proxy, len(agent.modes), agent.refused)
 
 
 def _refused_calls_stay_refused(responder: Callable[[dict[str, Any]], Reply], refused: tuple[str, ...],
@@ -197,7 +213,8 @@ def test_sdk_user_learns_why_a_demanded_call_was_blocked(client: str, mode: str,
 
 
 BLOCKED_RUNS = [("openai-agents", "responses-stream"), ("openai-agents", "responses-chained-stream"),
-                ("pydantic-ai", "responses"), ("pydantic-ai", "responses-chained"), ("langgraph", "stream")]
+                ("pydantic-ai", "responses"), ("pydantic-ai", "responses-chained"), ("langgraph", "stream"),
+                ("strands", "stream"), ("agno", "run"), ("autogen", "stream")]
 
 
 @pytest.mark.parametrize(("client", "mode"), BLOCKED_RUNS)
@@ -249,7 +266,7 @@ def test_sdk_agent_on_the_bare_shipped_policy(client: str, tmp_path: Path, upstr
     upstream.responder = _sdk_steps(agent, world, relative=True)
     proxy: RunningProxy = start_proxy(upstream.url, policy=ROOT / "policies" / "strict.yaml")
     _run_side_by_side(client, world, upstream, proxy, agent.modes[:1])
-    _assert_governed_and_counted(world, upstream, proxy, 1)
+    _assert_governed_and_counted(world, upstream, proxy, 1, agent.refused)
 
 
 # (client, mode): the SDKs' streamed model classes, and one whole one each for comparison

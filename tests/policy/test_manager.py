@@ -43,7 +43,7 @@ def test_loads_main_and_siblings(policy_dir: Path) -> None:
         "name": "strict-uv-scripts", "path": str(policy_dir / "strict.yaml"),
         "hash": manager.current().hash, "mode": "enforce",
         "profiles": ["opencode", "qwen-code", "claude-code", "codex", "openai-responses", "text-actions", "cline",
-                     "continue", "kilo", "gemini-cli", "roo-code", "aider"],
+                     "continue", "kilo", "open-interpreter", "gemini-cli", "roo-code", "aider"],
         "project_root": [],
     }  # fmt: skip
     assert [p["name"] for p in status["policies"]] == ["strict-uv-scripts", "observe-uv-scripts"]

@@ -21,7 +21,7 @@ from .toolcall_cases import OPENCODE_TOOLS
 
 CODE = "def f():\n    return 1\n"
 # A write whose content ends in a newline: 0.24 strips it (and would strip indentation), others keep it.
-XML = f"<tool_call>\n<function=write>\n<parameter=filePath>\na.py\n</parameter>\n<parameter=content>\n{CODE}\n" \
+XML = f"<tool_call>\n<function=write>\n<parameter=filePath>\nnotes.txt\n</parameter>\n<parameter=content>\n{CODE}\n" \
       "</parameter>\n</function>\n</tool_call>"
 
 
@@ -51,7 +51,7 @@ def test_xml_in_content_is_read_as_the_detected_vllm_reads_it(
     assert proxy.services.vllm.rules == FAMILIES[family_of(family)[0]]["qwen3_coder"]
     for stream in (False, True):
         upstream.script(Reply(content=XML))
-        assert written(proxy, stream=stream) == {"filePath": "a.py", "content": content}
+        assert written(proxy, stream=stream) == {"filePath": "notes.txt", "content": content}
 
 
 def test_a_pinned_version_and_parser_win_over_get_version(

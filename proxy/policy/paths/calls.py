@@ -14,8 +14,10 @@ __all__ = ["patch_findings", "path_findings", "search_findings"]
 
 def path_findings(call: Call) -> Iterator[Finding]:
     # `paths` may be written (a map that does not say counts as writing: fail closed), `read_paths` only read;
-    # a writing tool reads too, so it is judged against both protected lists.
-    for specs, write in ((call.map.paths, True), (call.map.read_paths, False)):
+    # a writing tool reads too, so it is judged against both protected lists. An editor's `view` only reads.
+    reads = any(isinstance(value, str) and value in values
+                for argument, values in call.map.reads_when.items() for _, value in call.values(argument))
+    for specs, write in ((call.map.paths, not reads), (call.map.read_paths, False)):
         for spec in specs:
             for label, value in call.values(spec):
                 for path in strings(value):

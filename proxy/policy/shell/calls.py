@@ -30,7 +30,7 @@ def shell_findings(call: Call) -> Iterator[Finding]:
     if values and not commands:
         yield Finding(("empty",), "empty", command=True)
     for command in commands:
-        verdict = judge_command(call.policy, command, roots=call.roots)
+        verdict = judge_command(call.policy, command, roots=call.roots, exact=call.exact)
         if not verdict.allowed:
             yield Finding(verdict.reasons, verdict.shape, command=True)
     if shell.workdir:
@@ -47,7 +47,7 @@ def shell_findings(call: Call) -> Iterator[Finding]:
                 raise BadArguments
             # The judged language means the same in these shells only; any other program given the
             # command text (`curl -lc TEXT`, `python3 -c TEXT`) runs something else entirely.
-            if value not in _POSIX_SHELLS:  # exactly a shell, by its name or a system path
+            if value not in _POSIX_SHELLS and value not in shell.shells:  # exactly a shell, by name or system path
                 yield call.found("wrapper", label)
     if shell.env:
         for label, value in call.values(shell.env):

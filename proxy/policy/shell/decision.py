@@ -6,6 +6,8 @@ rejection (never turning it into an allow). Whatever breaks inside fails closed 
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import structlog
 
 from ..schema import Policy
@@ -20,10 +22,12 @@ _log = structlog.get_logger("proxy.policy")
 ALLOWED = Verdict(ALLOW, (), None)
 
 
-def judge_command(policy: Policy, command: str, *, roots: tuple[str, ...] = ()) -> Verdict:
+def judge_command(policy: Policy, command: str, *, roots: tuple[str, ...] = (),
+                  exact: Collection[str] = ()) -> Verdict:
     """Allow only what the decision lexer accepts, with arguments its script's rules accept (`roots`: the
-    project roots a path argument may name), or an exact command the policy lists; explain everything else."""
-    if command in policy.bash.exact:
+    project roots a path argument may name), or an exact command the policy lists (or `exact`, the protocol
+    commands of the client the request comes from); explain everything else."""
+    if command in policy.bash.exact or command in exact:
         return ALLOWED
     try:
         matcher = matcher_for(policy)

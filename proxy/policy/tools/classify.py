@@ -50,6 +50,22 @@ _PATH_DESCRIPTION = re.compile(r"\b(?:(?:absolute|relative)\s+path|path\s+(?:to|
                                r"(?:file|directory|folder)\s+(?:name|path|to)\b|working\s+directory)", re.I)
 _URL_DESCRIPTION = re.compile(r"\b(?:url|uri|web\s*page|web\s+address|link\s+to)\b", re.I)
 _PATCH_DESCRIPTION = re.compile(r"\b(?:patch|unified\s+diff|diff\s+to\s+apply)\b", re.I)
+# A list of strings under one of these names is an argv: the words a program gets (Agno's `run_shell_command
+# {args}`), not a list of command lines.
+_ARGV_WORDS = frozenset({"args", "argv", "cmd"})
+# A command argument whose description lists the values it takes picks an operation (Strands' `editor {command:
+# "view" | "create" | ...}`): a list of two or more quoted names introduced as its choices ("The commands to run:
+# `view`, `create`, ..."), not shown as examples of commands.
+_CHOICE_LIST = re.compile(
+    r"\b(?:one of|either|options?|choices?|operations?|actions?|commands?|modes?|sub-?commands?|values?|allowed|"
+    r"supported|available)\b[^:\n.`'\"]{0,40}:?\s*((?:[`'\"][A-Za-z_][A-Za-z0-9_-]{0,39}[`'\"]"
+    r"(?:\s*(?:,|\||/|\bor\b|\band\b)\s*)*){2,})", re.I)
+_CHOICE = re.compile(r"[`'\"]([A-Za-z_][A-Za-z0-9_-]{0,39})[`'\"]")
+_NOT_CHOICES = re.compile(r"\b(?:e\.g\.|eg\b|for example|for instance|such as|shell|bash|terminal|command[- ]line|"
+                          r"program|executable)", re.I)
+# The choices of such an argument under which its tool only reads its paths.
+_READ_CHOICES = frozenset({"view", "read", "list", "ls", "show", "get", "find", "find_line", "search", "grep", "cat",
+                           "stat", "exists", "info", "describe", "print", "display", "peek", "head", "tail", "count"})
 _MAX_DEPTH = 8
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_$@-]+")
 # Keywords under which an object takes arguments its `properties` do not list.
@@ -105,6 +121,8 @@ class _Walk:
     patch: list[str]
     texts: list[tuple[str, str]]  # (spec, kind) of every string argument, for the description heuristic
     globs: list[str] = field(default_factory=list)
+    # Command-named arguments that pick an operation (an `enum`, or the values their description lists), by spec.
+    choices: dict[str, list[str]] = field(default_factory=dict)
     described: bool = True  # whether descriptions count (not for a known tool's prose: names, formats)
     count: int = 0
 
@@ -153,8 +171,11 @@ class _Walk:
                                if b.get("description")) if self.described else ""
         formats = {str(b.get("format", "")).lower() for b in branches}
         string = list_of_strings = False
+        closed: list[str] = []
         for branch in branches:
             if "enum" in branch or "const" in branch:
+                enum = branch.get("enum")
+                closed += [v for v in (enum if isinstance(enum, list) else [branch.get("const")]) if isinstance(v, str)]
                 continue  # a closed set of values carries no free text
             kinds = _kinds(branch)
             if "string" in kinds or (not kinds and "properties" not in branch and "items" not in branch):
@@ -173,11 +194,18 @@ class _Walk:
                         list_of_strings = True
             if "properties" in branch or "object" in kinds:
                 self.object(branch, spec, depth + 1)
+        if words & _COMMAND_WORDS and not list_of_strings:
+            own = " ".join(str(b.get("description", "")) for b in [prop, *branches] if b.get("description"))
+            offered = _choices(own) if string and self.described else []
+            if (closed and not string) or offered:
+                self.choices[spec] = [*closed, *offered]  # it picks an operation: not a command line
+                return
         if not (string or list_of_strings):
             return
         target = spec  # a string or a list of strings, whichever the call sends
+        argv = list_of_strings and bool(words & _ARGV_WORDS)
         if words & _COMMAND_WORDS and not words & (_PATH_WORDS | _ID_WORDS):
-            self.shell.append(("commands" if list_of_strings else "command", spec))
+            self.shell.append(("argv" if argv else "commands" if list_of_strings else "command", spec))
             return
         if words & _PATCH_WORDS or (description and _PATCH_DESCRIPTION.search(description)
                                     and not words & (_URL_WORDS | _PATH_WORDS)):
@@ -198,7 +226,7 @@ class _Walk:
                 self.workdirs.append(spec)
             self.paths.append(target)
             return
-        kind = "commands" if list_of_strings else "command"
+        kind = "argv" if argv else "commands" if list_of_strings else "command"
         self.texts.append((spec, kind))
         if description and _SHELL_DESCRIPTION.search(description):
             self.shell.append((kind, spec))
@@ -215,6 +243,16 @@ class _Walk:
             # A name an argument path cannot spell (`file.path`, `a b`) makes no spec a rule could read.
             part = str(name) if _PLAIN_NAME.fullmatch(str(name)) else "\x00"
             self.argument(str(name), f"{prefix}.{part}" if prefix else part, prop, depth)
+
+
+def _choices(description: str) -> list[str]:
+    """The values a command-named argument's own description offers as its choices; [] when it names none, or
+    shows examples of commands instead."""
+    if not description or _NOT_CHOICES.search(description):
+        return []
+    found = _CHOICE_LIST.search(description)
+    names = list(dict.fromkeys(_CHOICE.findall(found.group(1)))) if found else []
+    return names if len(names) >= 2 else []
 
 
 def _spec_ok(spec: str) -> bool:
@@ -256,7 +294,11 @@ def classify(schema: Mapping[str, Any] | None, description: str | None = None, *
         # An argument that can carry a command, path or URL under a name no argument path can address
         # (`shell command`, `a.b`): not judged by rules, so a call that uses one is refused.
         return Classification(readable=False, unaddressable=True)
-    return Classification(readable=True, maps=_tool_maps(walk), declared=_declared(props, walk))
+    declared = _declared(props, walk)
+    for spec, values in walk.choices.items():  # a value it does not list is read by itself (`misfits`)
+        if spec in declared:
+            declared[spec] = Arg(frozenset({"string"}), frozenset(values))
+    return Classification(readable=True, maps=_tool_maps(walk), declared=declared)
 
 
 _JSON_KINDS: dict[type, tuple[str, ...]] = {str: ("string",), bool: ("boolean",), int: ("integer", "number"),
@@ -361,8 +403,12 @@ def _tool_maps(walk: _Walk) -> tuple[ToolMap, ...]:
     # A path beside a filter glob is where the filter applies (`{path, glob}`: a search): what lies below it
     # on this machine is judged too (proxy/policy/paths/on_disk.py).
     searches = [spec for spec in paths if "[" not in spec] if walk.globs else []
+    # An operation that only reads (an editor's `view`) reads its paths; any other writes them.
+    reads_when = {spec: sorted(v for v in values if v.lower() in _READ_CHOICES) for spec, values in walk.choices.items()
+                  if _PLAIN_NAME.fullmatch(spec)}
     first = ToolMap(shell=shells[0] if shells else None, paths=paths, urls=walk.urls, patch=walk.patch,
-                    globs=walk.globs, searches=searches)
+                    globs=walk.globs, searches=searches,
+                    reads_when={k: v for k, v in reads_when.items() if v} if paths else {})
     return (first, *(ToolMap(shell=shell) for shell in shells[1:]))
 
 

@@ -10,10 +10,11 @@ from typing import Any, NamedTuple
 
 from ..schema import ShellMap
 
-__all__ = ["Offered", "offered_tools", "properties", "shell_like"]
+__all__ = ["Offered", "command_named", "offered_tools", "properties", "shell_like"]
 
 # A string property named like one of these carries a command (`cmd`, `shellCommand`, `commands`, ...).
 _COMMAND_WORDS = frozenset({"command", "commands", "cmd", "cmds", "script", "code", "shell", "bash"})
+_ARGV_WORDS = frozenset({"args", "argv", "cmd"})
 _SHELL_DESCRIPTION = re.compile(
     r"\b(?:execut\w*|run\w*|invok\w*)\b(?:\W+\w+){0,3}?\W+(?:a\s+|the\s+|any\s+)?"
     r"(?:shell|bash|terminal|command[- ]line|(?:shell\s+)?commands?)\b",
@@ -85,6 +86,11 @@ def _words(name: str) -> set[str]:
     return {w.lower() for w in re.split(r"[^A-Za-z0-9]+", spaced) if w}
 
 
+def command_named(name: str) -> bool:
+    """An argument named like one that carries a command (`cmd`, `shellCommand`, `commands`)."""
+    return bool(_words(name) & _COMMAND_WORDS)
+
+
 def _stringy(prop: Any) -> str | None:
     """'str' for a string property, 'list' for an array of strings, else None."""
     if not isinstance(prop, dict):
@@ -111,7 +117,7 @@ def shell_like(schema: Mapping[str, Any] | None, description: str | None = None,
     for name, prop in props.items():
         kind = _stringy(prop)
         if kind and _words(name) & _COMMAND_WORDS:
-            return ShellMap(commands=name) if kind == "list" else ShellMap(command=name)
+            return _shell_map(name, kind)
     described: list[object] = [description] if description else []
     described += [p.get("description") for p in props.values() if isinstance(p, dict)]
     if not any(isinstance(d, str) and _SHELL_DESCRIPTION.search(d) for d in described):
@@ -122,5 +128,13 @@ def shell_like(schema: Mapping[str, Any] | None, description: str | None = None,
     for name in order:
         kind = _stringy(props[name])
         if kind:
-            return ShellMap(commands=name) if kind == "list" else ShellMap(command=name)
+            return _shell_map(name, kind)
     return None
+
+
+def _shell_map(name: str, kind: str) -> ShellMap:
+    """A string is a command line; a list of strings named `args`/`argv`/`cmd` the argv a program gets, any other
+    list a list of command lines."""
+    if kind != "list":
+        return ShellMap(command=name)
+    return ShellMap(argv=name) if _words(name) & _ARGV_WORDS else ShellMap(commands=name)

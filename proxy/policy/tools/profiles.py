@@ -27,7 +27,7 @@ from ..roots import normal_root, root_problem
 from ..schema import Policy, Profile, ShellMap, ToolMap
 from .classify import Declared, classify, classify_arguments, misfits
 from .keyboard import keyboard_map, keyboard_map_of_call
-from .offered import Offered, offered_tools, properties, shell_like
+from .offered import Offered, command_named, offered_tools, properties, shell_like
 
 __all__ = [
     "HEURISTIC_PROFILE",
@@ -176,6 +176,9 @@ class ToolSet:
     user_agent: str | None = None
     client: str | None = None  # the profile a project key names: ranked first, before the User-Agent's
     extra_roots: tuple[str, ...] = ()
+    # Commands allowed verbatim in this request's shell calls: the protocol commands of the client it comes from
+    # (mini-swe-agent's submit sentinel), recognised by its own prompt (proxy/enforce/text_clients.py).
+    exact: tuple[str, ...] = ()
     profiles: list[str] = field(default_factory=list)
     _rules: dict[str, list[Rule]] = field(default_factory=dict)
 
@@ -244,7 +247,7 @@ class ToolSet:
         for tool, spec in self.offered.items():
             names = properties(spec.schema).keys() if spec.schema is not None else None
             for rule in self.table.by_tool.get(tool, ()):
-                if names is None or rule.fits(names):
+                if (names is None or rule.fits(names)) and not _foreign(rule, spec.schema):
                     known.setdefault(rule.profile, set()).add(tool)
         order = list(self.table.profiles)
 
@@ -264,7 +267,7 @@ class ToolSet:
         for tool, spec in self.offered.items():
             names = properties(spec.schema).keys() if spec.schema is not None else None
             rules = [r for r in self.table.by_tool.get(tool, ()) if r.profile in chosen
-                     and (names is None or r.fits(names))]
+                     and (names is None or r.fits(names)) and not _foreign(r, spec.schema)]
             rules += [r for r in self.table.legacy.get(tool, ()) if names is None or r.fits(names)]
             rules = _unique(rules)
             if not rules:
@@ -293,6 +296,51 @@ class ToolSet:
     def governed(self) -> list[str]:
         """The offered tools a shell, path or URL rule governs (or, unreadable, what each call carries)."""
         return [tool for tool, rules in self._rules.items() if any(r.governed or not r.readable for r in rules)]
+
+
+def _foreign(rule: Rule, schema: Mapping[str, Any] | None) -> bool:
+    """Another client's tool of the rule's name, as its schema shows: it requires a command argument the map neither
+    judges nor knows (Strands' `editor {command, path}` is not Cline's `editor {path}`), or its command argument takes
+    a shape the map does not read it in (Strands' `shell {command: string | [string | {command, work_dir}]}`, a list
+    of commands, is not Codex's `shell {command: [argv]}`). A map of no capability (a tool its profile declares
+    harmless) is kept."""
+    if not rule.governed or not isinstance(schema, Mapping):
+        return False
+    shell = rule.map.shell
+    if shell is not None and _PLAIN.fullmatch(shell.source):
+        shapes = _shapes(properties(schema).get(shell.source))
+        takes = {"argv"} if shell.argv else {"string"} if shell.command else {"string", "argv"}
+        if shapes - takes:
+            return True
+    required = schema.get("required")
+    if not isinstance(required, list):
+        return False
+    claimed = {re.split(r"[.\[]", spec, maxsplit=1)[0] for spec in rule.map.claimed()}
+    return any(isinstance(name, str) and name not in claimed and command_named(name) for name in required)
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9_$@-]+")
+
+
+def _shapes(prop: Any, depth: int = 0) -> set[str]:
+    """The shapes an argument's schema takes: `string`, `argv` (a list of strings), `other` (a list of anything else,
+    an object); nothing for a schema that does not say (no `type`, a `$ref`)."""
+    if not isinstance(prop, Mapping) or depth > 4:
+        return set()
+    out: set[str] = set()
+    for key in ("anyOf", "oneOf"):
+        for branch in prop.get(key) or []:
+            out |= _shapes(branch, depth + 1)
+    kinds = prop.get("type")
+    kinds = set(kinds) if isinstance(kinds, list) else {kinds}
+    if "string" in kinds:
+        out.add("string")
+    if "object" in kinds:
+        out.add("other")
+    if "array" in kinds:
+        items = _shapes(prop.get("items"), depth + 1)
+        out.add("argv" if items <= {"string"} else "other")
+    return out
 
 
 def unknown_tool_rules(tool: str, schema: Mapping[str, Any] | None, description: str | None) -> list[Rule]:

@@ -1,8 +1,8 @@
-"""mini-swe-agent's DefaultAgent on its own text-based config (mini_textbased.yaml: ```mswea_bash_command blocks),
-unchanged, pointed at a base URL through litellm.
+"""mini-swe-agent's DefaultAgent on its own text-based config (mini_textbased.yaml: ```mswea_bash_command blocks), or
+with MODE `tools` on its default config (mini.yaml: a `bash` tool), unchanged, pointed at a base URL through litellm.
 
 Run by tests/e2e/test_pypi_clients.py with the python of mini-swe-agent's own venv:
-    python mini-swe-agent_agent.py BASE_URL MODEL PROJECT PROMPT
+    python mini-swe-agent_agent.py BASE_URL MODEL PROJECT PROMPT [MODE]
 Prints one JSON line: {"answer": exit status} or {"error": type, "message": ...}.
 """
 
@@ -17,15 +17,19 @@ import minisweagent
 import yaml
 from minisweagent.agents.default import DefaultAgent
 from minisweagent.environments.local import LocalEnvironment
+from minisweagent.models.litellm_model import LitellmModel
 from minisweagent.models.litellm_textbased_model import LitellmTextbasedModel
 
 
 def main() -> None:
     base_url, model_id, project, prompt = sys.argv[1:5]
-    config = yaml.safe_load((Path(minisweagent.__file__).parent / "config" / "mini_textbased.yaml").read_text())
+    tools = sys.argv[5:6] == ["tools"]
+    name = "mini.yaml" if tools else "mini_textbased.yaml"
+    config = yaml.safe_load((Path(minisweagent.__file__).parent / "config" / name).read_text())
     model_config = {k: v for k, v in config.get("model", {}).items() if k not in ("model_name", "model_kwargs")}
-    model = LitellmTextbasedModel(model_name=f"openai/{model_id}", cost_tracking="ignore_errors",
-                                  model_kwargs={"api_base": base_url, "api_key": "none"}, **model_config)
+    model = (LitellmModel if tools else LitellmTextbasedModel)(
+        model_name=f"openai/{model_id}", cost_tracking="ignore_errors",
+        model_kwargs={"api_base": base_url, "api_key": "none"}, **model_config)
     env = LocalEnvironment(cwd=project, **config.get("environment", {}))
     agent_config = {**config["agent"], "step_limit": 8, "cost_limit": 0}
     agent = DefaultAgent(model, env, **agent_config)
