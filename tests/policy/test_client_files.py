@@ -8,7 +8,8 @@ those unpacked by scripts/install-client-releases.sh - the JavaScript bundles an
 - an upper-case Markdown name (`AGENTS.md`, `CONTEXT.md`, `AGENTS.override.md`, `CLAUDE.local.md`);
 - a Markdown name that says it instructs (`copilot-instructions.md`, `review-rules.md`);
 - a `*rules` file (`.clinerules`, `.kilocoderules`);
-- an agent client's dot-directory or dot-file (`.claude`, `.kilocodemodes`, `.mcp.json`, `.aider.conf.yml`);
+- an agent client's dot-directory or dot-file (`.claude`, `.kilocodemodes`, `.mcp.json`, `.aider.conf.yml`), and
+  those a client obeys in a working tree (`.lsp.json`, `.claude-plugin`, `.mcpb-cache`, `.worktreeinclude`);
 - a client's own config name (`opencode.jsonc`, `kilo.json`).
 Each name found must be one the client's profile lists, or one known not to be loaded, with the reason (named
 only in a prompt the client sends, read from a directory the profile protects whole, documentation). A new
@@ -36,7 +37,7 @@ _NAME_CHARS = re.compile(rb"[A-Za-z0-9_.-]*")
 _NAME_BEFORE = re.compile(rb"[A-Za-z0-9_.-]*\Z")
 _AGENT_DOTS = ("opencode", "claude", "codex", "qwen", "gemini", "kilo", "kilocode", "kilocodemodes", "roo", "roomodes",
                "continue", "continuerc.json", "cline", "cursor", "windsurf", "agents", "junie", "amazonq", "augment",
-               "crush", "goosehints", "aider", "mcp.json")
+               "crush", "goosehints", "aider", "mcp.json", "lsp.json", "claude-plugin", "mcpb-cache", "worktreeinclude")
 _CONFIGS = ("opencode", "kilo", "crush", "qwen", "gemini", "codex", "claude", "cline", "continue")
 _LITERALS = (b".md", b"rules", *(b"." + word.encode() for word in _AGENT_DOTS),
              *(word.encode() + b".json" for word in _CONFIGS))
@@ -53,6 +54,9 @@ _DOCS = "documentation of the package, not loaded"
 _SKILL = "a skill's own file, read only under a skills directory the profile protects whole"
 _PROMPT = "named only in a prompt the client sends (/init, review), which tells the model to read it"
 _MEMORY = "auto memory, kept under the client's home directory (protected whole)"
+_CREDENTIALS = "a client's credentials in a table of secret files (directory, name) kept from the model's reads"
+_LICENSE = "a plugin's licence file, looked for when a plugin is checked"
+_SDK_SCHEMA = "Claude Code's plugin settings schema, bundled with the Claude Agent SDK its provider runs"
 _COMMON = {"README.md": _DOCS, "CHANGELOG.md": _DOCS, "CONTRIBUTING.md": _DOCS, "LICENSE.md": _DOCS,
            "SECURITY.md": _DOCS, "HISTORY.md": _DOCS, "SKILL.md": _SKILL, "MEMORY.md": _MEMORY,
            ".github/copilot-instructions.md": _PROMPT, "settings.local.json": "read as .claude/settings.local.json"}
@@ -65,20 +69,37 @@ NOT_LOADED: dict[str, dict[str, str]] = {
              ".gemini": "a provider option's name", ".github/instructions": _PROMPT,
              ".codex": "another client's home, read to import its sessions", ".continue": "a property's name",
              ".claude.json": "another client's settings, read to import its MCP servers"},
-    "claude-code": {"AGENTS.md": _PROMPT, "NOTES.md": "a bundled skill's .design-sync/NOTES.md",
+    "claude-code": {"NOTES.md": "a bundled skill's .design-sync/NOTES.md",
                     "ONBOARDING.md": "uploaded by a tool on request", "CONNECTORS.md": "plugin documentation",
-                    ".clinerules": _PROMPT, ".cursorrules": _PROMPT, ".windsurfrules": _PROMPT, ".cursor": _PROMPT,
-                    ".windsurf": _PROMPT, ".continue": _PROMPT, ".agents": _PROMPT,
-                    "conventions.md": "plugin documentation", "style-rules.md": "plugin documentation"},
+                    ".clinerules": _PROMPT, ".windsurfrules": _PROMPT, ".windsurf": _PROMPT, ".continue": _PROMPT,
+                    "conventions.md": "plugin documentation", "style-rules.md": "plugin documentation",
+                    ".augment": _CREDENTIALS, ".opencode": _CREDENTIALS, ".qwen": _CREDENTIALS,
+                    ".deny_rules": "a property's name (`g?.deny_rules`)",
+                    ".session_allow_rules": "a property's name (`internal?.session_allow_rules`)",
+                    ".session_ask_rules": "a property's name (`internal?.session_ask_rules`)",
+                    ".session_deny_rules": "a property's name (`internal?.session_deny_rules`)",
+                    ".gitrules": "a remote session's git rules, kept in the runner's own `_sessions` folder",
+                    "COPYING.md": _LICENSE, "LICENCE.md": _LICENSE,
+                    "DIAGNOSIS.md": "the write-up a bundled troubleshooting skill tells the model to write",
+                    "SCHEMA.md": "a bundled skill's reference (shared/evals/report/SCHEMA.md)",
+                    "claude.json": "`.claude.json` in a pattern of secret file names (the profile lists it)",
+                    "project-instructions.md": "written by the claude.ai export import under its projects/ "
+                                               "folder, read by nothing"},
     "codex": {"PLANS.md": "named in a bundled skill's prompt", "api-conventions.md": "a bundled skill's reference",
               "valuesinstructions.md": "`instructions.md` glued to the string before it: read from ~/.codex only"},
-    "qwen-code": {"PROJECT_SUMMARY.md": "written by /summary under .qwen/", ".claude": "another client's skills",
-                  ".continue": "a gRPC option's name", ".cursor": "a folder icon table"},
+    "qwen-code": {"PROJECT_SUMMARY.md": "written by /summary under .qwen/", ".continue": "a gRPC option's name",
+                  ".cursor": "a folder icon table",
+                  "CHANNEL.md": "a channel's memory (its older name), kept under ~/.qwen/channels/ (protected whole)",
+                  "CLAUDE.md": "named in the auto-mode classifier's prompt as a repository's instructions",
+                  "GEMINI.md": "named in the auto-mode classifier's prompt as a repository's instructions",
+                  "DESIGN.md": "a comment, and a bundled skill's design note left out of its digest",
+                  "PROTOCOL.md": "a comment in the review checklist's code"},
     "cline": {"CLAUDE.md": "another client's file, read to import its rules on request", "rules.md": "read as "
               ".cline/rules.md", ".claude": "another client's home", ".codex": "another client's home",
               ".continue": "another client's home", ".cursor": "another client's home", ".agents": "another "
               "client's skills", ".mcp.json": "another client's MCP servers, imported on request",
               ".opencode": "another client's data, read to import its sessions",
+              ".claude-plugin": _SDK_SCHEMA, ".lsp.json": _SDK_SCHEMA,
               ".claude.json": "another client's settings, read to import its MCP servers"},
     "continue": {".claude": "another client's home", ".cursor": "another client's home"},
     "gemini-cli": {"CONTEXT.md": "an example of a custom context file name in a settings hint",
@@ -171,7 +192,8 @@ def test_the_files_of_every_profile_are_protected_for_every_client() -> None:
     policy = load_policy_file(ROOT / "policies" / "strict.yaml").policy
     names = {name for profile in builtin_profiles().values() for name in profile.files}
     assert {"CONTEXT.md", "AGENTS.override.md", "AGENT.md", "CODEX.md", ".kilocodemodes", ".roomodes",
-            "CONVENTIONS.md", "copilot-instructions.md"} <= names
+            "CONVENTIONS.md", "copilot-instructions.md", "QWEN.local.md", ".lsp.json", ".worktreeinclude",
+            ".claude-plugin/", "REVIEW.md"} <= names
     for name in sorted(names):
         path = name.rstrip("/").replace("*", "x") + ("/rules.md" if name.endswith("/") else "")
         for tool, arguments in (("write", {"filePath": path, "content": "x"}),
