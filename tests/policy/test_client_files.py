@@ -82,6 +82,8 @@ NOT_LOADED: dict[str, dict[str, str]] = {
                     "COPYING.md": _LICENSE, "LICENCE.md": _LICENSE,
                     "DIAGNOSIS.md": "the write-up a bundled troubleshooting skill tells the model to write",
                     "SCHEMA.md": "a bundled skill's reference (shared/evals/report/SCHEMA.md)",
+                    "ARCHITECTURE.md": "named by its own file-name guards, but loaded by no default path of this "
+                                       "build; listing it would refuse every project's docs/architecture.md",
                     "claude.json": "`.claude.json` in a pattern of secret file names (the profile lists it)",
                     "project-instructions.md": "written by the claude.ai export import under its projects/ "
                                                "folder, read by nothing"},
