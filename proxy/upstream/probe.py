@@ -86,15 +86,21 @@ class UpstreamProbe:
         self._last = results
         return results
 
+    async def _check_quietly(self) -> None:
+        with contextlib.suppress(Exception):  # a probe that fails is an upstream that is down, said above
+            await self.check()
+
     async def _loop(self) -> None:
         while True:
-            with contextlib.suppress(Exception):  # a probe that fails is an upstream that is down, said above
-                await self.check()
             await asyncio.sleep(self.interval_seconds)
+            await self._check_quietly()
 
     async def start(self) -> None:
-        """Check at once, then every `interval_seconds`, in the background."""
+        """Check once before returning, then every `interval_seconds` in the background: the first scrape after
+        start-up already has every upstream's gauge at its true value (one probe timeout at most, upstreams
+        asked at once)."""
         if self._task is None:
+            await self._check_quietly()
             self._task = asyncio.create_task(self._loop(), name="upstream-probe")
 
     async def stop(self) -> None:

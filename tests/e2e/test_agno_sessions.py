@@ -14,7 +14,7 @@ import pytest
 
 from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
 from tests.e2e.clients import CLIENTS, AgentWorld
-from tests.e2e.responders import is_refusal
+from tests.e2e.responders import REFUSAL_LINE, is_refusal
 from tests.e2e.test_clients import ALLOWED, PIPED, _model_stats
 from tests.e2e.test_clients import rooted_policy as rooted_policy  # a fixture, asked for by name
 from tests.e2e.test_pypi_clients import DRIVERS, MODEL, PROMPT, _result, _venv_python
@@ -54,7 +54,9 @@ def test_agno_rewrites_call_ids_and_stays_one_session(tmp_path: Path, upstream: 
         world = AgentWorld(tmp_path / f"agno{run}", CLIENTS["qwen-code"], Path("/nonexistent"))
         proxy = proxy or start_proxy(upstream.url, policy=rooted_policy(world.project))
         result = _run(world, proxy.url + "/v1")
-        assert result == {"answer": "done"}, result
+        # The refusal's note comes with the turn's text (Agno joins every reply's content into its answer).
+        answer = result["answer"]
+        assert answer.endswith("done") and answer.count(REFUSAL_LINE) == 1, result
         assert world.calls("uv") == [["run", "scripts/search.py", "x"]] * 2
     assert proxy is not None
     # What the client sent back (the proxy's own retries aside): every delivered id rewritten.
