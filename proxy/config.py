@@ -109,6 +109,10 @@ class Settings(BaseSettings):
     )
     host: str = Field("127.0.0.1", description="Address to listen on.")
     port: int = Field(8080, description="Port to listen on (0 picks a free one).")
+    workers: int | Literal["auto"] = Field(
+        1, description="Serving processes on the one port (auto: one per CPU core this process may run on); more "
+        "than 1 starts a parent that binds the port, migrates the store once, then starts, watches and restarts them."
+    )
     upstream: str = Field("http://127.0.0.1:8000/v1", description="Base URL of the OpenAI-compatible upstream.")
     upstream_api_key: str | None = Field(
         None, description="If set, replaces the client's Authorization with `Bearer <key>` upstream."
@@ -269,6 +273,26 @@ class Settings(BaseSettings):
     @classmethod
     def _lower_headers(cls, value: list[str]) -> list[str]:
         return [header.lower() for header in value]
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _workers(cls, value: Any) -> Any:
+        text = str(value).strip().lower() if isinstance(value, str | int) and not isinstance(value, bool) else None
+        if text == "auto":
+            return "auto"
+        if text is None or not text.isdigit() or not 1 <= int(text) <= 1024:
+            raise ValueError(f"workers must be a whole number from 1 to 1024, or auto (got {value!r})")
+        return int(text)
+
+    def worker_count(self) -> int:
+        """`workers` as a number: auto is the CPU cores this process may run on (its affinity, a container's
+        cpuset), not every core of the machine."""
+        if self.workers != "auto":
+            return int(self.workers)
+        try:
+            return max(1, len(os.sched_getaffinity(0)))
+        except (AttributeError, OSError):
+            return max(1, os.cpu_count() or 1)
 
     @field_validator("upstream")
     @classmethod

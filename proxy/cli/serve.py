@@ -137,27 +137,16 @@ async def preflight(settings: Settings) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from proxy.http.app import create_app
-    from proxy.http.connections import raise_open_file_limit, server_options
-    from proxy.http.server import TicklessServer
+    from proxy.http.worker import serve_on
 
     settings = settings_from(args)
     asyncio.run(preflight(settings))
     sock = bind(settings.host, settings.port)
-    app = create_app(settings)
-    app.state.listen = (settings.host, sock.getsockname()[1])
-    app.state.print_banner = True
-    app.state.own_process = True
-    raise_open_file_limit(settings.max_connections)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=30,
-                            **server_options(settings))
-    server = TicklessServer(config)
-    try:
-        server.run(sockets=[sock])
-    except KeyboardInterrupt:
-        pass  # uvicorn raises Ctrl-C again once it has shut down gracefully: a normal stop
-    finally:
-        sock.close()
-    return 0 if server.started else 2
+    if (count := settings.worker_count()) > 1:
+        from proxy.http.supervisor import Supervisor
+
+        try:
+            return Supervisor(settings, sock, count).run()
+        finally:
+            sock.close()
+    return serve_on(sock, settings)

@@ -76,12 +76,28 @@ class Exchange:
     client_left: bool = False
     # The request's tool profiles and project root (proxy/policy/profiles.py), chosen once per request.
     toolset: ToolSet | None = field(default=None, init=False)
+    # What the client's next request continues from (its lineage, a handed-out Responses id) was queued for a store
+    # other processes read: the answer's end waits for its commit (`continuation_durable`).
+    commit_before_end: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         stated = self.state.sessions.project_root(self.record.session, self.stated)
         self.toolset = request_tools(self.policy, self.record, self.payload, self.headers,
                                      root_header=getattr(self.state.settings, "project_root_header", None),
                                      stated_root=stated)
+
+    async def continuation_durable(self) -> None:
+        """Before the answer's last bytes: commit what the next request continues from, where another process may
+        answer it (`serve --workers N`, replicas). The client sends its next request only once it holds the whole
+        answer, so whichever process answers it finds the rows. A store that cannot commit now costs the
+        continuation (a new session, as for a client that rewrote its conversation), never the answer."""
+        if not self.commit_before_end:
+            return
+        self.commit_before_end = False
+        try:
+            await self.state.writer.commit(self.state.settings.store_release_timeout_seconds)
+        except Exception as exc:  # StoreFailure, or whatever the store raised: logged, the answer goes on
+            log.warning("sessions.continuation_not_committed", request_id=self.record.id, error=str(exc)[:300])
 
     @property
     def enforce(self) -> bool:

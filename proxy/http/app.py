@@ -23,7 +23,7 @@ from proxy.http.host_origin import HostOriginGuard
 from proxy.http.stats_routes import router as stats_router
 from proxy.logs import configure_logging, get_logger
 from proxy.services import Services
-from proxy.stats.prometheus import REGISTRY
+from proxy.stats.prometheus import scrape_registry
 
 __all__ = ["create_app"]
 
@@ -43,7 +43,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             # Figures and large bodies are computed in worker threads; a thread holding the GIL keeps the event
             # loop (every relayed stream) waiting up to the switch interval, 5 ms by default, at each turn.
             sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_SECONDS))
-        services = await Services.start(settings, own_process=own_process)
+        services = await Services.start(settings, own_process=own_process, role=getattr(app.state, "role", None))
         try:
             app.state.proxy = services
             app.state.live = services.live
@@ -125,8 +125,16 @@ async def _health(request: Request) -> JSONResponse:
     body = {"status": "degraded" if reasons else "ok", "reasons": reasons, "upstream": services.upstream.base_url,
             "upstream_reachable": reachable, "policy": services.policies.current().name,
             "store_queue": services.writer.depth, "store_rows_lost": services.writer.rows_lost,
-            "vllm": services.vllm.describe()}
+            "vllm": services.vllm.describe(), **_workers(services)}
     return JSONResponse(body, status_code=503 if stop_sending else 200)
+
+
+def _workers(services: Services) -> dict[str, int]:
+    """How many processes serve this port now (`serve --workers N`), and which one answers."""
+    role = services.role
+    if role is None:
+        return {"workers": 1}
+    return {"workers": role.running_now(), "worker": role.index}
 
 
 @router.get("/policies", dependencies=[ADMIN])
@@ -136,4 +144,4 @@ async def _policies(request: Request) -> dict[str, object]:
 
 @router.get("/metrics", dependencies=[ADMIN])
 async def _metrics() -> Response:
-    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+    return Response(generate_latest(scrape_registry()), media_type=CONTENT_TYPE_LATEST)
