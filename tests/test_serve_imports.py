@@ -49,3 +49,14 @@ def test_an_asyncio_package_imported_before_is_left_alone() -> None:
                  "light()\n"
                  "print(sys.modules['sqlalchemy.ext.asyncio'] is full, hasattr(full, 'AsyncSession'))")
     assert found == "True True"
+
+
+def test_a_store_that_is_behind_is_migrated_by_a_child_and_the_serving_process_loads_no_alembic(tmp_path) -> None:
+    found = _run("import asyncio, sys\n"
+                 "from proxy.config import Settings\n"
+                 "from proxy.cli.serve import preflight\n"
+                 f"asyncio.run(preflight(Settings(db='sqlite:///{tmp_path}/fresh.db')))\n"
+                 "from proxy.store.db import create_engine, _stored_revision, SCHEMA_HEAD\n"
+                 f"engine = create_engine('sqlite:///{tmp_path}/fresh.db')\n"
+                 "print(asyncio.run(_stored_revision(engine)) == SCHEMA_HEAD, 'alembic' in sys.modules)")
+    assert found == "True False"

@@ -114,7 +114,8 @@ async def preflight(settings: Settings) -> None:
 
     from proxy.policy import default_policy_path
     from proxy.policy.loader import load_policy_file
-    from proxy.store.db import create_engine, migrate
+    from proxy.store.db import create_engine
+    from proxy.store.migrate_apart import migrate_apart
 
     path = settings.policy or default_policy_path()
     if not Path(path).is_file():
@@ -129,7 +130,8 @@ async def preflight(settings: Settings) -> None:
                                     "Create it, or give another sqlite:///PATH.")
     engine = create_engine(settings.db)
     try:
-        await asyncio.wait_for(migrate(engine), timeout=30)
+        # In a child where there is anything to migrate: the serving process never loads alembic.
+        await migrate_apart(settings.db, engine, reach_seconds=30)
     except TimeoutError:
         raise ConfigError("db", "the database did not answer in 30 s. Is it running and reachable?") from None
     finally:
