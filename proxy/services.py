@@ -146,7 +146,7 @@ class Services:
         )
         await services.vllm.detect()
         live = services.live = LiveWindows(engine, services.in_flight,
-                                           window_seconds=settings.throughput_window_seconds)
+                                           window_seconds=settings.throughput_window_seconds, writer=writer)
         services.listeners += [live.observe, observe_request]
         await policies.start()
         closers.push_async_callback(policies.stop)
