@@ -421,3 +421,21 @@ def test_sigterm_drains_every_worker_then_the_parent_exits_0(upstream, serve, db
     for pid in pids:
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
     assert proxy.events("proxy.worker_exited") == []  # stopping is no crash: nothing was restarted
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_workers_whose_parent_is_killed_stop(upstream, serve, db_url):
+    proxy = serve(upstream.url, db_url, workers=2)
+    pids = list(proxy.worker_pids().values())
+    assert len(pids) == 2
+    proxy.proc.kill()  # SIGKILL: nothing would restart them or pass SIGHUP on
+    proxy.proc.wait(30)
+
+    def gone(pid: int) -> bool:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return True
+        return "zombie" in status
+
+    assert wait_until(lambda: all(gone(pid) for pid in pids), timeout=60)
