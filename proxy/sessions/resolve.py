@@ -257,6 +257,8 @@ def _calls_key(role: str, answers: str | None, content: str | None, raw_calls: l
 # turn that differs in one string (a text), never unless that string's SipHash does.
 # At most 16,384 turns each: ~130 bytes an entry kept, ~100 named (most name no call), ~4 MB in all.
 _KEPT_MAX = 16384
+# How long a session the store held no stated root for is not asked again (another process may record one later).
+_NO_ROOT_SECONDS = 5.0
 _KEPT: dict[int, bytes] = {}
 _NAMED: dict[int, tuple[str, ...]] = {}
 
@@ -388,6 +390,7 @@ class SessionResolver:
         # (digest, session) a request has continued from, before its reply is remembered (identical runs)
         self._claimed: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._roots: OrderedDict[str, str] = OrderedDict()  # session -> the project root its client stated
+        self._no_root: OrderedDict[str, float] = OrderedDict()  # session -> when the store last held no root for it
         # Keys the shared store was asked for and did not hold: a key is written only once its turn is delivered,
         # so one missing when a conversation already shows its turn stays missing (asked once, not per request).
         self._missing: OrderedDict[str, None] = OrderedDict()
@@ -576,6 +579,9 @@ class SessionResolver:
         the root another process kept for it (a session is continued wherever its requests land)."""
         if stated is not None or not self._across or session.is_new or session.id in self._roots:
             return
+        asked = self._no_root.get(session.id)
+        if asked is not None and time.monotonic() - asked < _NO_ROOT_SECONDS:
+            return  # asked a moment ago: a session whose client never states one is not asked at every request
         assert self._engine is not None
         roots = tables.session_roots
         query = (select(roots.c.root).where(roots.c.session_id == session.id)
@@ -587,7 +593,13 @@ class SessionResolver:
             log.warning("sessions.root_lookup_failed", error=str(exc)[:300])
             return
         if isinstance(root, str):
+            self._no_root.pop(session.id, None)
             self._keep_root(session.id, root)
+            return
+        self._no_root[session.id] = time.monotonic()
+        self._no_root.move_to_end(session.id)
+        while len(self._no_root) > self._max_entries:
+            self._no_root.popitem(last=False)
 
     def remember(self, session: SessionRef, messages: Sequence[Mapping[str, Any]] | None,
                  reply: Mapping[str, Any] | None = None, *, after: Sequence[Any] = (),
