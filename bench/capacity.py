@@ -220,13 +220,15 @@ def sweep(args: argparse.Namespace, upstream: str, tmp: str, payloads: list[byte
             targets["litellm"] = (litellm_url, litellm.pid)
         else:
             print(litellm_url)
-        for _url, pid in targets.values():
-            _pin(pid, {TARGET_CPU})
-        with contextlib.suppress(OSError):
-            os.sched_setaffinity(0, _others())  # the load generator beside the upstream
+        if not args.no_pin:
+            for _url, pid in targets.values():
+                _pin(pid, {TARGET_CPU})
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, _others())  # the load generator beside the upstream
         idle = {name: rss_mb(pid) for name, (_, pid) in targets.items()}
-        print(f"\nstreams per core: each target pinned to CPU {TARGET_CPU}; {args.rate:g} tokens/s a stream, "
-              f"{args.tokens} tokens an answer ({_load()})")
+        where = "not pinned" if args.no_pin else f"each target pinned to CPU {TARGET_CPU}"
+        print(f"\nstreams per core: {where}; {args.rate:g} tokens/s a stream, {args.tokens} tokens an answer "
+              f"({_load()})")
         print(f"{'streams':>7} {'target':<8} {'gap p99 ms':>10} {'added p99':>10} {'tokens/s':>9} "
               f"{'CPU ms/1k tok':>13} {'RSS MB':>7}")
         capacity: dict[str, int] = {}
@@ -291,7 +293,7 @@ def contend(args: argparse.Namespace, upstream: str, tmp: str, payloads: list[by
         try:
             asyncio.run(_level(url, min(streams, 8), 1, payloads))  # warm every worker
             rows[f"sqlite, {count} worker(s)"] = asyncio.run(_contend_level(
-                url, [url.removesuffix("/v1")], [proc.pid], streams, args.answers, payloads))
+                url, [url.removesuffix("/v1")], [proc.pid], streams, args.contend_answers, payloads))
         finally:
             _stop(proc)
     if args.pg:
@@ -305,7 +307,7 @@ def contend(args: argparse.Namespace, upstream: str, tmp: str, payloads: list[by
                             for _ in range(count)]
                 try:
                     rows[f"postgres, {count} replica(s), balanced"] = asyncio.run(_balanced(
-                        balancer, replicas, streams, args.answers, payloads))
+                        balancer, replicas, streams, args.contend_answers, payloads))
                 finally:
                     _stop(*(proc for proc, _ in replicas))
         finally:
@@ -348,6 +350,8 @@ def main() -> None:
     parser.add_argument("--workers", action="store_true", help="also compare 2 workers with 1, 2 replicas with 1")
     parser.add_argument("--contend-streams", type=int, default=0, help="the load of --workers (0: the proxy's "
                         "capacity)")
+    parser.add_argument("--contend-answers", type=int, default=6, help="answers per stream in each --workers run")
+    parser.add_argument("--no-pin", action="store_true", help="let the scheduler place every process")
     parser.add_argument("--no-sweep", action="store_true", help="only --workers")
     parser.add_argument("--pg", default=os.environ.get("ALLOWLIST_PROXY_TEST_PG", ""))
     args = parser.parse_args()
