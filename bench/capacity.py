@@ -234,7 +234,7 @@ def sweep(args: argparse.Namespace, upstream: str, tmp: str, payloads: list[byte
               f"{'CPU ms/1k tok':>13} {'RSS MB':>7}")
         capacity: dict[str, int] = {}
         delivered: dict[str, float] = {}
-        cpu_per_token: dict[str, list[float]] = {name: [] for name in targets}  # ms of CPU per 1,000 tokens
+        cpu_per_token: dict[str, dict[int, float]] = {name: {} for name in targets}  # level -> ms CPU / 1k tokens
         over: set[str] = set()  # past its capacity: not asked at higher levels
         for streams in [int(x) for x in args.levels.split(",")]:
             direct_gaps, _, _ = asyncio.run(_level(upstream, streams, args.answers, payloads))
@@ -249,7 +249,7 @@ def sweep(args: argparse.Namespace, upstream: str, tmp: str, payloads: list[byte
                 added = _p99(gaps) - direct_p99
                 rate = tokens / elapsed
                 if tokens:
-                    cpu_per_token[name].append(cpu)
+                    cpu_per_token[name][streams] = cpu
                 print(f"{streams:>7} {name:<8} {_p99(gaps):>10.2f} {added:>10.2f} {rate:>9,.0f} {cpu:>13.1f} "
                       f"{rss_mb(pid):>7.1f}")
                 if added <= args.max_added_ms:
@@ -267,15 +267,18 @@ def sweep(args: argparse.Namespace, upstream: str, tmp: str, payloads: list[byte
                   f"({idle[name] / idle['bare']:.2f}x bare)")
         # What a core could carry were it the target's alone: a second of CPU over its CPU per token. Read from CPU
         # time, so other people's load on the machine moves it little (it moves the latencies above a lot).
-        print("CPU-bound ceiling of one core (a CPU-second over the CPU each token cost, median over the levels):")
-        floor = statistics.median(cpu_per_token["bare"]) if cpu_per_token["bare"] else float("nan")
+        print("CPU-bound ceiling of one core (a CPU-second over the CPU each token cost, median over the levels "
+              "measured; against bare at the same levels):")
+        bare = cpu_per_token["bare"]
         for name, costs in cpu_per_token.items():
             if not costs:
                 continue
-            per_1k = statistics.median(costs)
+            per_1k = statistics.median(costs.values())
+            common = [level for level in costs if level in bare]
+            ratio = (statistics.median(costs[level] / bare[level] for level in common) if common else float("nan"))
             ceiling = 1e6 / per_1k
-            print(f"  {name:<8} {per_1k:7.1f} ms CPU / 1k tokens ({per_1k / floor:.2f}x bare)  {ceiling:>8,.0f} "
-                  f"tokens/s  = {ceiling / args.rate:5.0f} streams of {args.rate:g}  fronts "
+            print(f"  {name:<8} {per_1k:7.1f} ms CPU / 1k tokens ({ratio:.2f}x bare)  {ceiling:>8,.0f} tokens/s  = "
+                  f"{ceiling / args.rate:5.0f} streams of {args.rate:g}  fronts "
                   f"{ceiling / args.gpu_tokens_per_second:4.1f} GPUs")
         return capacity
     finally:
