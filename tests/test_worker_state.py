@@ -4,7 +4,10 @@ and the state a next request needs (Responses chains, stated roots) in the store
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -132,7 +135,11 @@ async def test_workers_ask_the_parents_figures_and_get_its_answers_and_errors(st
             await client.compute(_refuse, engine, since="yesterday")
         assert refused.value.param == "since" and refused.value.message == "bad since: yesterday"
     finally:
+        figures_pid = relay._figures.pid
         await relay.close()
+        if figures_pid is not None:  # this test's own figures' process: not left behind the test run
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(figures_pid, signal.SIGTERM)
     # The parent gone: the worker computes the figure itself.
     assert await FiguresClient(relay.path).compute(_count_requests, engine, plus=5) == 5
 

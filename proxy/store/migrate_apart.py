@@ -2,14 +2,15 @@
 
 Alembic and its migration scripts are ~13 MB of modules; loaded once, they stay in the process for good. A store
 already at head needs one query to know it (`migrate` reads the revision and returns); a store that is behind
-(a first start, an upgrade) is migrated by a spawned child, and the serving process stays as lean as if the store
-had been at head. The child's failure comes back as the same `StoreError` line an in-process migration raises.
+(a first start, an upgrade) is migrated by a child interpreter, and the serving process stays as lean as if the
+store had been at head. The child's failure comes back as a `StoreError` saying what the migration said.
 """
 
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
+import subprocess
+import sys
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -17,6 +18,8 @@ from proxy.store.db import SCHEMA_HEAD, StoreError, _stored_revision, create_eng
 from proxy.store.dialect import in_memory
 
 __all__ = ["migrate_apart"]
+
+_CHILD = "import sys; from proxy.store.migrate_apart import main; sys.exit(main(sys.argv[1]))"
 
 
 async def migrate_apart(url: str, engine: AsyncEngine, *, reach_seconds: float = 30.0) -> None:
@@ -29,15 +32,17 @@ async def migrate_apart(url: str, engine: AsyncEngine, *, reach_seconds: float =
             pass  # it answers (a refusal raises here, as the migration would)
         if await _stored_revision(engine) == SCHEMA_HEAD:
             return
-    context = multiprocessing.get_context("spawn")
-    with context.Pool(1) as pool:
-        error = await asyncio.get_running_loop().run_in_executor(None, pool.apply, _migrate, (url,))
-    if error is not None:
-        raise StoreError(error)
+    # A plain child interpreter, not multiprocessing: nothing of the parent's `__main__` is run again, and a child
+    # that cannot start is an exit code, not a pool of workers started over and over.
+    done = await asyncio.to_thread(subprocess.run, [sys.executable, "-c", _CHILD, url], capture_output=True,
+                                   text=True, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        lines = (done.stdout.strip() or done.stderr.strip()).splitlines()
+        raise StoreError(lines[-1][:2000] if lines else f"migrating the store failed (exit {done.returncode})")
 
 
-def _migrate(url: str) -> str | None:
-    """In the child: None once the store is at head, else what went wrong, as one line."""
+def main(url: str) -> int:
+    """In the child: 0 once the store is at head; else 1, with what went wrong on stdout, one line."""
     async def run() -> None:
         engine = create_engine(url)
         try:
@@ -48,5 +53,6 @@ def _migrate(url: str) -> str | None:
     try:
         asyncio.run(run())
     except Exception as exc:  # any failure is the operator's to read, as the in-process migration's would be
-        return f"migrating the store failed: {type(exc).__name__}: {exc}"[:2000]
-    return None
+        print(f"migrating the store failed: {type(exc).__name__}: {exc}"[:2000], flush=True)
+        return 1
+    return 0
