@@ -68,6 +68,40 @@ def test_a_follower_serves_what_the_parent_published_never_the_file(policy_dir: 
     assert follower.status()["active"] == parent.status()["active"]
 
 
+def test_a_follower_says_the_parents_held_edits_in_its_metrics_and_health(policy_dir: Path, tmp_path: Path) -> None:
+    """What /health, /metrics, the webhook and `policy status` of a worker say of a held edit is the parent's: the
+    file, and SIGHUP to the parent (the one that decides) to apply it."""
+    from proxy import telemetry
+
+    path = policy_dir / "strict.yaml"
+    parent = PolicyManager(path)
+    state = tmp_path / "state.json"
+    publish_state(parent, state)
+    seen: list[tuple[str, bool]] = []
+
+    def listen(event: object) -> None:
+        if isinstance(event, telemetry.PolicyFileHeld):
+            seen.append((event.file, event.held))
+
+    telemetry.subscribe(listen)
+    try:
+        follower = FollowerPolicies(path, state, leader=12345)
+        path.write_text(STRICT_POLICY.read_text().replace("mode: enforce", "mode: observe", 1))
+        parent.reload()
+        publish_state(parent, state)
+        follower.reload()
+        (held,) = follower.held()
+        assert held["file"] == str(path) and held["apply"] == f"kill -HUP {os.getpid()}"
+        assert seen[-1] == (str(path), True)
+        path.write_text(STRICT_POLICY.read_text())  # reverted: nothing held any more
+        parent.reload()
+        publish_state(parent, state)
+        follower.reload()
+        assert follower.held() == [] and seen[-1] == (str(path), False)
+    finally:
+        telemetry.unsubscribe(listen)
+
+
 def test_a_follower_keeps_its_policy_when_the_state_cannot_be_read(policy_dir: Path, tmp_path: Path) -> None:
     path = policy_dir / "strict.yaml"
     parent = PolicyManager(path)
@@ -221,5 +255,34 @@ async def test_remember_says_when_the_answer_must_wait_for_its_lineage(store) ->
             assert resolver.remember(ref, messages, {"role": "assistant", "content": "hello"}) is shared
         named = SessionRef("ses_x", "header", False)
         assert resolver.remember(named, messages, {"role": "assistant", "content": "hello"}) is False
+    finally:
+        await writer.stop()
+
+
+async def test_a_keys_sessions_and_an_id_free_lineage_continue_in_another_process(store) -> None:
+    """A keyed conversation (its namespace) delivered by one process continues in another, by its call's id and,
+    where the client rewrote the id (Agno), by its id-free lineage; never in another key's namespace."""
+    import json
+
+    _url, engine = store
+    writer = StoreWriter(engine)
+    await writer.start()
+    try:
+        one = SessionResolver(engine=engine, writer=writer, shared=True)
+        conversation = [{"role": "system", "content": "You are a coder."}, {"role": "user", "content": "fix it"}]
+        reply = {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "chatcmpl-tool-0123456789abcdef0123456789abcdef", "type": "function",
+             "function": {"name": "bash", "arguments": json.dumps({"command": "uv run scripts/test.py"})}}]}
+        first = await one.aresolve({}, conversation, namespace="key_a")
+        assert one.remember(first, None, reply)  # another process may answer next: committed before the end
+        await writer.commit(10)
+        follow = [*conversation, reply, {"role": "tool", "tool_call_id": reply["tool_calls"][0]["id"],
+                                         "content": "ok"}]
+        rewritten = json.loads(json.dumps(follow).replace("chatcmpl-tool-", "call_0000000000000"))
+        for sent in (follow, rewritten):
+            other = SessionResolver(engine=engine, writer=writer, shared=True)  # a process that saw nothing
+            assert (await other.aresolve({}, sent, namespace="key_a")).id == first.id
+            assert (await other.aresolve({}, sent, namespace="key_b")).is_new
+            assert (await other.aresolve({}, sent)).is_new
     finally:
         await writer.stop()

@@ -439,3 +439,54 @@ def test_workers_whose_parent_is_killed_stop(upstream, serve, db_url):
         return "zombie" in status
 
     assert wait_until(lambda: all(gone(pid) for pid in pids), timeout=60)
+
+
+# -- project keys: bound the same by every worker ----------------------------------------------------------------
+
+
+async def _key_action(db_url: str, root: str | None = None, revoke: str | None = None) -> str:
+    from proxy.keys.store import create_key, revoke_keys
+
+    engine = create_engine(db_url)
+    try:
+        async with engine.begin() as conn:
+            if revoke is not None:
+                await revoke_keys(conn, revoke)
+                return revoke
+            assert root is not None
+            key, _ = await create_key(conn, root=root, label="workers")
+            return key
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_a_keyed_conversation_is_one_session_over_workers_and_a_revoked_key_is_refused_by_all(
+        upstream, serve, db_url, tmp_path):
+    import asyncio
+
+    project = tmp_path / "project"
+    project.mkdir()
+    proxy = serve(upstream.url, db_url, workers=2, extra=("--key-cache-seconds", "0.2"))
+    key = asyncio.run(_key_action(db_url, root=str(project)))
+    auth = {"authorization": f"Bearer {key}"}
+    upstream.responder = _reply
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coder."}]
+    for turn, said in enumerate(("start", "use a tool", "go on", "use a tool again", "and then", "finish")):
+        last = messages[-1]
+        if last.get("tool_calls"):
+            messages += [{"role": "tool", "tool_call_id": c["id"], "content": "results"} for c in last["tool_calls"]]
+        messages.append({"role": "user", "content": said})
+        response = proxy.post("/v1/chat/completions", _chat(messages, turn % 2 == 1), headers=auth)
+        messages.append(_assistant_turn(response, turn % 2 == 1))
+    # The same conversation without the key is no part of the key's session.
+    assert proxy.post("/v1/chat/completions", _chat(messages[:2], False)).status_code == 200
+    asyncio.run(_key_action(db_url, revoke=key))
+    time.sleep(0.5)  # past key_cache_seconds in every worker
+    refused = [proxy.post("/v1/chat/completions", _chat(messages[:2], False), headers=auth).status_code
+               for _ in range(8)]
+    assert refused == [401] * 8
+    assert proxy.stop() == 0
+    rows = asyncio.run(_recorded(db_url))
+    assert rows["sessions"] == [0] * 6 + [1], "one session for the keyed conversation, another without the key"
+    assert _crossings(proxy) > 0, "the keyed session went on in the other worker"
