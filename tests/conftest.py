@@ -20,6 +20,7 @@ from proxy.http.connections import server_options
 from proxy.store.db import create_engine
 from proxy.testing.scripted_upstream import ScriptedUpstream
 from proxy.testing.server import ServerThread
+from proxy.upstream.transport import tls_context
 from tests.databases import BACKENDS, database_url, drop_templates
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,6 +79,8 @@ class RunningProxy:
         return asyncio.run_coroutine_threadsafe(query(), self.app.state.loop).result(15)
 
     def client(self, **kwargs: Any) -> httpx.Client:
+        # The process's one TLS context: a client of its own would read the CA bundle again (tens of ms).
+        kwargs.setdefault("verify", tls_context())
         return httpx.Client(base_url=self.url, timeout=kwargs.pop("timeout", 30), **kwargs)
 
 
