@@ -11,6 +11,7 @@ The proxy's own policy and config files are protected wherever they are (`regist
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import re
@@ -88,9 +89,11 @@ def _segment(text: str) -> str:
     return "".join("[^/]*" if c == "*" else "[^/]" if c == "?" else re.escape(c) for c in text)
 
 
-def _compile(patterns: Iterable[str]) -> re.Pattern[str] | None:
+@functools.lru_cache(maxsize=64)
+def _compile(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
     """All patterns as one regex searched over a folded relative path: one search per path, not one per
-    pattern and segment."""
+    pattern and segment. Kept per pattern list: every load of a policy (each start, reload and sibling file)
+    would otherwise fold and escape the same few hundred patterns again."""
     anchored: list[str] = []
     anywhere: list[str] = []
     for pattern in patterns:
@@ -115,8 +118,8 @@ class Protected:
         if rules.scripts_dir:
             write.append("/" + policy.bash.scripts_dir.strip("/") + "/")
         self.scripts_dir = policy.bash.scripts_dir.strip("/") if rules.scripts_dir else None
-        self.write = _compile([*write, *rules.read])  # a writing tool reads the file too
-        self.read = _compile(rules.read)
+        self.write = _compile((*write, *rules.read))  # a writing tool reads the file too
+        self.read = _compile(tuple(rules.read))
         self._read_patterns: Patterns | None = None
         self._globs: dict[str, bool] = {}
         self.glob_problems: dict[tuple[str, tuple[str, ...]], str | None] = {}
