@@ -33,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from proxy import telemetry
 from proxy.logs import get_logger
 from proxy.record import RequestRecord
+from proxy.tasks import cancel_and_wait
 from proxy.throughput.live_store import LatencyCell, latency_percentiles, read_windows, upsert_windows
 from proxy.throughput.tables import (
     DEFAULT_WINDOW_SECONDS,
@@ -201,9 +202,7 @@ class LiveWindows:
                 await asyncio.wait_for(self._task, timeout)
             except TimeoutError:
                 log.error("throughput.stop_timeout")
-                self._task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._task
+                await cancel_and_wait(self._task)
             self._task = None
         await self.write()
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from proxy.logs import get_logger
+from proxy.tasks import cancel_and_wait
 
 __all__ = ["ProbeResult", "UpstreamProbe"]
 
@@ -105,10 +106,7 @@ class UpstreamProbe:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         running = self._running
         if running is not None and not running.done():
             running.cancel()
