@@ -3,22 +3,33 @@
 once and reads every event. So the metrics sit above the layers they count (docs/DESIGN.md, "Layers"), and
 nothing below them imports them.
 
-Listeners run in the emitter's thread, at once: they must not block (a counter, a gauge, a dictionary)."""
+Listeners run in the emitter's thread, at once: they must not block (a counter, a gauge, a dictionary). An event
+is a class made `@event` (a frozen dataclass): its name says what happened, its fields what a listener reads."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar, dataclass_transform
 
 __all__ = [
     "AttemptRetried", "BudgetSpent", "CallJudged", "ConnectionLimited", "InFlight", "ModelNotFound", "ModelsServed",
     "PassthroughAnswered", "PolicyFileHeld", "PolicyFileLoaded", "PolicyFileRefused", "ReleaseWaited",
     "ReleasedUnrecorded", "SecretsRedacted", "StoreHealth", "StoreQueue", "StoreRefused", "StoreRowLost",
     "StoreRowRepaired", "StoreWriteFailed", "UngovernedRequest", "UngovernedText", "UpstreamAttempt", "UpstreamProbed",
-    "emit", "subscribe", "unsubscribe",
+    "emit", "event", "subscribe", "unsubscribe",
 ]
 
 Listener = Callable[[object], None]
+_Event = TypeVar("_Event")
+
+
+@dataclass_transform(frozen_default=True)
+def event(cls: type[_Event]) -> type[_Event]:
+    """An event: a frozen dataclass with slots, its fields what a listener reads."""
+    return dataclass(frozen=True, slots=True)(cls)
+
+
 _listeners: list[Listener] = []
 
 
@@ -43,7 +54,7 @@ def emit(event: object) -> None:
 # -- requests and their calls -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@event
 class CallJudged:
     """One judged call of a request, in its session's order."""
 
@@ -56,21 +67,21 @@ class CallJudged:
     loop_min_attempts: int  # the policy's: a run this long is a loop
 
 
-@dataclass(frozen=True, slots=True)
+@event
 class AttemptRetried:
     """The upstream is asked again after a rejection."""
 
     model: str
 
 
-@dataclass(frozen=True, slots=True)
+@event
 class BudgetSpent:
     """A request's retry budget ran out."""
 
     model: str
 
 
-@dataclass(frozen=True, slots=True)
+@event
 class UngovernedText:
     """A turn of a recognised text-acting client holds actions the proxy could not read or judge."""
 
@@ -78,7 +89,7 @@ class UngovernedText:
     client: str
 
 
-@dataclass(frozen=True, slots=True)
+@event
 class SecretsRedacted:
     """Secrets of one type replaced in a request before it went upstream (never the secrets themselves)."""
 
@@ -87,14 +98,14 @@ class SecretsRedacted:
     count: int
 
 
-@dataclass(frozen=True, slots=True)
+@event
 class UngovernedRequest:
     """A request offers tools none of which a tool profile (or the shell heuristic) governs."""
 
     model: str
 
 
-@dataclass(frozen=True, slots=True)
+@event
 class InFlight:
     """A judged request started (`change` 1) or ended (-1)."""
 
@@ -102,7 +113,7 @@ class InFlight:
     change: int
 
 
-@dataclass(frozen=True, slots=True)
+@event
 class PassthroughAnswered:
     """A forwarded (not judged) request was answered."""
 
@@ -110,7 +121,7 @@ class PassthroughAnswered:
     status: int
 
 
-@dataclass(frozen=True, slots=True)
+@event
 class ConnectionLimited:
     """A client connection was closed or refused by a limit (header_timeout, body_timeout, idle, too_many)."""
 
@@ -120,7 +131,7 @@ class ConnectionLimited:
 # -- the upstream -------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@event
 class UpstreamAttempt:
     """One upstream attempt ended: ok, http_error (a non-200 answer) or error."""
 
@@ -130,7 +141,7 @@ class UpstreamAttempt:
     seconds: float
 
 
-@dataclass(frozen=True, slots=True)
+@event
 class UpstreamProbed:
     """An upstream answered its /v1/models probe (`up`), or did not."""
 
@@ -138,14 +149,14 @@ class UpstreamProbed:
     up: bool
 
 
-@dataclass(frozen=True, slots=True)
+@event
 class ModelsServed:
     """Model names an upstream serves (listed in its config or its /v1/models)."""
 
     names: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@event
 class ModelNotFound:
     """A request named a model no upstream serves."""
 
@@ -155,14 +166,14 @@ class ModelNotFound:
 # -- the policy ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@event
 class PolicyFileLoaded:
     """The file on disk is the policy being served."""
 
     file: str
 
 
-@dataclass(frozen=True, slots=True)
+@event
 class PolicyFileHeld:
     """A policy file holds an edit that widens the policy, not applied until SIGHUP (`held`), or no longer does."""
 
@@ -170,7 +181,7 @@ class PolicyFileHeld:
     held: bool
 
 
-@dataclass(frozen=True, slots=True)
+@event
 class PolicyFileRefused:
     """A policy file was refused at load or reload (the last good one is served)."""
 
@@ -180,45 +191,45 @@ class PolicyFileRefused:
 # -- the store ----------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@event
 class StoreQueue:
     """Rows waiting for the store writer."""
 
     depth: int
 
 
-@dataclass(frozen=True, slots=True)
+@event
 class StoreHealth:
     """The store can record (`up`), or fails."""
 
     up: bool
 
 
-@dataclass(frozen=True, slots=True)
+@event
 class StoreWriteFailed:
     """A batch write failed (it is retried)."""
 
 
-@dataclass(frozen=True, slots=True)
+@event
 class StoreRowRepaired:
     """The database refused a row as it came and took it with its text made safe."""
 
 
-@dataclass(frozen=True, slots=True)
+@event
 class StoreRowLost:
     """A row the store never got: queue full, store down at shutdown, row refused."""
 
     table: str
 
 
-@dataclass(frozen=True, slots=True)
+@event
 class ReleaseWaited:
     """How long judged calls waited for their rows to be committed before release (enforce mode)."""
 
     seconds: float
 
 
-@dataclass(frozen=True, slots=True)
+@event
 class ReleasedUnrecorded:
     """Calls released before the store committed them (`on_store_failure: continue`)."""
 
@@ -226,7 +237,7 @@ class ReleasedUnrecorded:
     calls: int
 
 
-@dataclass(frozen=True, slots=True)
+@event
 class StoreRefused:
     """A request refused with 503 because the store could not record (`on_store_failure: refuse`)."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx._transports.default as httpx_transports
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -21,9 +23,28 @@ from proxy.http.connections import server_options
 from proxy.store.db import create_engine
 from proxy.testing.scripted_upstream import ScriptedUpstream
 from proxy.testing.server import ServerThread
+from proxy.upstream.transport import tls_context
 from tests.databases import BACKENDS, database_url, drop_templates
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _one_tls_context() -> None:
+    """httpx builds a TLS context for every client, reading the whole CA bundle into it (tens of milliseconds): a
+    test polling with `httpx.get` spent seconds on that alone. Every client made with httpx's default verification
+    gets the process's one context instead (proxy/upstream/transport.py's `tls_context`, as the proxy's own
+    clients do); a client given its own `verify` keeps it."""
+    made = httpx_transports.create_ssl_context
+
+    def shared(verify: Any = True, cert: Any = None, trust_env: bool = True) -> ssl.SSLContext:
+        if verify is True and cert is None and trust_env:
+            return tls_context()
+        return made(verify=verify, cert=cert, trust_env=trust_env)
+
+    httpx_transports.create_ssl_context = shared
+
+
+_one_tls_context()
 STRICT_POLICY = ROOT / "policies" / "strict.yaml"
 MODEL = "qwen3.5-27b"
 

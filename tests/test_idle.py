@@ -1,9 +1,11 @@
 """An idle proxy sleeps: no thread of `allowlist-proxy serve` wakes on a timer more than about once a second
 (uvicorn's 0.1 s tick and watchfiles' 50 ms poll are gone), and what those timers did still happens: a signal
-stops it at once, and the `date` header is the current second's."""
+stops it at once, and the `date` header is the current second's. A stop waits for what is in flight (up to the
+grace), not for uvicorn's fixed tenths of a second."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -11,11 +13,12 @@ import sys
 import time
 from email.utils import parsedate_to_datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from proxy.testing.server import free_port
+from proxy.testing.server import ServerThread, free_port
 from tests.conftest import ROOT, STRICT_POLICY, voluntary_switches, wait_until, woken
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and inotify are Linux's")
@@ -65,3 +68,74 @@ def test_the_date_header_moves_with_the_clock(proxy) -> None:  # type: ignore[no
         time.sleep(1.05)
         second = parsedate_to_datetime(client.get("/health").headers["date"])
     assert (second - first).total_seconds() >= 1
+
+
+def _streaming_app(chunks: int, pause: float) -> Any:
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse, StreamingResponse
+    from starlette.routing import Route
+
+    async def slow(_request: Any) -> StreamingResponse:
+        async def body() -> Any:
+            for i in range(chunks):
+                yield f"chunk {i}\n".encode()
+                await asyncio.sleep(pause)
+
+        return StreamingResponse(body(), media_type="text/plain")
+
+    async def quick(_request: Any) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    return Starlette(routes=[Route("/slow", slow), Route("/quick", quick)])
+
+
+def test_a_stop_lets_the_answer_in_flight_finish() -> None:
+    server = ServerThread(_streaming_app(chunks=5, pause=0.05)).start()
+    with httpx.Client(base_url=server.url, timeout=10) as client, client.stream("GET", "/slow") as response:
+        lines = response.iter_lines()
+        first = next(lines)
+        server.request_stop()
+        rest = list(lines)
+    server.stop()
+    assert [first, *rest] == [f"chunk {i}" for i in range(5)]
+    assert not server._thread.is_alive() and not server.server.server_state.connections
+
+
+def test_a_stop_closes_idle_keep_alive_connections_and_ends() -> None:
+    server = ServerThread(_streaming_app(chunks=1, pause=0)).start()
+    with httpx.Client(base_url=server.url, timeout=5) as client:
+        assert client.get("/quick").text == "ok"  # the connection stays open, idle
+        server.stop()
+        assert not server._thread.is_alive()
+        assert not server.server.server_state.connections
+        with pytest.raises(httpx.TransportError):
+            client.get("/quick")
+
+
+def test_a_stop_past_the_grace_cancels_the_answer_and_ends() -> None:
+    server = ServerThread(_streaming_app(chunks=10_000, pause=0.05),
+                          options={"timeout_graceful_shutdown": 0.3}).start()
+    with httpx.Client(base_url=server.url, timeout=10) as client, client.stream("GET", "/slow") as response:
+        lines = response.iter_lines()
+        next(lines)
+        server.request_stop()
+        with pytest.raises(httpx.TransportError):
+            list(lines)  # cut short: the answer never ends by itself
+    server.stop()
+    assert not server._thread.is_alive()
+
+
+def test_each_server_gets_its_log_level_though_uvicorn_logging_is_set_up_once() -> None:
+    import logging
+
+    quiet = ServerThread(_streaming_app(chunks=1, pause=0), log_level="error").start()
+    try:
+        assert logging.getLogger("uvicorn.error").level == logging.ERROR
+        assert logging.getLogger("uvicorn.error").handlers or logging.getLogger("uvicorn").handlers
+    finally:
+        quiet.stop()
+    chatty = ServerThread(_streaming_app(chunks=1, pause=0), log_level="info").start()
+    try:
+        assert logging.getLogger("uvicorn.error").level == logging.INFO
+    finally:
+        chatty.stop()

@@ -51,60 +51,46 @@ def register(sub: Any) -> None:
     parser = sub.add_parser("db", help="manage the store's schema", epilog=EXAMPLES,
                             formatter_class=HelpFormatter)
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    upgrade = actions.add_parser("upgrade", help="apply the migrations up to head (start-up does this too)",
-                                 epilog=EXAMPLES, formatter_class=HelpFormatter)
-    _with_db(upgrade)
+
+    def action(name: str, func: Callable[[argparse.Namespace], int], help: str, *,
+               db: bool = True) -> argparse.ArgumentParser:
+        """A `db` action running `func`, with --db unless it reads no store."""
+        added = actions.add_parser(name, help=help, epilog=EXAMPLES, formatter_class=HelpFormatter)
+        if db:
+            _with_db(added)
+        added.set_defaults(func=func)
+        return added
+
+    upgrade = action("upgrade", run_upgrade, "apply the migrations up to head (start-up does this too)")
     upgrade.add_argument("--revision", default="head",
                          help="stop at this revision (default head); a store past it is left as it is (exit 1): "
                               "`db downgrade` takes a store back")
-    upgrade.set_defaults(func=run_upgrade)
-    down = actions.add_parser(
-        "downgrade", epilog=EXAMPLES, formatter_class=HelpFormatter,
-        help="take the schema back to an older revision with the migrations' downgrade steps, before running an "
-             "older version of the proxy (stop the proxies first; a SQLite store is copied first; what only the "
-             "newer revisions hold is dropped)")
-    _with_db(down)
+    down = action("downgrade", run_downgrade,
+                  "take the schema back to an older revision with the migrations' downgrade steps, before running an "
+                  "older version of the proxy (stop the proxies first; a SQLite store is copied first; what only the "
+                  "newer revisions hold is dropped)")
     down.add_argument("--to", required=True, metavar="REV", dest="revision",
                       help="the revision to go back to (`db history` lists them; `base` drops the whole schema)")
-    down.set_defaults(func=run_downgrade)
-    backup = actions.add_parser(
-        "backup", epilog=EXAMPLES, formatter_class=HelpFormatter,
-        help="copy a SQLite store with SQLite's online backup (consistent while the proxy serves); for Postgres, "
-             "print the pg_dump command line to run")
-    _with_db(backup)
+    backup = action("backup", run_backup,
+                    "copy a SQLite store with SQLite's online backup (consistent while the proxy serves); for "
+                    "Postgres, print the pg_dump command line to run")
     backup.add_argument("--to", metavar="FILE", default=None,
                         help="where the copy goes (default: beside the store, named with the time); never written "
                              "over")
-    backup.set_defaults(func=run_backup)
-    current = actions.add_parser("current", help="the store's schema revision and the newest this proxy knows",
-                                 epilog=EXAMPLES, formatter_class=HelpFormatter)
-    _with_db(current)
-    current.set_defaults(func=run_current)
-    history = actions.add_parser("history", help="the migrations this proxy carries, oldest first",
-                                 epilog=EXAMPLES, formatter_class=HelpFormatter)
-    history.set_defaults(func=run_history)
-    rebuild = actions.add_parser(
-        "rebuild-rollups",
-        help="recompute the stats' hourly rollups and error runs from the rows (after rows were changed by hand "
-             "or copied in behind the proxy); SQLite proxies wait for it, Postgres replicas should be stopped",
-        epilog=EXAMPLES, formatter_class=HelpFormatter,
-    )
-    _with_db(rebuild)
-    rebuild.set_defaults(func=run_rebuild)
-    prune = actions.add_parser(
-        "prune", epilog=EXAMPLES, formatter_class=HelpFormatter,
-        help="remove the calls, requests and throughput windows older than a date, with their hourly figures "
-             "(the date is taken down to the hour, so the figures of what remains stay exact)")
-    _with_db(prune)
+    action("current", run_current, "the store's schema revision and the newest this proxy knows")
+    action("history", run_history, "the migrations this proxy carries, oldest first", db=False)
+    action("rebuild-rollups", run_rebuild,
+           "recompute the stats' hourly rollups and error runs from the rows (after rows were changed by hand or "
+           "copied in behind the proxy); SQLite proxies wait for it, Postgres replicas should be stopped")
+    prune = action("prune", run_prune,
+                   "remove the calls, requests and throughput windows older than a date, with their hourly figures "
+                   "(the date is taken down to the hour, so the figures of what remains stay exact)")
     prune.add_argument("--before", required=True, type=parse_date, metavar="WHEN", help=_WHEN)
     prune.add_argument("--no-vacuum", dest="vacuum", action="store_false",
                        help="leave the space of the deleted rows to new rows (SQLite's VACUUM holds the write lock "
                             "while it copies the store: a serving proxy's writes wait that long)")
-    prune.set_defaults(func=run_prune)
-    export = actions.add_parser(
-        "export", epilog=EXAMPLES, formatter_class=HelpFormatter,
-        help="write the tool calls or the requests as CSV, JSON Lines or Parquet; times in ISO 8601 (UTC)")
-    _with_db(export)
+    export = action("export", run_export,
+                    "write the tool calls or the requests as CSV, JSON Lines or Parquet; times in ISO 8601 (UTC)")
     export.add_argument("--table", choices=("calls", "requests"), default="calls",
                         help="what to write (default: %(default)s)")
     export.add_argument("--format", choices=("csv", "jsonl", "parquet"), default="csv",
@@ -113,7 +99,6 @@ def register(sub: Any) -> None:
     export.add_argument("--since", type=parse_date, metavar="WHEN", help=f"only rows at or after this time: {_WHEN}")
     export.add_argument("--until", type=parse_date, metavar="WHEN", help="only rows before this time")
     export.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
-    export.set_defaults(func=run_export)
 
 
 def parse_date(text: str) -> float:
@@ -169,6 +154,12 @@ def _no_store(url: str) -> bool:
     return False
 
 
+def _existing_store(args: argparse.Namespace) -> str | None:
+    """The command's store URL; None (said on stderr) where it names a SQLite file that does not exist."""
+    url = _url(args)
+    return None if _no_store(url) else url
+
+
 def run_upgrade(args: argparse.Namespace) -> int:
     from proxy.store.db import migrate, revision_order, schema_state
 
@@ -195,8 +186,7 @@ def run_upgrade(args: argparse.Namespace) -> int:
 def run_downgrade(args: argparse.Namespace) -> int:
     from proxy.store.db import SchemaAhead, SchemaError, downgrade
 
-    url = _url(args)
-    if _no_store(url):
+    if (url := _existing_store(args)) is None:
         return 1
     try:
         done = _on_store(url, lambda engine: downgrade(engine, args.revision))
@@ -213,8 +203,7 @@ def run_downgrade(args: argparse.Namespace) -> int:
 def run_current(args: argparse.Namespace) -> int:
     from proxy.store.db import schema_state
 
-    url = _url(args)
-    if _no_store(url):
+    if (url := _existing_store(args)) is None:
         return 1
     found = _on_store(url, schema_state)
     state = {"head": "up to date", "empty": "empty: run `allowlist-proxy db upgrade`",

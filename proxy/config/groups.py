@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_settings import NoDecode
 
 # The URL rules belong to the store's dialect seam.
@@ -315,18 +315,12 @@ class TelemetrySettings(_Group):
         "if set, else no tracing. Needs the [otel] extra."
     )
 
-    @field_validator("log_level")
+    @field_validator("log_level", "log_format")
     @classmethod
-    def _known_level(cls, value: str) -> str:
-        if value.lower() not in LOG_LEVELS:
-            raise ValueError(f"{value!r} is not a log level; use one of {', '.join(LOG_LEVELS)}")
-        return value.lower()
-
-    @field_validator("log_format")
-    @classmethod
-    def _known_format(cls, value: str) -> str:
-        if value.lower() not in LOG_FORMATS:
-            raise ValueError(f"{value!r} is not a log format; use {', '.join(LOG_FORMATS)}")
+    def _known(cls, value: str, info: ValidationInfo) -> str:
+        known, what = (LOG_LEVELS, "level") if info.field_name == "log_level" else (LOG_FORMATS, "format")
+        if value.lower() not in known:
+            raise ValueError(f"{value!r} is not a log {what}; use one of {', '.join(known)}")
         return value.lower()
 
 

@@ -31,7 +31,7 @@ from proxy.policy.verdict import ALLOW, REJECT, Verdict
 from proxy.record import JudgedCall
 from proxy.toolcalls.registry import TEXT_FORMATS
 from proxy.toolcalls.text_actions import NO_CONTEXT, Stated
-from proxy.toolcalls.text_aider import aider_stated
+from proxy.toolcalls.text_aider import aider_stated, message_text
 from proxy.toolcalls.text_dspy import declared_tools
 
 __all__ = ["TEXT_CLIENTS", "UNRECOGNISED", "TextClient", "judge_text", "prompt_text", "recognise", "recognise_text",
@@ -54,7 +54,8 @@ class TextClient:
 def _dspy_stated(text: str, messages: Sequence[Any]) -> Stated:
     """The tools ReAct's instructions declare: read from its system message (its user message holds the trajectory,
     tool output included); a raw prompt has no roles."""
-    system = "\n".join(_text(m.get("content")) for m in messages if isinstance(m, dict) and m.get("role") == "system")
+    system = "\n".join(message_text(m.get("content")) for m in messages
+                       if isinstance(m, dict) and m.get("role") == "system")
     return Stated(tools=declared_tools(system if messages else text))
 
 
@@ -113,16 +114,8 @@ def _client_text(messages: Iterable[Any]) -> str:
         role = message.get("role")
         if role in ("system", "developer") or (role == "user" and first_user):
             first_user = first_user and role != "user"
-            parts.append(_text(message.get("content")))
+            parts.append(message_text(message.get("content")))
     return "\n".join(parts)
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-    return ""
 
 
 def recognise(messages: Sequence[Any]) -> TextClient | None:

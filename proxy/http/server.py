@@ -12,14 +12,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import socket
 import threading
 import time
 from email.utils import formatdate
 
 import uvicorn
-from uvicorn.server import HANDLED_SIGNALS, ServerState
+from uvicorn.server import HANDLED_SIGNALS, ServerState, logger
 
 __all__ = ["TicklessServer"]
+
+# How often a stopping server looks whether its connections and tasks have finished (uvicorn: every 0.1 s).
+_SETTLE_SECONDS = 0.005
 
 
 class _DatedState(ServerState):
@@ -84,6 +88,39 @@ class TicklessServer(uvicorn.Server):
                 # uvicorn's own handler for the graceful shutdown (a second Ctrl-C forces the exit); its
                 # capture_signals puts the original handlers back afterwards.
                 signal.signal(sig, self.handle_exit)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's shutdown without its fixed waits. uvicorn sleeps 0.1 s after asking the open connections to
+        close, then looks every 0.1 s whether they have: an idle keep-alive connection closes on the loop's next
+        turn, so a server with nothing in flight stopped a tenth of a second (or two) later than it could; a test
+        stops a proxy and its upstream hundreds of times. In-flight requests get the same grace as uvicorn's."""
+        logger.info("Shutting down")
+        for server in self.servers:
+            server.close()
+        for sock in sockets or []:
+            sock.close()
+        for connection in list(self.server_state.connections):
+            connection.shutdown()
+        try:
+            async with asyncio.timeout(self.config.timeout_graceful_shutdown):
+                await self._settle()
+        except TimeoutError:
+            logger.error("Cancel %s running task(s), timeout graceful shutdown exceeded", len(self.server_state.tasks))
+            for task in self.server_state.tasks:
+                task.cancel(msg="Task cancelled, timeout graceful shutdown exceeded")
+        if not self.force_exit:
+            await self.lifespan.shutdown()
+
+    async def _settle(self) -> None:
+        """Until the connections have closed and the tasks have ended (or a second Ctrl-C forces the exit)."""
+        said = False
+        while (self.server_state.connections or self.server_state.tasks) and not self.force_exit:
+            await asyncio.sleep(_SETTLE_SECONDS)
+            if not said and (self.server_state.connections or self.server_state.tasks):
+                said = True
+                logger.info("Waiting for connections and background tasks to finish. (CTRL+C to force quit)")
+        for server in self.servers:
+            await server.wait_closed()
 
     def _signals_through_the_loop(self) -> list[int]:
         """uvicorn catches SIGINT/SIGTERM with plain `signal.signal` handlers, which only run once the main

@@ -14,7 +14,6 @@ path.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -26,6 +25,7 @@ from proxy.errors import StoreUnavailable, Unauthorized
 from proxy.keys.store import ProjectKey, find_key, mark_used
 from proxy.keys.tokens import PREFIX, is_key, key_hash, presented
 from proxy.logs import get_logger
+from proxy.tasks import cancel_and_wait, every
 
 __all__ = ["KeyRing"]
 
@@ -132,20 +132,12 @@ class KeyRing:
     # -- last used ------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._touch_every(), name="keys-last-used")
+        self._task = asyncio.create_task(every(self._touch_seconds, self.write_used), name="keys-last-used")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await cancel_and_wait(task)
         await self.write_used()
-
-    async def _touch_every(self) -> None:
-        while True:
-            await asyncio.sleep(self._touch_seconds)
-            await self.write_used()
 
     async def write_used(self) -> None:
         """Writes when each key presented since the last write was last presented; kept for the next try on

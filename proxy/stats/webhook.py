@@ -14,7 +14,6 @@ matching: a rate condition with no traffic since the last check no longer holds)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -27,6 +26,7 @@ from proxy import __version__
 from proxy.logs import get_logger
 from proxy.policy.file.manager import held_summary
 from proxy.stats.prometheus import scrape_registry
+from proxy.tasks import cancel_and_wait
 
 __all__ = ["Webhook"]
 
@@ -159,8 +159,5 @@ class Webhook:
         self._task = asyncio.create_task(self._loop(), name="alert-webhook")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         await self._client.aclose()

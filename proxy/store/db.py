@@ -107,9 +107,6 @@ async def migrate(engine: AsyncEngine, revision: str = "head", *, announce: bool
     current = await _stored_revision(engine)
     if revision == "head" and current == SCHEMA_HEAD:
         return None
-    from alembic import command
-
-    cfg = alembic_config()
     order = _revision_order()
     _refuse_unknown(current, order)
     target = _resolve(revision, order)
@@ -122,13 +119,7 @@ async def migrate(engine: AsyncEngine, revision: str = "head", *, announce: bool
         say("store.migrating", from_revision=current or "none", to_revision=target,
             backup=str(backup) if backup else None)
 
-    def _upgrade(sync_connection: Any) -> None:
-        cfg.attributes["connection"] = sync_connection
-        command.upgrade(cfg, target)
-
-    conn: AsyncConnection
-    async with engine.begin() as conn:
-        await conn.run_sync(_upgrade)
+    await _alembic(engine, "upgrade", target)
     if announce:
         say("store.migrated", from_revision=current or "none", to_revision=target)
     return Migration(current, target, backup)
@@ -137,8 +128,6 @@ async def migrate(engine: AsyncEngine, revision: str = "head", *, announce: bool
 async def downgrade(engine: AsyncEngine, revision: str) -> Migration:
     """Take the schema back to `revision` (or `base`) with the migrations' own downgrade()s, a SQLite store copied
     first to `<file>.before-<revision>`. Raises SchemaError when the store is not past `revision`."""
-    from alembic import command
-
     current = await _stored_revision(engine)
     order = _revision_order()
     _refuse_unknown(current, order)
@@ -149,16 +138,23 @@ async def downgrade(engine: AsyncEngine, revision: str) -> Migration:
         raise SchemaError(f"the store is at revision {current}, not past {target}: nothing to take back "
                           "(`allowlist-proxy db upgrade` moves it forward)")
     backup = await _backup_first(engine, current, target)
+    await _alembic(engine, "downgrade", target)
+    return Migration(current, None if target == "base" else target, backup)
+
+
+async def _alembic(engine: AsyncEngine, step: Literal["upgrade", "downgrade"], target: str) -> None:
+    """alembic's `upgrade` or `downgrade` to `target`, in one transaction over the engine's own connection."""
+    from alembic import command
+
     cfg = alembic_config()
 
-    def _downgrade(sync_connection: Any) -> None:
+    def _run(sync_connection: Any) -> None:
         cfg.attributes["connection"] = sync_connection
-        command.downgrade(cfg, target)
+        getattr(command, step)(cfg, target)
 
     conn: AsyncConnection
     async with engine.begin() as conn:
-        await conn.run_sync(_downgrade)
-    return Migration(current, None if target == "base" else target, backup)
+        await conn.run_sync(_run)
 
 
 async def prepare_schema(engine: AsyncEngine, *, migrate_on_start: bool = True) -> Migration | None:

@@ -82,10 +82,12 @@ class Filters:
 
 @dataclass(frozen=True, slots=True)
 class LoopSummary:
-    count: int = 0
-    max_attempts: int = 0
-    total_attempts: int = 0
-    exact_repeats: int = 0
+    """A model's loops (error runs of at least the policy's `loop_min_attempts`) and its recovery."""
+
+    count: int = 0  # loops
+    max_attempts: int = 0  # the longest loop's attempts
+    total_attempts: int = 0  # all loops' attempts (mean: over count)
+    exact_repeats: int = 0  # loops whose every attempt sent the very same command
     # Error calls followed by another call of their session, and those followed by an allowed one.
     followed: int = 0
     recovered: int = 0

@@ -14,7 +14,6 @@ background (`Retention`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 
 from sqlalchemy import Connection, delete, inspect, select
@@ -23,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from proxy.logs import get_logger
 from proxy.store import tables, totals
 from proxy.store.rollups import ROLLUP_TABLES, bucket_of
+from proxy.tasks import cancel_and_wait
 
 __all__ = ["Retention", "prune", "prune_store"]
 
@@ -94,8 +94,5 @@ class Retention:
         self._task = asyncio.create_task(self._loop(), name="store-retention")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await cancel_and_wait(task)

@@ -173,6 +173,18 @@ def _hour_of_model() -> list[Column]:
     return [Column("bucket", Float, primary_key=True), Column("model", String(256), primary_key=True)]
 
 
+def _latency_bins() -> list[Column]:
+    """A latency sketch's bins per concurrency level and kind (ttft | tpot): count and range of each bin."""
+    return [
+        Column("concurrency", Integer, primary_key=True),
+        Column("kind", String(8), primary_key=True),
+        Column("bin", Integer, primary_key=True),
+        Column("n", Integer, nullable=False),
+        Column("low", Float, nullable=False),
+        Column("high", Float, nullable=False),
+    ]
+
+
 def _hour_key() -> list[Column]:
     """The leading primary-key columns of the hourly rollups of calls and requests."""
     return [
@@ -236,12 +248,7 @@ stats_latency = Table(
     "stats_latency",
     metadata,
     *_hour_of_model(),
-    Column("concurrency", Integer, primary_key=True),
-    Column("kind", String(8), primary_key=True),  # ttft | tpot
-    Column("bin", Integer, primary_key=True),
-    Column("n", Integer, nullable=False),
-    Column("low", Float, nullable=False),
-    Column("high", Float, nullable=False),
+    *_latency_bins(),
 )
 
 # Each session's runs of consecutive error calls of one shape (proxy/store/runs.py), found on the session's
@@ -324,12 +331,7 @@ stats_latency_totals = Table(
     "stats_latency_totals",
     metadata,
     Column("model", String(256), primary_key=True),
-    Column("concurrency", Integer, primary_key=True),
-    Column("kind", String(8), primary_key=True),
-    Column("bin", Integer, primary_key=True),
-    Column("n", Integer, nullable=False),
-    Column("low", Float, nullable=False),
-    Column("high", Float, nullable=False),
+    *_latency_bins(),
 )
 __all__ += ["stats_latency_totals", "stats_session_totals"]
 

@@ -45,6 +45,7 @@ from proxy.store.dialect import backend_of, insert_ignore
 from proxy.store.lane import WriterLane
 from proxy.store.prepared import Prepared
 from proxy.store.safe_text import safe_row
+from proxy.tasks import cancel_and_wait
 
 __all__ = ["StoreFailure", "StoreWriter", "insert_rows", "write_audit_rows"]
 
@@ -264,15 +265,11 @@ class StoreWriter:
                 await asyncio.wait_for(self._task, timeout)
             except TimeoutError:
                 log.error("store.flush_incomplete", rows_left=len(self._queue))
-                self._task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._task
+                await cancel_and_wait(self._task)
             self._task = None
-        if self._rolling is not None:  # the writer's task was cancelled while a step ran beside it
-            self._rolling.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._rolling
-            self._rolling = None
+        # The writer's task was cancelled while a rollup step ran beside it.
+        rolling, self._rolling = self._rolling, None
+        await cancel_and_wait(rolling)
         await self._lane.close()
 
     async def probe(self) -> bool:

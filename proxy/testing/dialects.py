@@ -19,11 +19,10 @@ emits them:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
 from starlette.requests import Request
@@ -61,6 +60,10 @@ class ScriptedUpstream(Protocol):
     store_responses: bool
 
     def _next(self, body: dict[str, Any]) -> Reply: ...
+
+    async def received(self, request: Request, error: Callable[..., Response]) -> dict[str, Any] | Response: ...
+
+    async def failed(self, reply: Reply, error: Callable[..., Response]) -> Response | None: ...
 
     def _call_id(self, *, streamed: bool = False) -> str: ...
 
@@ -146,24 +149,15 @@ class _Dialect:
                         status_code=status, media_type="application/json")
 
     async def handle(self, request: Request) -> Response:
-        raw = await request.body()
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            return self.error(400, "invalid JSON")
-        self.up.requests.append(body)
-        self.up.raw_requests.append(raw)
-        self.up.headers.append(dict(request.headers))
-        if body.get("model") not in self.up.models:
-            return self.error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
+        body = await self.up.received(request, self.error)
+        if isinstance(body, Response):
+            return body
         refused = self.refuse(body)
         if refused is not None:
             return refused
         reply = self.up._next(self.to_chat(body))
-        if reply.stall:
-            await asyncio.sleep(reply.stall)
-        if reply.status >= 400:
-            return self.error(reply.status, reply.error_message or "scripted failure")
+        if (failed := await self.up.failed(reply, self.error)) is not None:
+            return failed
         if body.get("stream"):
             return StreamingResponse(self._stream(self.events(body, reply), reply), media_type="text/event-stream")
         whole = _dump(self.whole(body, reply))

@@ -35,6 +35,8 @@ from proxy.testing.vllm_bytes import FamilyBytes, family_bytes
 __all__ = ["Reply", "ScriptedUpstream"]
 
 _COMPACT = (",", ":")
+# (status, message, error type) -> the error answer in a route's shape.
+ErrorAnswer = Callable[..., Response]
 
 
 def _dump(obj: Any) -> bytes:
@@ -141,22 +143,38 @@ class ScriptedUpstream:
         self.responses.append(whole)
         return Response(whole, media_type="application/json")
 
-    async def _chat(self, request: Request) -> Response:
+    async def received(self, request: Request, error: ErrorAnswer | None = None) -> dict[str, Any] | Response:
+        """A request of a chat-like route: its body, recorded (parsed, as bytes, and its headers) for the test;
+        the answer instead where the server refuses it before the model runs (not JSON, an unknown model), in the
+        route's error shape (`error`, default OpenAI's)."""
+        error = error or self._error
         raw = await request.body()
         try:
             body = json.loads(raw)
         except ValueError:
-            return self._error(400, "invalid JSON")
+            return error(400, "invalid JSON")
         self.requests.append(body)
         self.raw_requests.append(raw)
         self.headers.append(dict(request.headers))
-        if (refused := self._unknown_model(body.get("model"))) is not None:
-            return refused
-        reply = self._next(body)
+        if body.get("model") not in self.models:
+            return error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
+        return body
+
+    async def failed(self, reply: Reply, error: ErrorAnswer | None = None) -> Response | None:
+        """The reply's scripted stall, then its scripted error answer (in the route's shape), if it has one."""
         if reply.stall:
             await asyncio.sleep(reply.stall)
         if reply.status >= 400:
-            return self._error(reply.status, reply.error_message or "scripted failure")
+            return (error or self._error)(reply.status, reply.error_message or "scripted failure")
+        return None
+
+    async def _chat(self, request: Request) -> Response:
+        body = await self.received(request)
+        if isinstance(body, Response):
+            return body
+        reply = self._next(body)
+        if (failed := await self.failed(reply)) is not None:
+            return failed
         if body.get("stream"):
             return StreamingResponse(self._stream(body, reply), media_type="text/event-stream")
         whole = _dump(self._whole(body, reply))

@@ -8,16 +8,30 @@ import time
 from typing import Any
 
 import uvicorn
+from uvicorn.config import LOGGING_CONFIG
 
 from proxy.http.server import TicklessServer
 
 __all__ = ["ServerThread", "free_port"]
+
+# uvicorn sets its loggers up (`logging.config.dictConfig`) for every Config it makes: for a test starting two
+# servers that was a tenth of starting them. The first server of a process sets them up; the rest keep that.
+_uvicorn_logging = threading.Lock()
+_uvicorn_logging_done = False
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _logging_config() -> dict[str, Any] | None:
+    """uvicorn's logging config for the first server of the process, None (leave it as set) for the others."""
+    global _uvicorn_logging_done
+    with _uvicorn_logging:
+        first, _uvicorn_logging_done = not _uvicorn_logging_done, True
+    return LOGGING_CONFIG if first else None
 
 
 class ServerThread:
@@ -29,8 +43,9 @@ class ServerThread:
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind(("127.0.0.1", port or 0))
         self.port = self._socket.getsockname()[1]
+        defaults = {"lifespan": "on", "timeout_graceful_shutdown": 5, "log_config": _logging_config()}
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level=log_level, access_log=False,
-                                lifespan="on", timeout_graceful_shutdown=5, **(options or {}))
+                                **{**defaults, **(options or {})})
         # The server `allowlist-proxy serve` runs: no tick, so told to stop it stops at once.
         self.server = TicklessServer(config)
         self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._socket]}, daemon=True,

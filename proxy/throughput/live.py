@@ -35,6 +35,7 @@ from proxy import telemetry
 from proxy.logs import get_logger
 from proxy.record import RequestRecord
 from proxy.store.writer import StoreWriter
+from proxy.tasks import cancel_and_wait
 from proxy.throughput.live_store import (
     LatencyCell,
     latency_percentiles,
@@ -217,9 +218,7 @@ class LiveWindows:
                 await asyncio.wait_for(self._task, timeout)
             except TimeoutError:
                 log.error("throughput.stop_timeout")
-                self._task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._task
+                await cancel_and_wait(self._task)
             self._task = None
         await self.write()
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from proxy.toolcalls.text_actions import NO_CONTEXT, Stated, TextActionFormat, TextActions, text_call
 
-__all__ = ["AIDER_FENCES", "AiderEditBlocks", "AiderUnifiedDiffs", "AiderWholeFiles", "aider_stated"]
+__all__ = ["AIDER_FENCES", "AiderEditBlocks", "AiderUnifiedDiffs", "AiderWholeFiles", "aider_stated", "message_text"]
 
 # aider's fences, the first that no file in the chat starts a line with (base_coder.py `fences`).
 AIDER_FENCES = {"```": "```", "````": "````", "<source>": "</source>", "<code>": "</code>", "<pre>": "</pre>",
@@ -47,7 +47,8 @@ _TRIPLE = "```"
 EDIT, SHELL = "aider_edit", "aider_shell"
 
 
-def _text(content: Any) -> str:
+def message_text(content: Any) -> str:
+    """A message's text: a string, or the `text` of each part of a list."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -66,7 +67,7 @@ def aider_stated(client_text: str, messages: Sequence[Any]) -> Stated:
     for message in messages:
         if not isinstance(message, Mapping) or message.get("role") != "user":
             continue
-        text = _text(message.get("content"))
+        text = message_text(message.get("content"))
         if not text.startswith(_FILES_PREFIX):
             continue
         inside = False

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from proxy.logs import get_logger
+from proxy.tasks import cancel_and_wait, every
 
 __all__ = ["ProbeResult", "UpstreamProbe"]
 
@@ -90,25 +91,17 @@ class UpstreamProbe:
         with contextlib.suppress(Exception):  # a probe that fails is an upstream that is down, said above
             await self.check()
 
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_seconds)
-            await self._check_quietly()
-
     async def start(self) -> None:
         """Check once before returning, then every `interval_seconds` in the background: the first scrape after
         start-up already has every upstream's gauge at its true value (one probe timeout at most, upstreams
         asked at once)."""
         if self._task is None:
             await self._check_quietly()
-            self._task = asyncio.create_task(self._loop(), name="upstream-probe")
+            self._task = asyncio.create_task(every(self.interval_seconds, self._check_quietly), name="upstream-probe")
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         running = self._running
         if running is not None and not running.done():
             running.cancel()

@@ -11,6 +11,7 @@ connection and polled directly; everything else is anyio's stream as is.
 from __future__ import annotations
 
 import asyncio
+import functools
 import select
 import socket
 import ssl
@@ -22,15 +23,24 @@ import anyio.abc
 import httpcore
 import httpx
 
-__all__ = ["upstream_transport"]
+__all__ = ["tls_context", "upstream_transport"]
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """httpx's default TLS context (certifi's CA bundle, or SSL_CERT_FILE / SSL_CERT_DIR), built once per process.
+
+    Building one reads and parses the whole CA bundle (tens of milliseconds); a context is safe to share between
+    connections, threads and event loops, so each upstream, replica and client of a process uses this one."""
+    return httpx.create_ssl_context()
 
 
 def upstream_transport(limits: httpx.Limits, *, retries: int) -> httpx.AsyncHTTPTransport:
-    transport = httpx.AsyncHTTPTransport(limits=limits, retries=retries)
+    transport = httpx.AsyncHTTPTransport(verify=tls_context(), limits=limits, retries=retries)
     # httpx offers no way to hand its pool a network backend, so the pool is rebuilt with the same
     # settings (a test pins that the backend is in use, should httpx rename `_pool`).
     transport._pool = httpcore.AsyncConnectionPool(
-        ssl_context=httpx.create_ssl_context(),
+        ssl_context=tls_context(),
         max_connections=limits.max_connections,
         max_keepalive_connections=limits.max_keepalive_connections,
         keepalive_expiry=limits.keepalive_expiry,

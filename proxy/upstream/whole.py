@@ -29,6 +29,8 @@ from urllib.parse import urlencode, urlsplit
 import httptools
 import httpx
 
+from proxy.upstream.transport import tls_context
+
 __all__ = ["UpstreamFailure", "WholeAnswers", "decoded_response", "usable_for"]
 
 _MAX_CONNECTIONS = 1000
@@ -177,7 +179,7 @@ class WholeAnswers:
         self._host = parts.hostname or ""
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._authority = parts.netloc.rpartition("@")[2].encode("ascii")
-        self._ssl: ssl.SSLContext | None = httpx.create_ssl_context() if parts.scheme == "https" else None
+        self._ssl: ssl.SSLContext | None = tls_context() if parts.scheme == "https" else None
         self._connect_timeout, self._read_timeout = connect_timeout, read_timeout
         self._max_bytes = max_bytes
         self._default_headers = dict(default_headers)

@@ -21,6 +21,7 @@ import yaml
 from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
 from tests.conftest import RunningProxy
 from tests.e2e.clients import CLIENTS, MODEL, NOTES_MARKER, SECRET_MARKER, AgentWorld
+from tests.e2e.preloaded import DriverRun, start_driver
 from tests.e2e.responders import is_refusal
 from tests.e2e.test_clients import ALLOWED, PIPED, PROMPT, _model_stats
 from tests.e2e.test_clients import rooted_policy as rooted_policy  # a fixture, asked for by name
@@ -41,18 +42,18 @@ def _venv_python(client: str) -> Path:
     return python
 
 
-def _driver(client: str, world: AgentWorld, base_url: str, *args: str) -> subprocess.Popen[str]:
+def _driver(client: str, world: AgentWorld, base_url: str, *args: str) -> subprocess.Popen[str] | DriverRun:
     """The client's driver started (with its own further arguments: a mode, a follow-up), by the python of the
-    client's venv."""
+    client's venv: a process of its own, forked from one that imported the driver's SDK already
+    (tests/e2e/preloaded.py)."""
     python = _venv_python(client)
     env = {"PATH": f"{world.bin}{os.pathsep}/usr/bin:/bin", "HOME": str(world.home), "NO_COLOR": "1",
            "OPENAI_AGENTS_DISABLE_TRACING": "1"}
-    argv = [str(python), str(DRIVERS / f"{client}_agent.py"), base_url, MODEL, str(world.project), PROMPT]
-    return subprocess.Popen([*argv, *args], cwd=world.project, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return start_driver(python, DRIVERS / f"{client}_agent.py", [base_url, MODEL, str(world.project), PROMPT, *args],
+                        cwd=world.project, env=env)
 
 
-def _result(client: str, driver: subprocess.Popen[str]) -> dict[str, Any]:
+def _result(client: str, driver: subprocess.Popen[str] | DriverRun) -> dict[str, Any]:
     """The driver's closing JSON line."""
     try:
         stdout, stderr = driver.communicate(timeout=120)

@@ -122,6 +122,14 @@ def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
     return total
 
 
+def _yaml_error(exc: yaml.YAMLError, file: str) -> PolicyError:
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        problem = " ".join(p for p in (exc.context, exc.problem) if p) or "invalid YAML"
+        return PolicyError(f"YAML syntax error: {problem}", file=file, line=mark.line + 1 if mark else None)
+    return PolicyError(f"YAML error: {exc}", file=file)
+
+
 def _parse_yaml(text: str, file: str) -> tuple[Any, dict[Key, int]]:
     try:
         loader = _Loader(text)
@@ -133,12 +141,8 @@ def _parse_yaml(text: str, file: str) -> tuple[Any, dict[Key, int]]:
             data = loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        problem = " ".join(p for p in (exc.context, exc.problem) if p) or "invalid YAML"
-        raise PolicyError(f"YAML syntax error: {problem}", file=file, line=mark.line + 1 if mark else None) from None
     except yaml.YAMLError as exc:
-        raise PolicyError(f"YAML error: {exc}", file=file) from None
+        raise _yaml_error(exc, file) from None
     lines: dict[Key, int] = {}
     if node is not None:
         _index_lines(node, (), lines, file, set())
@@ -325,12 +329,33 @@ def _decode(text: str | bytes, file: str) -> tuple[bytes, str]:
 
 
 def policy_document(text: str | bytes, *, file: str = "<policy>") -> str:
-    """What a policy text says, read as YAML only (no validation, no self-test): two texts with the same
-    document load to the same policy and the same sections (only their hash differs), or fail alike.
-    Raises PolicyError where the YAML does not parse."""
+    """What a policy text says, read as YAML only (composed, not built into values, validated or self-tested): its
+    node tree, each node's tag and text (a node met again through an alias by where it was first met), and whether
+    it ends with `...`. Two texts with the same document load to the same policy and the same sections (only their
+    hash differs), or fail alike; two that write a value differently (`10` and `0xa`) may differ and still load
+    alike. Raises PolicyError where the YAML does not parse."""
     _, decoded = _decode(text, file)
-    data, _ = _parse_yaml(decoded, file)
-    return repr((data, _ends_with_end_marker(decoded)))
+    loader = _Loader(decoded)
+    try:
+        node = loader.get_single_node()
+    except yaml.YAMLError as exc:
+        raise _yaml_error(exc, file) from None
+    finally:
+        loader.dispose()
+    return repr((None if node is None else _node_key(node, {}), _ends_with_end_marker(decoded)))
+
+
+def _node_key(node: yaml.Node, met: dict[int, int]) -> Any:
+    """A node tree as nested tuples, each node walked once (an alias is its first place: no expansion bomb)."""
+    first = met.get(id(node))
+    if first is not None:
+        return first
+    met[id(node)] = len(met)
+    if isinstance(node, yaml.MappingNode):
+        return node.tag, tuple((_node_key(key, met), _node_key(value, met)) for key, value in node.value)
+    if isinstance(node, yaml.SequenceNode):
+        return node.tag, tuple(_node_key(item, met) for item in node.value)
+    return node.tag, node.value
 
 
 def load_policy_text(text: str | bytes, *, file: str = "<policy>", path: Path | None = None) -> LoadedPolicy:

@@ -79,7 +79,9 @@ def is_policy_file(path: Path) -> bool:
     try:
         if path.stat().st_size > (1 << 20):
             return True  # the loader refuses it by size, naming the file
-        node = yaml.compose(path.read_text(encoding="utf-8", errors="replace"))
+        # libyaml where present, as the loader: the pure-Python composer took longer than loading the policy.
+        node = yaml.compose(path.read_text(encoding="utf-8", errors="replace"),
+                            Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (OSError, yaml.YAMLError):
         return True
     if not isinstance(node, yaml.MappingNode):

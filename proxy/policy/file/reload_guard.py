@@ -93,12 +93,11 @@ def _widenings(old: Policy, new: Policy) -> list[str]:
         return found[:_MAX_WIDENINGS]
     for tool, arguments in _probes(old, new):
         try:
-            was = judge_call(old, tool, arguments).allowed
-            now = judge_call(new, tool, arguments).allowed
+            # The served policy is asked only about what the new one allows: most probes are refused by both.
+            if judge_call(new, tool, arguments).allowed and not judge_call(old, tool, arguments).allowed:
+                return [f"{tool} {_brief(arguments)} is allowed"]
         except Exception:  # judging fails closed: an error in either is no widening to report
             continue
-        if now and not was:
-            return [f"{tool} {_brief(arguments)} is allowed"]
     return []
 
 

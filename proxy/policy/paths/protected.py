@@ -17,6 +17,7 @@ The proxy's own policy and config files are protected wherever they are (`regist
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import re
@@ -125,10 +126,12 @@ def is_absolute_pattern(pattern: str) -> bool:
 _HOMES = "(?:/root|" + "|".join(re.escape(fold(parent)) + "/[^/]+" for parent in HOME_PARENTS) + ")"
 
 
-def _compile(patterns: Iterable[str], *, floating: bool = False) -> re.Pattern[str] | None:
+@functools.lru_cache(maxsize=64)
+def _compile(patterns: tuple[str, ...], *, floating: bool = False) -> re.Pattern[str] | None:
     """All relative patterns as one regex searched over a folded relative path: one search per path, not one
     per pattern and segment. `floating`: the patterns anchored at a project root match at any depth too (where
-    no root is known, any folder on a relative path may be the root)."""
+    no root is known, any folder on a relative path may be the root). Kept per pattern list: every load of a
+    policy (each start, reload and sibling file) would otherwise fold and escape the same patterns again."""
     anchored: list[str] = []
     anywhere: list[str] = []
     for pattern in patterns:
@@ -145,7 +148,8 @@ def _compile(patterns: Iterable[str], *, floating: bool = False) -> re.Pattern[s
     return re.compile("|".join(parts)) if parts else None
 
 
-def _compile_absolute(patterns: Iterable[str]) -> re.Pattern[str] | None:
+@functools.lru_cache(maxsize=64)
+def _compile_absolute(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
     """The `//x` and `~/x` patterns as one regex searched over a folded absolute path."""
     rooted: list[str] = []
     homed: list[str] = []
@@ -177,12 +181,12 @@ class Protected:
         self.new_modules = frozenset(name.casefold() for name in rules.new_modules.allow)
         self.unknown_view = unknown_view(self.import_scripts_dir, fold)
         self.short_names = literal_names([*map(fold, write), *map(fold, rules.read), fold(self.import_scripts_dir)])
-        self.write = _compile([*write, *rules.read])  # a writing tool reads the file too
-        self.read = _compile(rules.read)
-        self.write_absolute = _compile_absolute([*write, *rules.read])
-        self.read_absolute = _compile_absolute(rules.read)
-        self.write_unrooted = _compile([*write, *rules.read], floating=True)
-        self.read_unrooted = _compile(rules.read, floating=True)
+        self.write = _compile((*write, *rules.read))  # a writing tool reads the file too
+        self.read = _compile(tuple(rules.read))
+        self.write_absolute = _compile_absolute((*write, *rules.read))
+        self.read_absolute = _compile_absolute(tuple(rules.read))
+        self.write_unrooted = _compile((*write, *rules.read), floating=True)
+        self.read_unrooted = _compile(tuple(rules.read), floating=True)
         self._read_patterns: Patterns | None = None
         self._globs: dict[str, bool] = {}
         self.glob_problems: dict[tuple[str, tuple[str, ...]], str | None] = {}

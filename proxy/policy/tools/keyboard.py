@@ -68,13 +68,7 @@ def keyboard_map(tool: str, schema: Mapping[str, Any] | None) -> KeyboardMap | N
     """The keyboard map of a tool no profile knows, from its name and readable schema; None: it types nothing."""
     props = properties(schema)
     action = next((name for name in _ACTION_ARGS if _values(props.get(name)) & (TYPE_ACTIONS | KEY_ACTIONS)), None)
-    if action is None and not _named_typing(tool):
-        return None
-    text = next((name for name in _TEXT_ARGS if name in props and name != action), None)
-    keys = next((name for name in _KEY_ARGS if name in props and name != action), None)
-    if action is None and text is None and keys is None:
-        return None
-    return KeyboardMap(action=action, text=text, keys=keys)
+    return _mapped(tool, action, props)
 
 
 def keyboard_map_of_call(tool: str, arguments: Mapping[str, Any]) -> KeyboardMap | None:
@@ -82,10 +76,16 @@ def keyboard_map_of_call(tool: str, arguments: Mapping[str, Any]) -> KeyboardMap
     action, or its name says it types."""
     action = next((name for name in _ACTION_ARGS if isinstance(arguments.get(name), str)
                    and arguments[name].strip().lower() in _ACTIONS), None)
+    return _mapped(tool, action, arguments)
+
+
+def _mapped(tool: str, action: str | None, names: Mapping[str, Any]) -> KeyboardMap | None:
+    """The map from the action argument found (or None) and the argument names there are (a schema's
+    properties or a call's arguments); None where nothing says the tool types."""
     if action is None and not _named_typing(tool):
         return None
-    text = next((name for name in _TEXT_ARGS if name in arguments and name != action), None)
-    keys = next((name for name in _KEY_ARGS if name in arguments and name != action), None)
+    text = next((name for name in _TEXT_ARGS if name in names and name != action), None)
+    keys = next((name for name in _KEY_ARGS if name in names and name != action), None)
     if action is None and text is None and keys is None:
         return None
     return KeyboardMap(action=action, text=text, keys=keys)
