@@ -13,10 +13,11 @@ whose chunks carry `reasoning` then `content` and end in one bash call the stric
   whole      `mixed`, not streamed
 
 Per level and kind, for each target: CPU per answer from /proc (ms, and the ratio to the bare passthrough),
-added latency p50 over direct, added time to first byte, and the wait after the upstream's last text chunk
-until the answer ends (`tail`, added over direct: what the user waits for at the end of a turn); for the proxy
-the release wait p50/p99 (from its allowlist_proxy_release_wait_seconds histogram: the bucket the quantile
-falls in). Then the peak RSS with `--rss-streams` concurrent streams of 250 KB bodies, as a ratio to bare.
+added latency p50 over direct, added time to first byte (and its ratio to the bare passthrough's), and the
+wait after the upstream's last text chunk until the answer ends (`tail`, added over direct: what the user waits
+for at the end of a turn); for the proxy the release wait p50/p99 (from its allowlist_proxy_release_wait_seconds
+histogram: the bucket the quantile falls in). Then the peak RSS with `--rss-streams` concurrent streams of
+250 KB bodies, as a ratio to bare.
 
 Postgres: ALLOWLIST_PROXY_TEST_PG (a user that may create databases; a fresh database is made and dropped).
 Before and after: `--baseline DIR` runs another checkout of the proxy (`git archive main | tar -x -C DIR`)
@@ -168,6 +169,7 @@ async def level(targets: dict[str, tuple[str, int]], direct: str, concurrency: i
         hist_before = {name: histogram(targets[name][0]) for name in proxies}
         cpu_before = {name: cpu_seconds(pid) for name, (_, pid) in targets.items()}
         seen: dict[str, list[tuple[float, float, float]]] = {name: [] for name in [*targets, "direct"]}
+        first_byte: dict[str, list[float]] = {name: [] for name in targets}  # time to first byte, not added
         remaining = [requests]
 
         failed = dict.fromkeys(targets, 0)
@@ -187,6 +189,7 @@ async def level(targets: dict[str, tuple[str, int]], direct: str, concurrency: i
                         failed[name] += 1
                         continue
                     seen[name].append(tuple(r - d for r, d in zip(result, direct_result, strict=True)))
+                    first_byte[name].append(result[1])
 
         await asyncio.gather(*(worker(n) for n in range(concurrency)))
         cpu = {name: (cpu_seconds(pid) - cpu_before[name]) * 1000 / requests for name, (_, pid) in targets.items()}
@@ -198,6 +201,7 @@ async def level(targets: dict[str, tuple[str, int]], direct: str, concurrency: i
             added = [(float("nan"),) * 3]
         row = {"failed": failed[name], "cpu": cpu[name], "added": statistics.median(a[0] for a in added) * 1000,
                "ttfb": statistics.median(a[1] for a in added) * 1000,
+               "ttfb_abs": statistics.median(first_byte[name] or [float("nan")]) * 1000,
                "tail": statistics.median(a[2] for a in added) * 1000, "tail99": pct([a[2] for a in added], 0.99) * 1000}
         if name in proxies:
             row["rel50"] = quantile_bound(hist_before[name], hist_after[name], 0.5)
@@ -295,7 +299,8 @@ def main() -> None:
     results: dict[tuple[int, str], dict[str, dict[str, float]]] = {}
     with started(args) as (direct, targets):
         print(f"\n{'c':>3} {'kind':<10} {'target':<13} {'CPU ms':>8} {'CPU/bare':>9} {'added p50':>10} "
-              f"{'ttfb +p50':>10} {'tail +p50':>10} {'tail +p99':>10} {'release p50':>12} {'release p99':>12}")
+              f"{'ttfb +p50':>10} {'ttfb/bare':>9} {'tail +p50':>10} {'tail +p99':>10} {'release p50':>12} "
+              f"{'release p99':>12}")
         for concurrency in [int(c) for c in args.levels.split(",")]:
             for kind in args.kinds.split(","):
                 # A whole answer costs a few ms of CPU, where /proc counts 10 ms ticks: ten times the answers.
@@ -307,7 +312,8 @@ def main() -> None:
                                if "rel50" in r else "")
                     print(f"{concurrency:>3} {kind:<10} {name:<13} {r['cpu']:>8.2f} "
                           f"{r['cpu'] / result['bare']['cpu']:>9.2f} {r['added']:>10.2f} {r['ttfb']:>10.2f} "
-                          f"{r['tail']:>10.2f} {r['tail99']:>10.2f} {release}"
+                          f"{r['ttfb_abs'] / result['bare']['ttfb_abs']:>9.2f} {r['tail']:>10.2f} "
+                          f"{r['tail99']:>10.2f} {release}"
                           + (f"  ({r['failed']} failed)" if r["failed"] else ""))
         peak = asyncio.run(rss(targets, args.rss_streams)) if args.rss_streams else {}
         if peak:

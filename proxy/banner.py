@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import os
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -73,6 +74,9 @@ async def startup_report(state: Services, *, host: str, port: int) -> dict[str, 
         "policy_errors": policy_errors,
         "store": _safe_db_url(settings.store.url),
         "settings": changed_settings(settings),
+        "pid": os.getpid(),
+        "workers": state.role.count if state.role is not None else 1,
+        "parent": state.role.leader if state.role is not None else None,
         "warnings": warnings,
     }
 
@@ -129,6 +133,9 @@ def render(report: dict[str, Any]) -> str:
     if groups:  # what the operator set, grouped as `serve --help` groups it
         lines.append("  settings    " + "; ".join(
             f"{group}: " + ", ".join(f"{k}={v}" for k, v in values.items()) for group, values in groups.items()))
+    if report.get("workers", 1) > 1:
+        lines.append(f"  workers     {report['workers']} processes on one port (parent pid {report['parent']}: "
+                     "SIGHUP applies a held policy edit in all, SIGTERM stops all)")
     if report.get("xml_rules"):  # how XML calls in content are read, where the proxy knows the upstream's vLLM
         lines.append(f"  xml rules   {report['xml_rules']}")
     lines += [f"  warning: {w}" for w in report["warnings"]]

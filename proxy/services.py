@@ -18,27 +18,53 @@ from proxy.errors import Forbidden, StoreUnavailable
 from proxy.keys import KeyRing, ProjectKey
 from proxy.logs import get_logger
 from proxy.policy import LoadedPolicy, PolicyManager, default_policy_path
+from proxy.policy.file.shared import FollowerPolicies
 from proxy.record import RequestRecord
 from proxy.sessions.resolve import SessionResolver
 from proxy.sessions.response_chains import ResponseChains
 from proxy.stats.figures_process import FiguresProcess
+from proxy.stats.figures_relay import FiguresClient
 from proxy.stats.prometheus import observe_request
 from proxy.stats.traces import TracesUnavailable, start_traces
 from proxy.stats.webhook import Webhook
 from proxy.store.db import create_engine, prepare_schema
+from proxy.store.dialect import backend_of
 from proxy.store.journal import OwnerLock, recover
 from proxy.store.recorder import queue_request
 from proxy.store.retention import Retention
 from proxy.store.writer import StoreWriter
+from proxy.throughput.in_flight import InFlightBoard
 from proxy.throughput.live import LiveWindows
 from proxy.upstream.client import Upstreams, without_credentials
 from proxy.upstream.model_catalog import ModelCatalog
 from proxy.upstream.probe import UpstreamProbe
 from proxy.upstream.vllm_version import UpstreamVllm
 
-__all__ = ["Services"]
+__all__ = ["Services", "WorkerRole"]
 
 log = get_logger("proxy.services")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerRole:
+    """A process's place among `serve --workers N` (proxy/http/supervisor.py): the parent decides the policy and
+    computes the figures for all of them; a worker follows its policy state and asks it for figures."""
+
+    index: int  # 0 .. count - 1; worker 0 also runs what one process does for all (retention, the webhook)
+    count: int
+    leader: int  # the parent's pid: SIGHUP to any worker is sent on to it
+    policy_state: str  # the file the parent publishes the served policies in (proxy/policy/file/shared.py)
+    figures_socket: str | None = None  # where the parent computes figures (proxy/stats/figures_relay.py)
+    running: Any = None  # a shared integer: the workers up now, kept by the parent (`/health`)
+    in_flight: Any = None  # the shared array of `InFlightBoard`: requests in flight per model in all workers
+
+    @property
+    def runs_singletons(self) -> bool:
+        return self.index == 0
+
+    def running_now(self) -> int:
+        value = getattr(self.running, "value", None)
+        return int(value) if isinstance(value, int) else self.count
 
 
 @dataclass(kw_only=True)
@@ -61,31 +87,40 @@ class Services:
     listeners: list[Callable[[RequestRecord], None]] = field(default_factory=list)
     live: LiveWindows | None = None
     # Where the stats routes' figures are computed, when not in this process (`settings.stats.figures_process`).
-    figures: FiguresProcess | None = None
+    figures: FiguresProcess | FiguresClient | None = None
     # The OpenTelemetry exporter while tracing is on (proxy/stats/traces.py), else None.
     traces: Any = None
     # The Responses ids handed out that the upstream must read as another (a retried stream's, a blocked turn's).
     response_chains: ResponseChains = field(default_factory=ResponseChains)
+    # This process's place among `serve --workers N`; None for a proxy of one process.
+    role: WorkerRole | None = None
+    board: InFlightBoard | None = None  # the requests in flight of all the workers
+    # Other processes write this store too (`serve --workers N`, or a server database replicas may share).
+    shared_store: bool = False
     # What `close` undoes, newest first.
     _closers: AsyncExitStack = field(default_factory=AsyncExitStack, repr=False)
 
     # -- start and close --------------------------------------------------------------------------------
 
     @classmethod
-    async def start(cls, settings: Settings, *, own_process: bool = False) -> Services:
+    async def start(cls, settings: Settings, *, own_process: bool = False, role: WorkerRole | None = None) -> Services:
         """Builds and starts every service; a failure part way closes what had started, then raises.
         `own_process`: the process is this proxy's alone (`serve`), where the figures get a worker process unless
-        the settings say otherwise."""
+        the settings say otherwise. `role`: the process is one of `serve --workers N` (its policies, figures and
+        once-for-all tasks are the parent's or worker 0's)."""
         closers = AsyncExitStack()
         try:
-            return await cls._start(settings, closers, own_process)
+            return await cls._start(settings, closers, own_process, role)
         except BaseException:
             await closers.aclose()
             raise
 
     @classmethod
-    async def _start(cls, settings: Settings, closers: AsyncExitStack, own_process: bool) -> Services:
-        policies = PolicyManager(settings.policy.file or default_policy_path())
+    async def _start(cls, settings: Settings, closers: AsyncExitStack, own_process: bool,
+                     role: WorkerRole | None) -> Services:
+        policy_path = settings.policy.file or default_policy_path()
+        policies = (PolicyManager(policy_path) if role is None
+                    else FollowerPolicies(policy_path, role.policy_state, leader=role.leader))
         engine = create_engine(settings.store.url)
         closers.push_async_callback(engine.dispose)
         await prepare_schema(engine, migrate_on_start=settings.store.migrate_on_start)
@@ -103,14 +138,22 @@ class Services:
         closers.push_async_callback(_stopped, writer)
         upstream = Upstreams(settings)
         closers.push_async_callback(upstream.aclose)
+        # Another process reads what this one writes (workers, or replicas on a server database): what a client's
+        # next request is continued from is committed before the answer's last bytes leave (`SessionResolver`).
+        shared = role is not None or backend_of(engine).concurrent_writers
         services = cls(
             settings=settings, upstream=upstream, engine=engine, writer=writer, policies=policies,
             models=ModelCatalog(upstream, ttl=settings.upstream.models_cache_seconds,
                                 aliases=settings.upstream.model_aliases),
-            sessions=SessionResolver(settings.policy.session_header, engine=engine, writer=writer),
+            sessions=SessionResolver(settings.policy.session_header, engine=engine, writer=writer, shared=shared),
             vllm=UpstreamVllm(vllm_version=settings.upstream.vllm_version, tool_parser=settings.upstream.tool_parser,
                               upstream=upstream),
             probe=UpstreamProbe(upstream.all, interval_seconds=settings.upstream.probe_seconds),
+            response_chains=ResponseChains(engine=engine, writer=writer),
+            role=role,
+            shared_store=shared,
+            board=(InFlightBoard(role.in_flight, role.count, role.index)
+                   if role is not None and role.in_flight is not None else None),
             _closers=closers,
         )
         await services.probe.start()
@@ -121,17 +164,20 @@ class Services:
         await keys.start()
         closers.push_async_callback(keys.stop)
         live = services.live = LiveWindows(engine, services.in_flight,
-                                           window_seconds=settings.stats.throughput_window_seconds)
+                                           window_seconds=settings.stats.throughput_window_seconds, writer=writer)
         services.listeners += [live.observe, observe_request]
         await policies.start()
         closers.push_async_callback(policies.stop)
         await live.start()
         closers.push_async_callback(live.stop)
-        if settings.store.retention_days is not None:
+        once = role is None or role.runs_singletons  # what one process does for all the workers
+        if settings.store.retention_days is not None and once:
             retention = Retention(engine, settings.store.retention_days)
             await retention.start()
             closers.push_async_callback(retention.stop)
-        if (settings.stats.figures_process or (settings.stats.figures_process is None and own_process)) and \
+        if role is not None and role.figures_socket is not None:
+            services.figures = FiguresClient(role.figures_socket)
+        elif (settings.stats.figures_process or (settings.stats.figures_process is None and own_process)) and \
                 FiguresProcess.can_share(engine):
             figures = services.figures = FiguresProcess(settings.store.url)
             closers.push_async_callback(figures.close)
@@ -143,7 +189,7 @@ class Services:
             traces.start()
             services.listeners.append(traces.finish)
             closers.push_async_callback(asyncio.to_thread, traces.close)
-        if settings.stats.alert_webhook_url:
+        if settings.stats.alert_webhook_url and once:
             webhook = Webhook(settings.stats.alert_webhook_url,
                               interval_seconds=settings.stats.alert_webhook_interval_seconds,
                               held=policies.held)
@@ -184,12 +230,17 @@ class Services:
         return policy
 
     def enter(self, model: str) -> int:
-        """Counts the request in; returns the concurrency it started at (itself included)."""
+        """Counts the request in; returns the concurrency it started at (itself included): of all the workers, where
+        this process is one of `serve --workers N`."""
         self.in_flight[model] += 1
         telemetry.emit(telemetry.InFlight(model, 1))
+        if self.board is not None:
+            return self.board.add(model, 1)
         return self.in_flight[model]
 
     def _leave(self, model: str) -> None:
+        if self.board is not None:
+            self.board.add(model, -1)
         self.in_flight[model] -= 1
         telemetry.emit(telemetry.InFlight(model, -1))
         if self.in_flight[model] <= 0:

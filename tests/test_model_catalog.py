@@ -65,3 +65,15 @@ async def test_a_waiter_that_goes_away_does_not_cancel_the_others():
     first.cancel()
     assert (await second).names == ["m"]
     assert upstream.calls == 1
+
+
+async def test_a_cached_answer_resolves_without_a_turn_of_the_event_loop():
+    # A request waiting a turn waits behind every stream's chunks ready then: a fresh answer is read at once.
+    catalog = ModelCatalog(SlowUpstream(), ttl=10, aliases={})  # type: ignore[arg-type]
+    await catalog.resolve("m", {"authorization": "Bearer a"})  # fetched: a turn (or many) is fine here
+    turned = []
+    asyncio.get_running_loop().call_soon(turned.append, True)
+    assert await catalog.resolve("m", {"authorization": "Bearer a"}) == "m"
+    assert turned == []
+    await asyncio.sleep(0)
+    assert turned == [True]

@@ -41,3 +41,32 @@ def test_stats_are_identical_from_either_replica(upstream, start_proxy):
         left, right = a.get("/stats/models").json(), b.get("/stats/models").json()
     assert left == right
     assert left["models"][0]["requests"] == 4 and left["models"][0]["sessions"] == 2
+
+
+def test_a_responses_chain_continues_on_another_replica_without_waiting(upstream, start_proxy, backend):
+    """A streamed turn retried on one replica gave the client the first attempt's id; the next turn, sent at once to
+    the other replica, continues upstream from the attempt the client got (proxy/sessions/response_chains.py)."""
+    import json
+
+    from tests.test_dialects import ALLOWED, PIPED, named_events, responses_body
+
+    if backend != "postgres":
+        pytest.skip("replicas share a server database; on SQLite a second process is a worker (tests/test_workers.py)")
+    first_replica = start_proxy(upstream.url)
+    second_replica = start_proxy(upstream.url, db=first_replica.db_url)
+    upstream.store_responses = True
+    upstream.script(Reply(content="", tool_calls=[("bash", {"command": PIPED})]),
+                    Reply(content="", tool_calls=[("bash", {"command": ALLOWED})]), Reply(content="Done."))
+    with first_replica.client() as client:
+        response = client.post("/v1/responses", json=responses_body(stream=True))
+    events = named_events(response.content)
+    client_id = next(d for n, d in events if n == "response.created")["response"]["id"]
+    output = next(d for n, d in events if n == "response.completed")["response"]["output"]
+    (call,) = [item for item in output if item["type"] == "function_call"]
+    assert json.loads(call["arguments"])["command"] == ALLOWED
+    follow = responses_body(stream=True, previous_response_id=client_id,
+                            input=[{"type": "function_call_output", "call_id": call["call_id"], "output": "ok"}])
+    with second_replica.client() as client:  # no flush: the chain was committed before the first answer ended
+        assert client.post("/v1/responses", json=follow).status_code == 200
+    sent = upstream.requests[-1]["previous_response_id"]
+    assert sent is not None and sent != client_id

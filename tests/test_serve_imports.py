@@ -49,3 +49,27 @@ def test_an_asyncio_package_imported_before_is_left_alone() -> None:
                  "light()\n"
                  "print(sys.modules['sqlalchemy.ext.asyncio'] is full, hasattr(full, 'AsyncSession'))")
     assert found == "True True"
+
+
+def test_a_store_that_is_behind_is_migrated_by_a_child_and_the_serving_process_loads_no_alembic(tmp_path) -> None:
+    found = _run("import asyncio, sys\n"
+                 "from proxy.config import Settings\n"
+                 "from proxy.cli.serve import preflight\n"
+                 f"asyncio.run(preflight(Settings(db='sqlite:///{tmp_path}/fresh.db')))\n"
+                 "from proxy.store.db import create_engine, _stored_revision, SCHEMA_HEAD\n"
+                 f"engine = create_engine('sqlite:///{tmp_path}/fresh.db')\n"
+                 "print(asyncio.run(_stored_revision(engine)) == SCHEMA_HEAD, 'alembic' in sys.modules)")
+    assert found == "True False"
+
+
+def test_a_migration_that_fails_in_the_child_is_one_line_of_the_store(tmp_path) -> None:
+    (tmp_path / "not-a-db").write_bytes(b"this is not a database file" * 100)
+    found = _run("import asyncio\n"
+                 "from proxy.store.db import StoreError, create_engine\n"
+                 "from proxy.store.migrate_apart import migrate_apart\n"
+                 f"url = 'sqlite:///{tmp_path}/not-a-db'\n"
+                 "try:\n"
+                 "    asyncio.run(migrate_apart(url, create_engine(url)))\n"
+                 "except Exception as exc:\n"
+                 "    print(type(exc).__name__, '|', exc)")
+    assert found.startswith(("StoreError | ", "OperationalError | ", "DatabaseError | ")), found

@@ -128,6 +128,41 @@ async def test_reads_and_writes_keep_httpcores_errors():
         tg.cancel_scope.cancel()
 
 
+async def test_a_write_goes_out_without_a_turn_of_the_event_loop_and_arrives_whole():
+    """A request's head and body are handed to the transport at once (anyio's send ends with a turn of the loop,
+    behind every stream's chunks); a large one that fills the transport's buffer is still written whole."""
+    import asyncio
+
+    import anyio
+
+    from proxy.upstream.transport import PollingBackend
+
+    received = bytearray()
+    done = asyncio.Event()
+    big = b"x" * (8 << 20)  # past any socket buffer: the transport's buffer fills and the write waits
+
+    async def serve(client: anyio.abc.SocketStream) -> None:
+        async with client:
+            while len(received) < 5 + len(big):
+                received.extend(await client.receive())
+            done.set()
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, serve)
+        stream = await PollingBackend().connect_tcp("127.0.0.1", port)
+        turned: list[bool] = []
+        asyncio.get_running_loop().call_soon(turned.append, True)
+        await stream.write(b"hello", timeout=5)
+        assert turned == []
+        await stream.write(big, timeout=30)
+        await asyncio.wait_for(done.wait(), 30)
+        assert bytes(received) == b"hello" + big
+        await stream.aclose()
+        tg.cancel_scope.cancel()
+
+
 async def test_every_upstream_shares_the_process_tls_context():
     # Reading the CA bundle into a context costs tens of milliseconds: once per process, not per upstream.
     plain, secure = Upstream(Settings(upstream="http://a.test/v1")), Upstream(Settings(upstream="https://b.test/v1"))

@@ -4,7 +4,7 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision, down_revision = '0021', '0019'
+revision, down_revision = '0021', '0020'
 
 # The same text as the query's condition (proxy/store/queries.py FAILED_OUTCOMES): SQLite uses a partial index
 # only for a query whose WHERE contains the index's own terms.

@@ -128,6 +128,7 @@ async def preflight(settings: Settings) -> None:
     from proxy.policy.file.loader import load_policy_file
     from proxy.stats.traces import TracesUnavailable, check_available
     from proxy.store.db import create_engine, prepare_schema
+    from proxy.store.migrate_apart import migrate_apart
 
     path = settings.policy.file or default_policy_path()
     if not Path(path).is_file():
@@ -151,7 +152,12 @@ async def preflight(settings: Settings) -> None:
         except TimeoutError:
             raise ConfigError("db", "the database did not answer in 30 s. Is it running and reachable?") from None
         # Not under the 30 s: a large store's first migration (and its copy) may take minutes, logged as it goes.
-        await prepare_schema(engine, migrate_on_start=settings.store.migrate_on_start)
+        if settings.store.migrate_on_start:
+            # In a child where there is anything to migrate: the serving process never loads alembic.
+            await migrate_apart(settings.store.url, engine, log_level=settings.telemetry.log_level,
+                                log_format=settings.telemetry.log_format)
+        else:
+            await prepare_schema(engine, migrate_on_start=False)
     finally:
         await engine.dispose()
 
@@ -162,11 +168,7 @@ async def _reach(engine: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from proxy.http.app import create_app
-    from proxy.http.connections import raise_open_file_limit, server_options
-    from proxy.http.server import TicklessServer
+    from proxy.http.worker import serve_on
     from proxy.logs import configure_logging
     from proxy.logs import hold as hold_logs
     from proxy.logs import release as release_logs
@@ -181,19 +183,12 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:
         release_logs()
         raise
-    app = create_app(settings)
-    app.state.listen = (settings.http.host, sock.getsockname()[1])
-    app.state.print_banner = True
-    app.state.own_process = True
-    raise_open_file_limit(settings.http.max_connections)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=30,
-                            **server_options(settings))
-    server = TicklessServer(config)
-    try:
-        server.run(sockets=[sock])
-    except KeyboardInterrupt:
-        pass  # uvicorn raises Ctrl-C again once it has shut down gracefully: a normal stop
-    finally:
-        release_logs()
-        sock.close()
-    return 0 if server.started else 2
+    if (count := settings.http.worker_count()) > 1:
+        from proxy.http.supervisor import Supervisor
+
+        release_logs()  # the parent prints no banner (worker 0 does): what it found is said at once
+        try:
+            return Supervisor(settings, sock, count).run()
+        finally:
+            sock.close()
+    return serve_on(sock, settings)

@@ -6,6 +6,7 @@ the config file's key - is the field's alias where the group prefixes it (`store
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -171,6 +172,10 @@ class HttpSettings(_Group):
 
     host: str = Field("127.0.0.1", description="Address to listen on.")
     port: int = Field(8080, description="Port to listen on (0 picks a free one).")
+    workers: int | Literal["auto"] = Field(
+        1, description="Serving processes on the one port (auto: one per CPU core this process may run on); more "
+        "than 1 starts a parent that binds the port, migrates the store once, then starts, watches and restarts them."
+    )
     admin_token: str | None = Field(None, description="If set, /stats, /policies and /metrics need this bearer.")
     allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Host names served besides the listen address (and localhost on a loopback "
@@ -214,6 +219,26 @@ class HttpSettings(_Group):
         None, description="The URL clients reach the proxy at, for `allowlist-proxy run`; default http://HOST:PORT "
         "(127.0.0.1 for a wildcard host)."
     )
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _workers(cls, value: Any) -> Any:
+        text = str(value).strip().lower() if isinstance(value, str | int) and not isinstance(value, bool) else None
+        if text == "auto":
+            return "auto"
+        if text is None or not text.isdigit() or not 1 <= int(text) <= 1024:
+            raise ValueError(f"workers must be a whole number from 1 to 1024, or auto (got {value!r})")
+        return int(text)
+
+    def worker_count(self) -> int:
+        """`workers` as a number: auto is the CPU cores this process may run on (its affinity, a container's
+        cpuset), not every core of the machine."""
+        if self.workers != "auto":
+            return int(self.workers)
+        try:
+            return max(1, len(os.sched_getaffinity(0)))
+        except (AttributeError, OSError):
+            return max(1, os.cpu_count() or 1)
 
     @field_validator("allowed_hosts", "allowed_origins", mode="before")
     @classmethod

@@ -148,7 +148,7 @@ class Dialect(ABC):
         """The id a whole response gives the client to continue from (`previous_response_id`), if the API has one."""
         return None
 
-    def prepare(self, ex: DialectExchange) -> None:
+    async def prepare(self, ex: DialectExchange) -> None:
         """Edit the request before its first attempt goes up (Responses: the id it continues from)."""
         return None
 
@@ -223,7 +223,7 @@ class Dialect(ABC):
         """The route's answer, streamed or whole; an error before the answer starts in the route's shape."""
         try:
             exchange: DialectExchange = await open_exchange(request, state, self, DialectExchange, dialect=self)
-            self.prepare(exchange)
+            await self.prepare(exchange)
             return await serve(exchange, path=self.path, relay=lambda ex, response: self.stream(ex).run(response),
                                whole=self.complete)
         except ProxyError as exc:
@@ -296,4 +296,6 @@ class DialectExchange(Exchange):
         if not reply:
             return
         # The conversation as hashed when the session was resolved; the reply's items before its last follow it.
-        self.state.sessions.remember(self.record.session, None, reply[-1], after=reply[:-1], response_id=response_id)
+        if self.state.sessions.remember(self.record.session, None, reply[-1], after=reply[:-1],
+                                        response_id=response_id):
+            self.commit_before_end = True

@@ -319,7 +319,8 @@ class _StreamRelay(EventReader, StreamedAttempts):
 
     def remember(self) -> None:
         # The request's conversation as hashed when its session was resolved (sessions/resolve.py), then the reply.
-        self.ex.state.sessions.remember(self.ex.record.session, None, self._reply())
+        if self.ex.state.sessions.remember(self.ex.record.session, None, self._reply()):
+            self.ex.commit_before_end = True
 
     # -- one upstream attempt
 

@@ -162,11 +162,11 @@ def _answered(output: Any, text: str) -> list[dict[str, Any]]:
 class ResponsesDialect(StructuredDialect, route="responses", path="/responses", history_key="input",
                        output_key="output"):
 
-    def prepare(self, ex: DialectExchange) -> None:
+    async def prepare(self, ex: DialectExchange) -> None:
         """A request continuing an id the proxy handed out goes up continuing the server's response it stands for,
         with what the client got that the server does not hold before its input (proxy/sessions/response_chains.py).
         The edit is made in the bytes: they are the one copy of the conversation kept (a retry reads them again)."""
-        found = ex.state.response_chains.get(ex.payload.get("previous_response_id"))
+        found = await ex.state.response_chains.find(ex.payload.get("previous_response_id"))
         if found is None:
             return
         ex.payload["previous_response_id"] = found.upstream_id
@@ -179,7 +179,8 @@ class ResponsesDialect(StructuredDialect, route="responses", path="/responses", 
         ex.answered = _answered(obj.get("output"), text)
 
     def chain(self, ex: DialectExchange, response_id: str | None) -> None:
-        ex.state.response_chains.remember(response_id, ex.upstream_response_id or response_id, ex.answered)
+        if ex.state.response_chains.remember(response_id, ex.upstream_response_id or response_id, ex.answered):
+            ex.commit_before_end = True
 
     def validate(self, payload: dict[str, Any]) -> None:
         value = payload.get("input")

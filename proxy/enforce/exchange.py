@@ -4,7 +4,6 @@ what has happened so far; the verbs that judge, record and settle an attempt."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -82,6 +81,9 @@ class Exchange:
     toolset: ToolSet | None = field(default=None, init=False)
     # The calls refused in the attempts before this one: a delivered turn after them carries `refusal_note`.
     refused: list[JudgedCall] = field(default_factory=list, init=False)
+    # What the client's next request continues from (its lineage, a handed-out Responses id) was queued for a store
+    # other processes read: the answer's end waits for its commit (`continuation_durable`).
+    commit_before_end: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         if self.key is not None:  # told, not guessed: no header or text of the request is read for a root
@@ -97,6 +99,19 @@ class Exchange:
             self.toolset.exact = client.sentinels  # its protocol commands, in its structured shell calls too
         if client is None and not self.offered and not self._named_agent():
             self.text_client = UNRECOGNISED  # counted where its answer holds a block it may run
+
+    async def continuation_durable(self) -> None:
+        """Before the answer's last bytes: commit what the next request continues from, where another process may
+        answer it (`serve --workers N`, replicas). The client sends its next request only once it holds the whole
+        answer, so whichever process answers it finds the rows. A store that cannot commit now costs the
+        continuation (a new session, as for a client that rewrote its conversation), never the answer."""
+        if not self.commit_before_end:
+            return
+        self.commit_before_end = False
+        try:
+            await self.state.writer.commit(self.state.settings.store.release_timeout_seconds)
+        except Exception as exc:  # StoreFailure, or whatever the store raised: logged, the answer goes on
+            log.warning("sessions.continuation_not_committed", request_id=self.record.id, error=str(exc)[:300])
 
     @property
     def enforce(self) -> bool:
@@ -272,25 +287,36 @@ class Exchange:
     async def unless_client_leaves(self, start: Callable[[], Awaitable[T]]) -> T:
         """Await `start()` (an upstream attempt) unless the client disconnects first: then the attempt is cancelled
         at once (httpx closes the upstream connection, so the server stops generating), the record says
-        `client_disconnected` and ClientGone (499) is raised, so no retry starts either."""
+        `client_disconnected` and ClientGone (499) is raised, so no retry starts either.
+
+        The attempt runs in this task, at once; a watcher task cancels it when the disconnect arrives. Run as a
+        task of its own (and after a turn to let a disconnect already known end the watcher first), it reached the
+        upstream two turns of the event loop later, each behind every stream's chunks ready then."""
         if self.client is None:
             return await start()
         if not self.client_left:
+            current = asyncio.current_task()
             watcher = asyncio.ensure_future(_disconnected(self.client))
-            await asyncio.sleep(0)  # a disconnect already known ends the watcher before anything is sent
-            if not watcher.done():
-                work = asyncio.ensure_future(start())
-                try:
-                    await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    if not work.done() and not watcher.done():  # we were cancelled ourselves
-                        work.cancel()
-                    watcher.cancel()
-                if work.done():
-                    return work.result()
-                work.cancel()
-                with contextlib.suppress(BaseException):
-                    await work
+            armed = [True]  # a callback already scheduled when the attempt ended must not cancel what follows
+            cancelled = [False]
+
+            def left(done: asyncio.Future[None]) -> None:
+                if armed[0] and current is not None and not done.cancelled() and done.exception() is None:
+                    cancelled[0] = True
+                    current.cancel()
+
+            watcher.add_done_callback(left)
+            try:
+                return await start()
+            except asyncio.CancelledError:
+                if not cancelled[0]:
+                    raise  # cancelled by someone else
+                if current is not None:
+                    current.uncancel()  # the watcher's own cancel, answered here
+            finally:
+                armed[0] = False
+                watcher.remove_done_callback(left)
+                watcher.cancel()
             self.client_left = True
         self.record.fail("client_disconnected", "the client went away before the answer", 499)
         raise ClientGone("the client went away before the answer")

@@ -124,6 +124,8 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
     else:
         redactions = None
     session = await state.sessions.finish(lineage)  # replicas share the lineage
+    if key is None:  # a key binds the root: no stated one is read, here or in another process
+        await state.sessions.load_root(session, stated)  # and the roots its client stated
     record = RequestRecord(session=session, model=upstream_model, route=shape.route, upstream=state.upstream.base_url,
                            stream=stream, concurrency=state.enter(upstream_model))
     record.policy_name, record.policy_hash, record.mode = policy.name, policy.hash, policy.policy.mode

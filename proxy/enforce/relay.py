@@ -127,12 +127,20 @@ class StreamedAttempts(ABC):
                     self.fail(opened.detail, opened.status)
                     break
                 current = opened
+            if not self.upstream_error:
+                # Before the stream's end: the client's next request may reach another process, which must find
+                # what it continues from (`Exchange.continuation_durable`).
+                self.remember()
+                self._remembered = True
+                await ex.continuation_durable()
             for piece in self.tail():
                 yield piece
             self.done = True
         finally:
             await end_stream(ex, done=self.done, upstream=current, then=self._remember_whole_turn)
 
+    _remembered = False
+
     def _remember_whole_turn(self) -> None:
-        if self.done and not self.upstream_error:
+        if self.done and not self.upstream_error and not self._remembered:
             self.remember()

@@ -30,7 +30,9 @@ async def serve(ex: ExchangeT, *, path: str, relay: Callable[[ExchangeT, httpx.R
             return response
         return event_stream(relay(ex, response))
     try:
-        return await whole(ex)
+        response = await whole(ex)
+        await ex.continuation_durable()
+        return response
     finally:
         finish_exchange(ex)
 

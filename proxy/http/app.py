@@ -26,7 +26,7 @@ from proxy.logs import hold as hold_logs
 from proxy.logs import release as release_logs
 from proxy.policy.file.manager import held_summary
 from proxy.services import Services
-from proxy.stats.prometheus import REGISTRY
+from proxy.stats.prometheus import scrape_registry
 
 __all__ = ["create_app"]
 
@@ -50,7 +50,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if banner:
             hold_logs()  # what starting finds is said under the banner, not above it
         try:
-            services = await Services.start(settings, own_process=own_process)
+            services = await Services.start(settings, own_process=own_process,
+                                             role=getattr(app.state, "role", None))
         except BaseException:
             release_logs()
             raise
@@ -144,8 +145,16 @@ async def _health(request: Request) -> JSONResponse:
             "upstream_reachable": not down, "upstreams": [result.describe() for result in probed],
             "policy": services.policies.current().name,
             "store_queue": services.writer.depth, "store_rows_lost": services.writer.rows_lost,
-            "vllm": services.vllm.describe()}
+            "vllm": services.vllm.describe(), **_workers(services)}
     return JSONResponse(body, status_code=503 if stop_sending else 200)
+
+
+def _workers(services: Services) -> dict[str, int]:
+    """How many processes serve this port now (`serve --workers N`), and which one answers."""
+    role = services.role
+    if role is None:
+        return {"workers": 1}
+    return {"workers": role.running_now(), "worker": role.index}
 
 
 @router.get("/policies", dependencies=[ADMIN])
@@ -155,4 +164,4 @@ async def _policies(request: Request) -> dict[str, object]:
 
 @router.get("/metrics", dependencies=[ADMIN])
 async def _metrics() -> Response:
-    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+    return Response(generate_latest(scrape_registry()), media_type=CONTENT_TYPE_LATEST)

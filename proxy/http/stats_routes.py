@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 from proxy.errors import BadRequest, ProxyError
 from proxy.http.auth import ADMIN
 from proxy.http.error_handlers import ShapedErrorRoute
+from proxy.logs import get_logger
 from proxy.stats.compare import compare_models, parse_pair
 from proxy.stats.models import model_stats, parse_time, session_detail, top_loops
 from proxy.stats.overview import blocked_turns, error_timeline, loop_groups, upstream_errors
@@ -28,16 +29,27 @@ from proxy.stats.variants import variant_stats
 
 __all__ = ["router"]
 
+log = get_logger("proxy.http.stats_routes")
+
 T = TypeVar("T")
 
 # Admin routes that answer errors in the one shape on any app (tests mount this router alone).
 async def _rollups_settled(request: Request) -> None:
     # The writer adds a batch to the rollups in the transaction after its rows: wait for that step, so a
     # figure never reads rows that the rollups do not count yet.
-    writer = getattr(getattr(request.app.state, "proxy", None), "writer", None)
+    services = getattr(request.app.state, "proxy", None)
+    writer = getattr(services, "writer", None)
     if writer is not None:
         with contextlib.suppress(TimeoutError):  # a store that cannot roll up now still answers, from what it has
             await writer.rollups_settled(5.0)
+        if getattr(services, "shared_store", False):
+            # Other processes write this store (`serve --workers N`, replicas): their committed batches whose rollup
+            # step has not run yet are rolled up here (a marker is applied once, by whoever deletes it), so that
+            # every process answers the same figures, those of one process.
+            try:
+                await writer.catch_up_rollups()
+            except Exception as exc:  # the figures answer from what is rolled up
+                log.warning("stats.catch_up_failed", error=str(exc)[:300])
 
 
 router = APIRouter(route_class=ShapedErrorRoute, dependencies=[ADMIN, Depends(_rollups_settled)])

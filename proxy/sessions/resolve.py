@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
@@ -280,6 +281,8 @@ def _calls_key(role: str, answers: str | None, content: str | None, raw_calls: l
 # turn that differs in one string (a text), never unless that string's SipHash does.
 # At most 16,384 turns each: ~130 bytes an entry kept, ~100 named (most name no call), ~4 MB in all.
 _KEPT_MAX = 16384
+# How long a session the store held no stated root for is not asked again (another process may record one later).
+_NO_ROOT_SECONDS = 5.0
 _KEPT: dict[int, bytes] = {}
 _NAMED: dict[int, tuple[str, ...]] = {}
 
@@ -448,7 +451,7 @@ class SessionResolver:
     the database too, so that replicas sharing one database continue each other's sessions."""
 
     def __init__(self, headers: str | Sequence[str] | None = None, *, max_entries: int = 200_000,
-                 engine: AsyncEngine | None = None, writer: StoreWriter | None = None) -> None:
+                 engine: AsyncEngine | None = None, writer: StoreWriter | None = None, shared: bool = False) -> None:
         if headers is None:
             headers = DEFAULT_SESSION_HEADERS
         elif isinstance(headers, str):  # one extra header, after the defaults (the setting's older form)
@@ -460,12 +463,17 @@ class SessionResolver:
         # (digest, session) a request has continued from, before its reply is remembered (identical runs)
         self._claimed: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._roots: OrderedDict[str, str] = OrderedDict()  # session -> the project root its client stated
+        self._no_root: OrderedDict[str, float] = OrderedDict()  # session -> when the store last held no root for it
         # Keys the shared store was asked for and did not hold: a key is written only once its turn is delivered,
         # so one missing when a conversation already shows its turn stays missing (asked once, not per request).
         self._missing: OrderedDict[str, None] = OrderedDict()
         self._max_entries = max_entries
         self._engine = engine
         self._writer = writer
+        # Other processes answer this store's conversations too (`serve --workers N`, replicas): what a request
+        # continues from must be committed before its answer ends (`remember` says so), and a session's stated
+        # root is written for them (`project_root`, `load_root`).
+        self._across = shared and engine is not None and writer is not None
 
     def _named(self, headers: Mapping[str, str], payload: Mapping[str, Any] | None,
                namespace: str | None = None) -> SessionRef | None:
@@ -647,18 +655,52 @@ class SessionResolver:
 
     def project_root(self, session: SessionRef, stated: str | None) -> str | None:
         """The root the request's client states, kept for its session; a request of the session that states
-        none (a title or a subagent request) gets the one its session's client stated last."""
+        none (a title or a subagent request) gets the one its session's client stated last (in the store too, where
+        other processes answer the session's requests: `load_root` reads it there first)."""
         if stated is not None:
-            self._roots[session.id] = stated
-            self._roots.move_to_end(session.id)
-            while len(self._roots) > self._max_entries:
-                self._roots.popitem(last=False)
+            if self._across and self._roots.get(session.id) != stated:
+                self._writer.put(tables.session_roots, {  # type: ignore[union-attr]
+                    "id": uuid.uuid4().hex, "session_id": session.id, "root": stated, "created_at": time.time()})
+            self._keep_root(session.id, stated)
             return stated
         return self._roots.get(session.id)
 
+    def _keep_root(self, session_id: str, root: str) -> None:
+        self._roots[session_id] = root
+        self._roots.move_to_end(session_id)
+        while len(self._roots) > self._max_entries:
+            self._roots.popitem(last=False)
+
+    async def load_root(self, session: SessionRef, stated: str | None) -> None:
+        """Before `project_root`, where the request states no root and this process knows none for its session:
+        the root another process kept for it (a session is continued wherever its requests land)."""
+        if stated is not None or not self._across or session.is_new or session.id in self._roots:
+            return
+        asked = self._no_root.get(session.id)
+        if asked is not None and time.monotonic() - asked < _NO_ROOT_SECONDS:
+            return  # asked a moment ago: a session whose client never states one is not asked at every request
+        assert self._engine is not None
+        roots = tables.session_roots
+        query = (select(roots.c.root).where(roots.c.session_id == session.id)
+                 .order_by(roots.c.created_at.desc()).limit(1))
+        try:
+            async with self._engine.connect() as conn:
+                root = (await conn.execute(query)).scalar()
+        except SQLAlchemyError as exc:
+            log.warning("sessions.root_lookup_failed", error=str(exc)[:300])
+            return
+        if isinstance(root, str):
+            self._no_root.pop(session.id, None)
+            self._keep_root(session.id, root)
+            return
+        self._no_root[session.id] = time.monotonic()
+        self._no_root.move_to_end(session.id)
+        while len(self._no_root) > self._max_entries:
+            self._no_root.popitem(last=False)
+
     def remember(self, session: SessionRef, messages: Sequence[Mapping[str, Any]] | None,
                  reply: Mapping[str, Any] | None = None, *, after: Sequence[Any] = (),
-                 response_id: str | None = None) -> None:
+                 response_id: str | None = None) -> bool:
         """Record the conversation the client now holds, so its next request continues this session.
 
         Only the conversation that ends with the reply the proxy delivered (exactly as the client received it)
@@ -668,9 +710,11 @@ class SessionResolver:
         Not for a session a header or the body named: that client names its sessions itself, and hashing a
         60k-token conversation costs most of a millisecond per request. `messages` None is the request's
         conversation as hashed when its session was resolved; `after` what came between it and the reply.
+        True where other processes read the keys queued for the store: the answer's end waits for their commit,
+        so that a next request answered elsewhere finds them (no window of `store_flush_seconds`).
         """
         if session.source != "lineage" or not isinstance(reply, Mapping) or not reply:
-            return
+            return False
         if session.digests is not None and session.digests.rewritten:  # hashed as its client sends it back
             reply, after = sent_back(reply), [sent_back(m) if isinstance(m, Mapping) else m for m in after]
         last = reply_digest(messages, reply, session.digests, after)
@@ -689,7 +733,7 @@ class SessionResolver:
             self._heads.move_to_end(session.id)
             while len(self._heads) > self._max_entries:
                 self._heads.popitem(last=False)
-        if self._writer is not None:
+        if self._writer is not None and keys:
             queue_lineage(self._writer, session.id, keys)
-
-
+            return self._across
+        return False

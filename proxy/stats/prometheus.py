@@ -13,6 +13,7 @@ dictionary update per judged call.
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,13 +27,44 @@ from prometheus_client import Histogram as _Histogram
 from proxy import __version__, telemetry
 from proxy.record import RequestRecord
 
-__all__ = ["LOOP_TRACKER", "OTHER_LABEL", "REGISTRY", "LoopTracker", "bound_label", "note_served_models",
-           "observe_request"]
+__all__ = [
+    "LOOP_TRACKER",
+    "MULTIPROCESS_DIR",
+    "OTHER_LABEL",
+    "REGISTRY",
+    "LoopTracker",
+    "bound_label",
+    "note_served_models",
+    "observe_request",
+    "scrape_registry",
+]
 
 # The `_created` series double every counter's output and no dashboard reads them.
 disable_created_metrics()
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+
+# Set by `serve --workers N` for its workers (prometheus_client's multiprocess mode: each process's values in files
+# of this directory, read when scraped), so that /metrics says what all of them did, whichever worker answers.
+MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
+_scraped: CollectorRegistry | None = None
+
+
+def scrape_registry() -> CollectorRegistry:
+    """What /metrics and the webhook read: this process's registry, or under `serve --workers N` every worker's
+    series combined (counters and histograms summed, each gauge by its `multiprocess_mode`), and the build info."""
+    global _scraped
+    path = os.environ.get(MULTIPROCESS_DIR)
+    if not path:
+        return REGISTRY
+    if _scraped is None:
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        registry = CollectorRegistry(auto_describe=True)
+        MultiProcessCollector(registry, path=path)
+        registry.register(BUILD_INFO)
+        _scraped = registry
+    return _scraped
 
 # Label values come from clients (model names, paths): each new value is a new series kept forever, so a
 # label takes at most this many distinct values and every later one shares OTHER_LABEL.
@@ -110,8 +142,10 @@ class Histogram(_Bounded, _Histogram):
 
 BUILD_INFO = Info("allowlist_proxy_build", "The running proxy's version", registry=REGISTRY)
 BUILD_INFO.info({"version": __version__})
+# Under `serve --workers N` each worker counts into files the parent's /metrics sums (`scrape_registry`); a gauge
+# says how its workers' values combine (one process: ignored).
 UPSTREAM_UP = Gauge("allowlist_proxy_upstream_up", "1 when the upstream answered its last /v1/models probe, else 0",
-                    ["upstream"])
+                    ["upstream"], multiprocess_mode="livemostrecent")
 
 _MODEL = ["model_name"]  # the label of the per-model series
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -122,7 +156,7 @@ TOOL_CALLS = Counter("allowlist_proxy_tool_calls", "Judged tool calls by model, 
                      [*_MODEL, "decision", "reason"])
 RETRIES = Counter("allowlist_proxy_retries", "Extra upstream attempts after a rejection", _MODEL)
 BUDGET_EXHAUSTED = Counter("allowlist_proxy_budget_exhausted", "Requests whose retry budget ran out", _MODEL)
-IN_FLIGHT = Gauge("allowlist_proxy_in_flight", "Requests in flight by model", _MODEL)
+IN_FLIGHT = Gauge("allowlist_proxy_in_flight", "Requests in flight by model", _MODEL, multiprocess_mode="livesum")
 UPSTREAM_LATENCY = Histogram(
     "allowlist_proxy_upstream_seconds",
     "One upstream attempt, request sent to last byte read; outcome ok, http_error (a non-200 answer) or error",
@@ -144,13 +178,16 @@ BLOCKED_TURNS = Counter("allowlist_proxy_blocked_turns",
 POLICY_RELOAD_FAILURES = Counter("allowlist_proxy_policy_reload_failures", "Policy files refused at load or reload",
                                  ["file"])
 POLICY_VALID = Gauge("allowlist_proxy_policy_valid",
-                     "1 when the file on disk is the policy being served, 0 when it was refused", ["file"])
+                     "1 when the file on disk is the policy being served, 0 when it was refused", ["file"],
+                     multiprocess_mode="livemin")
 POLICY_HELD = Gauge("allowlist_proxy_policy_held",
                     "1 while the file holds an edit that widens the policy, held until SIGHUP applies it; else 0",
-                    ["file"])
+                    ["file"], multiprocess_mode="livemax")
 STORE_WRITE_FAILURES = Counter("allowlist_proxy_store_write_failures", "Failed batch writes to the store (retried)")
-STORE_UP = Gauge("allowlist_proxy_store_up", "1 while the store can record, 0 while it fails (health: degraded)")
-STORE_QUEUE_DEPTH = Gauge("allowlist_proxy_store_queue_depth", "Rows waiting for the store writer")
+STORE_UP = Gauge("allowlist_proxy_store_up", "1 while the store can record, 0 while it fails (health: degraded)",
+                 multiprocess_mode="livemin")
+STORE_QUEUE_DEPTH = Gauge("allowlist_proxy_store_queue_depth", "Rows waiting for the store writer",
+                          multiprocess_mode="livesum")
 LOOPS = Counter(
     "allowlist_proxy_loops",
     "Retry-variant loops: a session's consecutive same-shape rejections reaching the policy's loop_min_attempts",

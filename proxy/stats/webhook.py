@@ -25,7 +25,7 @@ import httpx
 from proxy import __version__
 from proxy.logs import get_logger
 from proxy.policy.file.manager import held_summary
-from proxy.stats.prometheus import REGISTRY
+from proxy.stats.prometheus import scrape_registry
 from proxy.tasks import cancel_and_wait
 
 __all__ = ["Webhook"]
@@ -43,7 +43,7 @@ Key = tuple[str, tuple[tuple[str, str], ...]]
 
 def _snapshot() -> dict[Key, float]:
     return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for metric in REGISTRY.collect() for sample in metric.samples}
+            for metric in scrape_registry().collect() for sample in metric.samples}
 
 
 def _by_model(now: dict[Key, float], before: dict[Key, float], name: str) -> dict[str, float]:

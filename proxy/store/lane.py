@@ -14,6 +14,11 @@ checkpoint the WAL as it commits (a checkpoint copies megabytes and syncs the fi
 checkpoints every `_CHECKPOINT_EVERY` commits made on the loop, on a connection and a thread of its own, so
 that commits go on meanwhile, on the loop and in the lane's thread.
 
+Several processes writing one SQLite file (`serve --workers N`) take turns through a lock file beside it
+(`_WriterLock`, an flock): a transaction on the loop only tries it, as it tries the database; one in the thread
+waits for it, and the kernel wakes it the moment the holder lets go. Left to SQLite, a writer that finds the
+database locked sleeps in its busy handler, 1, 2, 5, 10 ms and more between tries, whenever the lock is freed.
+
 `run_statement` sends one statement, its own transaction, on a connection of the async engine's that the lane
 holds between statements: asyncpg's own, so that the statement costs one round trip (no BEGIN or COMMIT, no pool
 checkout with its ping) and no hop through SQLAlchemy's greenlet (proxy/store/audit_statement.py).
@@ -23,9 +28,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import os
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -47,10 +54,57 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
+class _WriterLock:
+    """The writers' turn on one SQLite file, across processes: an exclusive flock on `<file>-writer.lock`. Taken
+    with the lane's own thread lock held, so one process's threads never share a turn (flock is per open file)."""
+
+    def __init__(self, database: str) -> None:
+        self._path = f"{database}-writer.lock"
+        self._fd: int | None = None
+
+    def _file(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        return self._fd
+
+    def try_acquire(self) -> bool:
+        try:
+            fcntl.flock(self._file(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        except OSError:  # no lock to be had here (a read-only directory): SQLite's own locking serialises
+            return True
+        return True
+
+    def acquire(self) -> None:
+        with contextlib.suppress(OSError):
+            fcntl.flock(self._file(), fcntl.LOCK_EX)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _writer_lock(engine: AsyncEngine) -> _WriterLock | None:
+    url = engine.url
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:" \
+            or url.database.startswith("file:"):
+        return None
+    return _WriterLock(url.database)
+
+
 class WriterLane:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._sync: Engine | None = backend_of(engine).writer_engine(engine)
+        self._turn = _writer_lock(engine) if self._sync is not None else None
         self._thread: ThreadPoolExecutor | None = None
         # Checkpoints run on a thread of their own: queued on the lane's, a transaction sent there (a release the
         # loop could not run, a large rollup step) waited for a checkpoint's copying.
@@ -70,7 +124,7 @@ class WriterLane:
         sync = self._sync
 
         def transaction() -> T:
-            with self._using:
+            with self._using, self._taking_turn():
                 conn = self._connection(sync)
                 driver = conn.connection.driver_connection
                 assert driver is not None
@@ -104,9 +158,15 @@ class WriterLane:
         sync = self._sync
         if sync is None or not self._using.acquire(blocking=False):
             return False, None
+        turn = self._turn
+        if turn is not None and not turn.try_acquire():  # another process writes: the thread waits its turn
+            self._using.release()
+            return False, None
         try:
             done, result = self._here(sync, fn, *args, **kwargs)
         finally:
+            if turn is not None:
+                turn.release()
             self._using.release()
         if done:
             self._since_checkpoint += 1
@@ -131,6 +191,18 @@ class WriterLane:
         except BaseException:
             self._drop_connection()
             raise
+
+    @contextlib.contextmanager
+    def _taking_turn(self) -> Iterator[None]:
+        turn = self._turn
+        if turn is None:
+            yield
+            return
+        turn.acquire()
+        try:
+            yield
+        finally:
+            turn.release()
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._thread is None:
@@ -204,6 +276,8 @@ class WriterLane:
                     self._drop_connection()
                     self._drop_checkpointer()
                     sync.dispose()
+                    if self._turn is not None:
+                        self._turn.close()
 
             await asyncio.get_running_loop().run_in_executor(thread, close)
             thread.shutdown(wait=False)

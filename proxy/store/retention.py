@@ -54,7 +54,9 @@ def prune(conn: Connection, before: float) -> dict[str, int]:
     remove(tables.error_runs, tables.error_runs.c.end_at < cut)
     kept = select(t.requests.c.session_id).union(select(t.tool_calls.c.session_id))
     remove(t.session_lineage, (t.session_lineage.c.created_at < cut) & t.session_lineage.c.session_id.not_in(kept))
+    remove(t.session_roots, (t.session_roots.c.created_at < cut) & t.session_roots.c.session_id.not_in(kept))
     remove(t.sessions, (t.sessions.c.created_at < cut) & t.sessions.c.id.not_in(kept))
+    remove(t.response_chains, t.response_chains.c.created_at < cut)
     if totals.present(conn):
         totals.refresh(conn)  # the sums of what is kept
     return deleted

@@ -373,3 +373,32 @@ secret_redactions = Table(
     Index("ix_secret_redactions_model_created", "model", "created_at"),
 )
 __all__ += ["secret_redactions"]
+
+
+# -- state any process may be asked about (migration 0020) ---------------------------------------------------
+# What one serving process learnt that the next request of the conversation needs, wherever it is answered
+# (`serve --workers N`, replicas behind a balancer): written before the answer that made it ends, read on a miss
+# of the process's own cache.
+# A Responses id the proxy handed out that the upstream must read as another (proxy/sessions/response_chains.py):
+# a retried stream's, a blocked turn's, with the items the client got that the upstream does not hold.
+response_chains = Table(
+    "response_chains",
+    metadata,
+    Column("client_id", String(128), primary_key=True),
+    Column("upstream_id", String(128), nullable=False),
+    Column("items", Text, nullable=False),  # JSON list
+    Column("created_at", Float, nullable=False),
+    Index("ix_response_chains_created", "created_at"),
+)
+# The project root a session's client stated, each time it stated another (proxy/sessions/resolve.py): a request
+# of the session that states none (a title, a subagent) is judged under the latest.
+session_roots = Table(
+    "session_roots",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("session_id", String(128), nullable=False),
+    Column("root", String(1024), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Index("ix_session_roots_session", "session_id", "created_at"),
+)
+__all__ += ["response_chains", "session_roots"]

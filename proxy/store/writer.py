@@ -29,10 +29,10 @@ import socket
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy import Connection, Table, bindparam, delete
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -50,6 +50,9 @@ from proxy.tasks import cancel_and_wait
 __all__ = ["StoreFailure", "StoreWriter", "insert_rows", "write_audit_rows"]
 
 log = get_logger("proxy.store.writer")
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 # Inserted in this order within a batch so readers never see a call without its request (or its journal entry).
 _TABLE_ORDER = {t.name: i for i, t in enumerate(
@@ -430,6 +433,12 @@ class StoreWriter:
             if not self._unrolled:  # (on Postgres batches committed while the step ran wait for the next)
                 self._rollups_wanted = False
                 self._settled.set()
+
+    async def transaction(self, fn: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """`fn(connection, ...)` in a transaction of the writer's lane, between its batches (on the loop where the
+        lane is idle): what the proxy writes beside the rows it queues (the throughput windows) takes its turn with
+        them, never holding the database while releases wait."""
+        return await self._lane.run_here_if_idle(fn, *args, **kwargs)
 
     async def catch_up_rollups(self) -> int:
         """Apply the rollups that a crash (or a failed rollup step) left behind; the number of batches."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import httpx
@@ -12,7 +13,7 @@ import httpx
 from proxy.testing.characters import OPENCODE_TOOLS, bash_sequence
 from proxy.testing.scripted_upstream import Reply, ScriptedUpstream
 
-__all__ = ["DENSE", "MOE", "demo_upstream", "drive_sessions"]
+__all__ = ["DENSE", "MOE", "demo_upstream", "drive_sessions", "streamed_message"]
 
 DENSE = "qwen3.5-27b"
 MOE = "qwen3.6-35b-a3b"
@@ -47,25 +48,31 @@ def demo_upstream() -> ScriptedUpstream:
 
 
 async def _turn(client: httpx.AsyncClient, headers: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
-    """One streamed request, read as OpenCode reads it: text deltas joined, tool calls assembled by index."""
-    content: list[str] = []
-    calls: dict[int, dict[str, Any]] = {}
+    """One streamed request, read as OpenCode reads it (`streamed_message`)."""
     async with client.stream("POST", "/v1/chat/completions", headers=headers,
                              json={**body, "stream": True, "stream_options": {"include_usage": True}}) as response:
         response.raise_for_status()
-        async for line in response.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            for choice in json.loads(line[6:]).get("choices", []):
-                delta = choice.get("delta") or {}
-                content.append(delta.get("content") or "")
-                for part in delta.get("tool_calls") or []:
-                    call = calls.setdefault(part["index"], {"id": None, "type": "function",
-                                                            "function": {"name": "", "arguments": ""}})
-                    call["id"] = part.get("id") or call["id"]
-                    function = part.get("function") or {}
-                    call["function"]["name"] += function.get("name") or ""
-                    call["function"]["arguments"] += function.get("arguments") or ""
+        return streamed_message([line async for line in response.aiter_lines()])
+
+
+def streamed_message(lines: Iterable[str]) -> dict[str, Any]:
+    """The assistant message a chat stream's lines make, as OpenCode reads them: text deltas joined, tool calls
+    assembled by index."""
+    content: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    for line in lines:
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        for choice in json.loads(line[6:]).get("choices", []):
+            delta = choice.get("delta") or {}
+            content.append(delta.get("content") or "")
+            for part in delta.get("tool_calls") or []:
+                call = calls.setdefault(part["index"], {"id": None, "type": "function",
+                                                        "function": {"name": "", "arguments": ""}})
+                call["id"] = part.get("id") or call["id"]
+                function = part.get("function") or {}
+                call["function"]["name"] += function.get("name") or ""
+                call["function"]["arguments"] += function.get("arguments") or ""
     return {"content": "".join(content), "tool_calls": [calls[i] for i in sorted(calls)]}
 
 

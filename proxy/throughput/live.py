@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -33,8 +34,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from proxy import telemetry
 from proxy.logs import get_logger
 from proxy.record import RequestRecord
+from proxy.store.writer import StoreWriter
 from proxy.tasks import cancel_and_wait
-from proxy.throughput.live_store import LatencyCell, latency_percentiles, read_windows, upsert_windows
+from proxy.throughput.live_store import (
+    LatencyCell,
+    latency_percentiles,
+    read_windows,
+    upsert_windows,
+    upsert_windows_sync,
+)
 from proxy.throughput.tables import (
     DEFAULT_WINDOW_SECONDS,
     Cell,
@@ -92,10 +100,15 @@ class LiveWindows:
         *,
         window_seconds: float = DEFAULT_WINDOW_SECONDS,
         clock: Callable[[], float] = time.time,
+        writer: StoreWriter | None = None,
     ) -> None:
         if window_seconds <= 0:
             raise ValueError(f"window_seconds must be positive (got {window_seconds})")
         self.engine = engine
+        # Where the windows are written: in a transaction of the store writer's lane, where there is one. On SQLite
+        # a transaction of the async engine hops to its driver's thread and back for each statement, holding the
+        # file's write lock meanwhile, so every release that came then waited for it (tens of ms on a busy loop).
+        self.writer = writer
         self.in_flight = in_flight  # Services.in_flight: read at each boundary, never written here
         self.seconds = float(window_seconds)
         self._clock = clock
@@ -163,9 +176,12 @@ class LiveWindows:
             "completed_requests": p.completed_requests,
         } for (model, index), p in sorted(batch.items())]
         try:
-            async with self.engine.begin() as conn:
-                await upsert_windows(conn, rows)
-        except (SQLAlchemyError, OSError) as exc:
+            if self.writer is not None:
+                await self.writer.transaction(upsert_windows_sync, rows)
+            else:
+                async with self.engine.begin() as conn:
+                    await upsert_windows(conn, rows)
+        except (SQLAlchemyError, OSError, sqlite3.Error) as exc:
             telemetry.emit(telemetry.StoreWriteFailed())
             log.error("throughput.write_failed", error=str(exc), windows=len(rows))
             for key, p in batch.items():  # shares that arrived meanwhile are added, not lost

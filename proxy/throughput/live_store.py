@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import Connection, case, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -67,6 +67,12 @@ async def upsert_windows(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) 
     if not rows:
         return
     await conn.execute(upsert_add(conn, throughput_windows, _merged_values), list(rows))
+
+
+def upsert_windows_sync(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+    """`upsert_windows` in a transaction of the store writer's lane (`StoreWriter.transaction`)."""
+    if rows:
+        conn.execute(upsert_add(conn, throughput_windows, _merged_values), list(rows))
 
 
 def _time_conditions(column: Any, since: float | None, until: float | None) -> list[ColumnElement[bool]]:

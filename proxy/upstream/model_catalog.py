@@ -125,6 +125,9 @@ class ModelCatalog:
 
     async def served(self, headers: Mapping[str, str]) -> list[tuple[Upstream, list[str] | None]]:
         """Each upstream with the names it serves: its `models` list, else its /v1/models (None when unknown)."""
+        known = self._served_now(headers)
+        if known is not None:
+            return known
 
         async def names_of(index: int) -> list[str] | None:
             listed = self._listed[index]
@@ -139,6 +142,24 @@ class ModelCatalog:
 
         names = await asyncio.gather(*(names_of(i) for i in range(len(self._members))))
         return list(zip(self._members, names, strict=True))
+
+    def _served_now(self, headers: Mapping[str, str]) -> list[tuple[Upstream, list[str] | None]] | None:
+        """`served` where every upstream's names are listed or cached and fresh: at once, without a task per
+        upstream. Gathering tasks costs the request a turn of the event loop, behind every stream's chunks
+        ready then (most of its wait before the upstream, at six streams on a busy core)."""
+        found: list[tuple[Upstream, list[str] | None]] = []
+        key = None
+        now = time.monotonic()
+        for index, member in enumerate(self._members):
+            listed = self._listed[index]
+            if listed is None:
+                key = key or self._key(headers)
+                cached = self._cache.get((index, key))
+                if cached is None or now - cached.fetched_at >= self._ttl:
+                    return None
+                listed = cached.names
+            found.append((member, listed))
+        return found
 
     def upstream_name(self, requested: str) -> str:
         """The name sent upstream for a requested one (its alias applied); `resolve` says whether it is served."""

@@ -67,13 +67,19 @@ class PollingStream(httpcore.AsyncNetworkStream):
     cancel scope on every read: for a stream relayed chunk by chunk that was most of the proxy's reading. Here a
     read is the receive, under asyncio's own timeout, with the same errors (httpcore's) for the same causes."""
 
-    __slots__ = ("_inner", "_socket", "_stream")
+    __slots__ = ("_inner", "_protocol", "_socket", "_stream", "_transport")
 
     def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
         self._inner = inner
         # httpcore keeps anyio's stream as `_stream` (tests/test_upstream_client.py pins it).
         self._stream: anyio.abc.ByteStream = inner._stream  # type: ignore[attr-defined]
         self._socket: socket.socket | None = inner.get_extra_info("socket")
+        # anyio's asyncio transport and protocol under the stream, for `write` (None where anyio has others).
+        transport, protocol = getattr(self._stream, "_transport", None), getattr(self._stream, "_protocol", None)
+        usable = isinstance(transport, asyncio.WriteTransport) and isinstance(
+            getattr(protocol, "write_event", None), asyncio.Event)
+        self._transport: asyncio.WriteTransport | None = transport if usable else None
+        self._protocol: Any = protocol if usable else None
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         try:
@@ -87,7 +93,27 @@ class PollingStream(httpcore.AsyncNetworkStream):
             raise httpcore.ReadError(str(exc)) from exc
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        """The bytes handed to asyncio's transport at once. anyio's `send` ends every write with a turn of the event
+        loop (fairness): a request's head and body were two turns, each behind every stream's chunks ready then,
+        before the upstream had the request. A transport whose buffer is full is waited for, as anyio waits."""
         if not buffer:
+            return
+        transport, protocol = self._transport, self._protocol
+        if transport is not None and protocol.write_event.is_set() and not transport.is_closing() \
+                and protocol.exception is None:
+            try:
+                transport.write(buffer)
+            except RuntimeError as exc:  # closed under us
+                raise httpcore.WriteError(str(exc)) from exc
+            if protocol.write_event.is_set():
+                return
+            try:
+                async with asyncio.timeout(timeout):
+                    await protocol.write_event.wait()
+            except TimeoutError as exc:
+                raise httpcore.WriteTimeout(str(exc)) from exc
+            if protocol.exception is not None:
+                raise httpcore.WriteError(str(protocol.exception)) from protocol.exception
             return
         try:
             async with asyncio.timeout(timeout):

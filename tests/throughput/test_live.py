@@ -114,6 +114,27 @@ async def test_a_failed_write_keeps_the_shares_for_the_next_tick(engine: AsyncEn
     assert result["m"]["concurrency"]["1"]["generation_tps"] == 2.0
 
 
+async def test_windows_written_through_the_store_writer_add_up_alike(engine: AsyncEngine):
+    from proxy.store.writer import StoreWriter
+
+    writer = StoreWriter(engine)
+    await writer.start()
+    try:
+        live = LiveWindows(engine, {"m": 1}, window_seconds=10.0, writer=writer)
+        live.observe(_record("m", 100.0, 1.0, 2.0, prompt=10, completion=20))
+        live.sample(10)
+        await live.write()
+        live.observe(_record("m", 100.5, 1.0, 2.0, prompt=10, completion=20))  # the same window, added to it
+        live.sample(10)
+        await live.write()
+    finally:
+        await writer.stop()
+    assert live.windows_written == 2
+    result = await live_throughput(engine)
+    # Additive, as two replicas' shares of one window are: both writes' tokens and running counts in it.
+    assert {c: row["generation_tps"] for c, row in result["m"]["concurrency"].items()} == {"2": 4.0}
+
+
 async def test_latency_percentiles_per_concurrency(engine: AsyncEngine):
     rows = []
     for i in range(1, 101):  # TTFT 1..100 ms; 11 completion tokens after the first take 10*i ms: TPOT i ms

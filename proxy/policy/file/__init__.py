@@ -1,7 +1,8 @@
 """The policy file: loading (YAML with lines, validation, the examples' self-test), serving and live reload,
 the reload guard (a widening edit is held) and watching the directory.
 
-`loader`, `manager` (`PolicyManager`: serving, reload, `pick`), `reload_guard` + `widening` (what a reload may
+`loader`, `manager` (`PolicyManager`: serving, reload, `pick`), `shared` (the parent's decision that
+`serve --workers N`'s workers serve: `FollowerPolicies`), `reload_guard` + `widening` (what a reload may
 change silently), `watch` (inotify read by the event loop, watchfiles elsewhere). The schema itself is
 `proxy/policy/schema.py`, below every room, since every check reads it.
 """

@@ -7,6 +7,7 @@ what was expected and what arrived, e.g.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import types
 import typing
@@ -38,6 +39,9 @@ class LoadedPolicy:
     # a reload is checked against, so that a file cut short never becomes the policy (proxy.policy.file.reload_guard).
     sections: frozenset[str] = frozenset()
     complete: bool = False
+    # The file's text as loaded: what `serve --workers N` hands its workers, so that all serve this version even
+    # once the file holds another (a held widening edit; proxy/policy/file/shared.py).
+    text: str = dataclasses.field(default="", repr=False, compare=False)
 
     @property
     def mode(self) -> str:
@@ -363,7 +367,8 @@ def load_policy_text(text: str | bytes, *, file: str = "<policy>", path: Path | 
         raise _validation_error(exc, data, lines, file) from None
     _self_test(policy, lines, file)
     return LoadedPolicy(policy=policy, name=policy.name, path=path, hash=hashlib.sha256(raw).hexdigest()[:16],
-                        sections=frozenset(str(k) for k in data), complete=_ends_with_end_marker(decoded))
+                        sections=frozenset(str(k) for k in data), complete=_ends_with_end_marker(decoded),
+                        text=decoded)
 
 
 def _ends_with_end_marker(text: str) -> bool:

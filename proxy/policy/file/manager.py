@@ -14,6 +14,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,9 @@ class PolicyManager:
         self._held: dict[str, dict[str, Any]] = {}  # file -> the widening version not applied
         self._task: asyncio.Task[None] | None = None
         self._sighup: asyncio.AbstractEventLoop | None = None
+        # Called (in the reloading thread) after every reload, whatever it decided: `serve --workers N` publishes
+        # what its parent serves to the workers (proxy/policy/file/shared.py).
+        self.reloaded: list[Callable[[], None]] = []
         self._current: LoadedPolicy = self._load_main(first=True)  # type: ignore[assignment]
         self._load_siblings()
 
@@ -288,6 +292,8 @@ class PolicyManager:
             if loaded is not None:
                 self._current = loaded
             self._load_siblings(explicit=explicit)
+            for listener in self.reloaded:
+                listener()
             return loaded is not None
 
     def apply_held(self) -> None:
