@@ -11,7 +11,7 @@ JavaScript from an installed package where one is there), without a secret and w
 - `after`: the same plus the redaction step (`might_hold_secrets` over the raw body, then `redact_request`).
 It prints ms per 100 KB and the ratio after/before. With `detect_secrets` importable (Yelp's detector, not a
 dependency: `pip install detect-secrets` in a scratch environment), it also times its default plugins over the
-same text, line by line as its scanner does, for the comparison in docs/decisions/i38-secrets-by-content.md.
+same text, line by line as its scanner does, for the comparison in docs/decisions/0114-secrets-by-content.md.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Which texts, per route (the client's own copy is never touched; lineage and judg
 - a file the client inlines into a user turn: Anthropic `document` blocks with a text source, and in a user
   turn's text the fenced blocks (```` ``` ```` or `~~~`: aider, Continue and Cline put file bodies there) and
   `<file_content>` / `<file>` elements. The rest of a user turn is what the user typed: it is theirs to send,
-  and is left as written (docs/decisions/i38-secrets-by-content.md).
+  and is left as written (docs/decisions/0114-secrets-by-content.md).
 
 The redacted request is spliced into the client's bytes item by item (`splice_items`): an item with no secret
 goes upstream byte for byte, one with a secret is re-encoded, the same way every time, so the next request of
