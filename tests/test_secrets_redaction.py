@@ -205,3 +205,46 @@ def test_the_users_own_words_pass_and_an_inlined_file_is_redacted(upstream, prox
         client.post("/v1/chat/completions", json=chat([{"role": "user", "content": inlined}]))
     sent = json.loads(upstream.raw_requests[-1])["messages"][-1]["content"]
     assert GITHUB not in sent and "[redacted: github-pat]" in sent and sent.startswith("here is the file:")
+
+
+def _tool_turns(*results: str) -> list[dict[str, Any]]:
+    turns: list[dict[str, Any]] = [{"role": "user", "content": "deploy it"}]
+    for n, result in enumerate(results):
+        turns += [{"role": "assistant", "content": "", "tool_calls": [
+                      {"id": f"c{n}", "type": "function", "function": {"name": "read", "arguments": "{}"}}]},
+                  {"role": "tool", "tool_call_id": f"c{n}", "content": result}]
+    return turns
+
+
+def test_a_text_sent_again_is_scanned_once_and_redacted_the_same(monkeypatch):
+    from proxy.enforce import secrets
+    from proxy.policy.schema import Policy
+
+    scanned: list[list[str]] = []
+    real = secrets.redact_texts
+
+    def counting(texts, *args):
+        scanned.append(list(texts))
+        return real(texts, *args)
+
+    monkeypatch.setattr(secrets, "redact_texts", counting)
+    monkeypatch.setattr(secrets, "_seen", type(secrets._seen)())
+    policy = Policy.model_validate({"name": "t"})
+    plain = "def f(x):\n    return x\n" * 40
+
+    def send(turns: list[dict[str, Any]], on: Policy = policy) -> bytes:
+        body = json.dumps({"model": MODEL, "messages": turns}).encode()
+        return secrets.redact_request(body, turns, "chat", on)[0]
+
+    first = send(_tool_turns(FILE, plain))
+    assert scanned == [[FILE, plain]] and GITHUB.encode() not in first
+    # The next turn sends both again with one more result: only the new one is read.
+    second = send(_tool_turns(FILE, plain, "done"))
+    assert scanned[1:] == [["done"]]
+    assert second.startswith(first[:first.index(b'"c1"')])  # the same bytes up to the new turn
+    # What a process that had seen nothing would send: the same bytes.
+    monkeypatch.setattr(secrets, "_seen", type(secrets._seen)())
+    assert send(_tool_turns(FILE, plain, "done")) == second
+    # Another policy's allow patterns are another reading of the same text.
+    allowing = Policy.model_validate({"name": "t", "secrets": {"allow": [GITHUB[:12]]}})
+    assert GITHUB.encode() in send(_tool_turns(FILE, plain), allowing)

@@ -21,16 +21,17 @@ none of the rules' keywords is not walked at all.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import re
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.enforce.body_splice import splice_items
 from proxy.policy.schema import Policy
-from proxy.policy.secrets import compile_pattern, load_rules, present_keywords, redact_texts
+from proxy.policy.secrets import Redacted, compile_pattern, load_rules, present_keywords, redact_texts
 
 __all__ = ["Redactions", "conversation_key", "might_hold_secrets", "redact_request"]
 
@@ -97,12 +98,10 @@ def redact_request(body: bytes, conversation: Any, route: str, policy: Policy, *
     rules_policy = policy.secrets
     if key is None or not rules_policy.redact or not isinstance(conversation, list):
         return body, Redactions()
-    rules = load_rules()
     texts = list(_texts(route, conversation))
     if not texts:
         return body, Redactions()
-    allow = _allow_patterns(tuple(rules_policy.allow))
-    results = redact_texts([t.text for t in texts], rules, allow)
+    results = _redacted([t.text for t in texts], tuple(rules_policy.allow))
     done = Redactions()
     changed: dict[int, Any] = {}
     for place, result in zip(texts, results, strict=True):
@@ -120,6 +119,38 @@ def redact_request(body: bytes, conversation: Any, route: str, policy: Policy, *
         whole = {**json.loads(body), key: [changed.get(i, turn) for i, turn in enumerate(conversation)]}
         spliced = json.dumps(whole, ensure_ascii=False).encode()
     return spliced, done
+
+
+# What each text came to, by its digest and the policy's allow patterns: a conversation sends its earlier tool
+# results again with every turn, and each is scanned once, not once per turn. The same text then gives the same
+# bytes for as long as it is kept (the prefix vLLM caches). A text with a secret is kept only while small: the
+# entry holds its redacted copy.
+_SEEN_TEXTS = 8192
+_KEPT_REDACTED_BYTES = 64 * 1024
+_seen: OrderedDict[tuple[bytes, tuple[str, ...]], Redacted | None] = OrderedDict()
+
+
+def _redacted(texts: list[str], allow_patterns: tuple[str, ...]) -> list[Redacted | None]:
+    """Each text's redaction (None: no secret), scanning together only the texts not seen before."""
+    keys = [(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest(), allow_patterns)
+            for text in texts]
+    results: list[Redacted | None] = [None] * len(texts)
+    unseen: list[int] = []
+    for index, key in enumerate(keys):
+        if key in _seen:
+            _seen.move_to_end(key)
+            results[index] = _seen[key]
+        else:
+            unseen.append(index)
+    if unseen:
+        fresh = redact_texts([texts[i] for i in unseen], load_rules(), _allow_patterns(allow_patterns))
+        for index, result in zip(unseen, fresh, strict=True):
+            results[index] = result
+            if result is None or len(result.text) <= _KEPT_REDACTED_BYTES:
+                _seen[keys[index]] = result
+        while len(_seen) > _SEEN_TEXTS:
+            _seen.popitem(last=False)
+    return results
 
 
 _allow_cache: dict[tuple[str, ...], tuple[object, ...]] = {}
