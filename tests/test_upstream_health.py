@@ -127,3 +127,15 @@ def test_the_probe_runs_on_its_own_setting(pair, start_proxy):
 
     assert wait_until(checked_three_times, timeout=10)
     assert probe.last is not None and probe.last[0].up
+
+
+def test_an_upstream_keeps_its_own_series_however_many_a_process_has_seen():
+    """Label values from clients are bounded (a new one past the bound reads "other"); an upstream's come from the
+    operator's configuration, and a long-lived process (a test worker, a proxy reloaded for months) that has seen
+    hundreds still reports each under its own URL."""
+    from proxy.stats.prometheus import OTHER_LABEL, bound_label
+
+    urls = [f"http://10.0.{i // 250}.{i % 250}:8000/v1" for i in range(400)]
+    assert [bound_label("upstream", url) for url in urls] == urls
+    other = f"client_label_{id(urls)}"  # a label of no metric: the bound is per label, and process-wide
+    assert OTHER_LABEL in {bound_label(other, f"value-{i}") for i in range(400)}  # a client's value stays bounded

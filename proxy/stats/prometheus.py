@@ -75,6 +75,9 @@ _seen: dict[str, set[str]] = {}
 # client may name any model, and unknown names must not take the label's room. Every other name reads "other".
 _served_models: set[str] = set()
 _MODEL_LABEL = "model_name"
+# Labels whose values come from the operator's configuration, never from a client: each keeps its own series
+# however many values a long-lived process has seen (an upstream the probe reports must never read "other").
+_CONFIGURED = frozenset({"upstream"})
 
 
 def note_served_models(names: Any) -> None:
@@ -88,6 +91,8 @@ def bound_label(name: str, value: Any) -> str:
     """The value a metric label `name` may carry for `value`: itself while the label has room, else "other".
     Paths naming a model (`/models/<id>`) share one value, whatever the id."""
     text = str(value)
+    if name in _CONFIGURED:
+        return text
     if name == _MODEL_LABEL and text and text not in _served_models:
         return OTHER_LABEL
     if name == "route" and "/models/" in text:
