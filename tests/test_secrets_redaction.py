@@ -228,7 +228,7 @@ def test_a_text_sent_again_is_scanned_once_and_redacted_the_same(monkeypatch):
         return real(texts, *args)
 
     monkeypatch.setattr(secrets, "redact_texts", counting)
-    monkeypatch.setattr(secrets, "_seen", type(secrets._seen)())
+    secrets.forget_texts()
     policy = Policy.model_validate({"name": "t"})
     plain = "def f(x):\n    return x\n" * 40
 
@@ -243,8 +243,24 @@ def test_a_text_sent_again_is_scanned_once_and_redacted_the_same(monkeypatch):
     assert scanned[1:] == [["done"]]
     assert second.startswith(first[:first.index(b'"c1"')])  # the same bytes up to the new turn
     # What a process that had seen nothing would send: the same bytes.
-    monkeypatch.setattr(secrets, "_seen", type(secrets._seen)())
+    secrets.forget_texts()
     assert send(_tool_turns(FILE, plain, "done")) == second
     # Another policy's allow patterns are another reading of the same text.
     allowing = Policy.model_validate({"name": "t", "secrets": {"allow": [GITHUB[:12]]}})
     assert GITHUB.encode() in send(_tool_turns(FILE, plain), allowing)
+
+
+def test_what_is_kept_of_texts_read_is_bounded(monkeypatch):
+    from proxy.enforce import secrets
+    from proxy.policy.schema import Policy
+
+    secrets.forget_texts()
+    monkeypatch.setattr(secrets, "_SEEN_TEXTS", 10)
+    monkeypatch.setattr(secrets, "_KEPT_REDACTED_CHARS", 3 * len(FILE) + 10)
+    policy = Policy.model_validate({"name": "t"})
+    for n in range(40):
+        turns = _tool_turns(f"{FILE}# {n}\n", f"plain {n}")
+        secrets.redact_request(json.dumps({"messages": turns}).encode(), turns, "chat", policy)
+        assert len(secrets._seen) <= 10 and secrets._kept_chars <= 3 * len(FILE) + 10
+    assert secrets._kept_chars == sum(len(r.text) for r in secrets._seen.values() if r is not None)
+    secrets.forget_texts()

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from proxy import tracing
 from proxy.enforce.exchange import Exchange, edited_bytes
 from proxy.enforce.payload import normalize_stream, read_body, read_payload
-from proxy.enforce.secrets import conversation_key, might_hold_secrets, redact_request
+from proxy.enforce.secrets import conversation_key, redact_request
 from proxy.enforce.text_clients import TextClient, prompt_text, recognise, recognise_text
 from proxy.errors import BadRequest
 from proxy.record import RequestRecord
@@ -104,7 +104,7 @@ async def open_exchange(request: Request, state: Services, shape: RouteShape,
     # The turns are kept past the waits below only where the rules' one pass over the bytes found something:
     # their secrets are replaced once the policy is known (proxy/enforce/secrets.py).
     turns_key = conversation_key(shape.route)
-    turns = payload.get(turns_key) if turns_key is not None and might_hold_secrets(body) else None
+    turns = payload.get(turns_key) if turns_key is not None else None
     # A route that re-asks reads its conversation again from the bytes when it retries; one that does not
     # (a raw prompt) keeps it.
     dropped = shape.history_key if shape.reasks else None

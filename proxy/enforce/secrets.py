@@ -14,8 +14,10 @@ Which texts, per route (the client's own copy is never touched; lineage and judg
 
 The redacted request is spliced into the client's bytes item by item (`splice_items`): an item with no secret
 goes upstream byte for byte, one with a secret is re-encoded, the same way every time, so the next request of
-the conversation repeats the same bytes and vLLM's prefix cache keeps hitting. A request whose raw bytes hold
-none of the rules' keywords is not walked at all.
+the conversation repeats the same bytes and vLLM's prefix cache keeps hitting. Each text is read once per
+process (`_redacted`): a conversation sends its earlier results again with every turn, and only the new ones are
+scanned. (A gate over the whole raw body for the rules' keywords cost as much as walking the turns, and a real
+conversation's body always holds one: it is gone.)
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ from typing import Any
 
 from proxy.enforce.body_splice import splice_items
 from proxy.policy.schema import Policy
-from proxy.policy.secrets import Redacted, compile_pattern, load_rules, present_keywords, redact_texts
+from proxy.policy.secrets import Redacted, compile_pattern, load_rules, redact_texts
 
-__all__ = ["Redactions", "conversation_key", "might_hold_secrets", "redact_request"]
+__all__ = ["Redactions", "conversation_key", "forget_texts", "redact_request"]
 
 # Conversation field per route; a route not here (raw completions: a prompt, not turns) is not scanned.
 _CONVERSATION = {"chat": "messages", "responses": "input", "messages": "messages"}
@@ -47,9 +49,6 @@ _IMAGE_TYPES = frozenset({"image", "image_url", "input_image", "input_file", "co
 _INLINED = re.compile(r"(?ms)^[ \t]*(```|~~~)[^\n]*\n(.*?)^[ \t]*\1[ \t]*$"
                       r"|<(file_content|file)\b[^>]*>(.*?)</\3>")
 
-# JSON escapes of ASCII characters: where the raw bytes spell a secret this way, the one pass over them proves
-# nothing, and the request is read item by item.
-_ESCAPED_ASCII = re.compile(rb"\\u00[2-7][0-9a-fA-F]|\\/")
 
 
 @dataclass(slots=True)
@@ -82,11 +81,6 @@ def conversation_key(route: str) -> str | None:
     """The request field whose turns are scanned on this route; None: the route has no turns (a raw prompt)."""
     return _CONVERSATION.get(route)
 
-
-def might_hold_secrets(body: bytes) -> bool:
-    """Whether any rule's keyword is anywhere in the request's raw bytes: where none is, the request is not
-    walked at all. JSON escapes of ASCII characters could spell a keyword the raw bytes do not show."""
-    return bool(present_keywords(body, load_rules())) or _ESCAPED_ASCII.search(body) is not None
 
 
 def redact_request(body: bytes, conversation: Any, route: str, policy: Policy, *,
@@ -123,15 +117,17 @@ def redact_request(body: bytes, conversation: Any, route: str, policy: Policy, *
 
 # What each text came to, by its digest and the policy's allow patterns: a conversation sends its earlier tool
 # results again with every turn, and each is scanned once, not once per turn. The same text then gives the same
-# bytes for as long as it is kept (the prefix vLLM caches). A text with a secret is kept only while small: the
-# entry holds its redacted copy.
+# bytes for as long as it is kept (the prefix vLLM caches). Bounded in entries, and in the bytes of the redacted
+# copies the entries of texts with a secret hold.
 _SEEN_TEXTS = 8192
-_KEPT_REDACTED_BYTES = 64 * 1024
+_KEPT_REDACTED_CHARS = 32 * 1024 * 1024
 _seen: OrderedDict[tuple[bytes, tuple[str, ...]], Redacted | None] = OrderedDict()
+_kept_chars = 0
 
 
 def _redacted(texts: list[str], allow_patterns: tuple[str, ...]) -> list[Redacted | None]:
     """Each text's redaction (None: no secret), scanning together only the texts not seen before."""
+    global _kept_chars
     keys = [(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest(), allow_patterns)
             for text in texts]
     results: list[Redacted | None] = [None] * len(texts)
@@ -142,15 +138,25 @@ def _redacted(texts: list[str], allow_patterns: tuple[str, ...]) -> list[Redacte
             results[index] = _seen[key]
         else:
             unseen.append(index)
-    if unseen:
-        fresh = redact_texts([texts[i] for i in unseen], load_rules(), _allow_patterns(allow_patterns))
-        for index, result in zip(unseen, fresh, strict=True):
-            results[index] = result
-            if result is None or len(result.text) <= _KEPT_REDACTED_BYTES:
-                _seen[keys[index]] = result
-        while len(_seen) > _SEEN_TEXTS:
-            _seen.popitem(last=False)
+    if not unseen:
+        return results
+    fresh = redact_texts([texts[i] for i in unseen], load_rules(), _allow_patterns(allow_patterns))
+    for index, result in zip(unseen, fresh, strict=True):
+        results[index] = result
+        if keys[index] not in _seen:  # the same text twice in one request is kept once
+            _seen[keys[index]] = result
+            _kept_chars += len(result.text) if result is not None else 0
+    while _seen and (len(_seen) > _SEEN_TEXTS or _kept_chars > _KEPT_REDACTED_CHARS):
+        _, dropped = _seen.popitem(last=False)
+        _kept_chars -= len(dropped.text) if dropped is not None else 0
     return results
+
+
+def forget_texts() -> None:
+    """Forget every text read (tests and benchmarks that measure a first reading)."""
+    global _kept_chars
+    _seen.clear()
+    _kept_chars = 0
 
 
 _allow_cache: dict[tuple[str, ...], tuple[object, ...]] = {}
