@@ -405,13 +405,16 @@ def hash_conversation(messages: Sequence[Any]) -> Digests:
     return Digests(keys, running, turns)
 
 
-def _hash_turns(messages: Sequence[Any], namespace: str | None = None) -> tuple[Digests, list[int | None]]:
-    """`hash_conversation`, and each turn's `_kept_key` (for `_named_keys_by_turn` and `_free_walk`)."""
+def _hash_turns(messages: Sequence[Any], namespace: str | None = None
+                ) -> tuple[Digests, list[int | None], list[tuple[Any, bytes]]]:
+    """`hash_conversation`, each turn's `_kept_key` (for `_named_keys_by_turn` and `_free_walk`), and each turn
+    with its digest (for `_free_walk`: one walk of the conversation, not two)."""
     keys: list[str] = []
     kept_keys: list[int | None] = []
+    hashed: list[tuple[Any, bytes]] = []
     running = hashlib.sha256()
-    turns = _walk(messages, running, keys, kept_keys=kept_keys)
-    return Digests(keys, running, turns, namespace=namespace), kept_keys
+    turns = _walk(messages, running, keys, kept_keys=kept_keys, turns_out=hashed)
+    return Digests(keys, running, turns, namespace=namespace), kept_keys, hashed
 
 
 def reply_digest(messages: Sequence[Mapping[str, Any]] | None, reply: Mapping[str, Any], known: Digests | None,
@@ -545,7 +548,7 @@ class SessionResolver:
         a project key's (see the module's docstring), None without one."""
         if (ref := self._named(headers, payload, namespace)) is not None:
             return ref
-        digests, kept_keys = _hash_turns(messages or [], namespace)
+        digests, kept_keys, hashed = _hash_turns(messages or [], namespace)
         keys = _spaced_all(self._keys(digests, payload), namespace)
         # The call ids it names, and its id-free lineage, are read only where no turn it extends is known here (a
         # rewriting client's step, a new conversation, or another replica's session): `finish` may need them, and
@@ -555,8 +558,6 @@ class SessionResolver:
         if known:
             return Pending(digests, keys, [])
         free: list[str] = []
-        hashed: list[tuple[Any, bytes]] = []  # each turn with its digest, kept from the walk above
-        _walk(messages or [], hashlib.sha256(), None, turns_out=hashed)
         digests.free = hashlib.sha256()
         _free_walk(hashed, digests.free, free, kept_keys)
         named = [tuple(_spaced_all(turn, namespace)) for turn in _named_keys_by_turn(messages or [], kept_keys)]
