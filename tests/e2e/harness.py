@@ -211,4 +211,23 @@ def run_cli(argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float) 
         os.killpg(proc.pid, signal.SIGKILL)
         stdout, stderr = proc.communicate()
         return None, stdout, stderr, time.monotonic() - started
+    finally:
+        _end_left_behind(proc.pid, cwd)
     return proc.returncode, stdout, stderr, time.monotonic() - started
+
+
+def _end_left_behind(group: int, cwd: Path) -> None:
+    """What the client left running when it exited: its session's processes, and daemons that started a session of
+    their own for this run's project (Cline's hub daemon names it in its arguments), so none outlives the test."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signal.SIGKILL)
+    project = str(cwd.resolve())
+    if not project.startswith(str(Path(tempfile.gettempdir()).resolve()) + os.sep):
+        return  # only a run's own scratch project marks its daemons
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            args = (entry / "cmdline").read_bytes().decode().split("\0")
+            if any(arg == project or arg.startswith(project + os.sep) for arg in args):
+                os.kill(int(entry.name), signal.SIGKILL)
