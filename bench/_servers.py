@@ -13,7 +13,7 @@ import httpx
 
 from proxy.testing.server import free_port
 
-__all__ = ["ROOT", "Servers", "free_port", "rss_mb", "wait_ready"]
+__all__ = ["ROOT", "Servers", "free_port", "rss_mb", "stop_processes", "wait_ready"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,14 +70,19 @@ class Servers:
         return self.procs[1].pid
 
     def __exit__(self, *exc: object) -> None:
-        for proc in self.procs:
-            proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_processes(self.procs)
         self.tmp.cleanup()
+
+
+def stop_processes(procs: list[subprocess.Popen] | tuple[subprocess.Popen, ...], wait: float = 15.0) -> None:
+    """SIGTERM to every process at once (they stop side by side), then each waited for; SIGKILL past `wait`."""
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def rss_mb(pid: int) -> float:

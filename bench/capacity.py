@@ -43,7 +43,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _servers import ROOT, free_port, rss_mb, wait_ready
+from _servers import ROOT, free_port, rss_mb, stop_processes, wait_ready
 from overhead import KEY, cpu_seconds, start_bare, start_litellm
 from realistic import UPSTREAM_SCRIPT, body, histogram, quantile_bound
 from store_bench import _pg_database
@@ -194,16 +194,6 @@ def _upstream(args: argparse.Namespace) -> Iterator[tuple[str, subprocess.Popen]
         proc.wait(20)
 
 
-def _stop(*procs: subprocess.Popen) -> None:
-    for proc in procs:
-        proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(40)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
 def sweep(args: argparse.Namespace, upstream: str, tmp: str, payloads: list[bytes]) -> dict[str, int]:
     procs: list[subprocess.Popen] = []
     try:
@@ -282,7 +272,7 @@ def sweep(args: argparse.Namespace, upstream: str, tmp: str, payloads: list[byte
                   f"{ceiling / args.gpu_tokens_per_second:4.1f} GPUs")
         return capacity
     finally:
-        _stop(*procs)
+        stop_processes(procs, wait=40)
 
 
 async def _contend_level(url: str, metrics_bases: list[str], pids: list[int], streams: int, answers: int,
@@ -314,7 +304,7 @@ def contend(args: argparse.Namespace, upstream: str, tmp: str, payloads: list[by
             rows[f"sqlite, {count} worker(s)"] = asyncio.run(_contend_level(
                 url, [url.removesuffix("/v1")], [proc.pid], streams, args.contend_answers, payloads))
         finally:
-            _stop(proc)
+            stop_processes([proc], wait=40)
     if args.pg:
         name = f"bench_{uuid.uuid4().hex[:8]}"
         asyncio.run(_pg_database(args.pg, True, name))
@@ -328,7 +318,7 @@ def contend(args: argparse.Namespace, upstream: str, tmp: str, payloads: list[by
                     rows[f"postgres, {count} replica(s), balanced"] = asyncio.run(_balanced(
                         balancer, replicas, streams, args.contend_answers, payloads))
                 finally:
-                    _stop(*(proc for proc, _ in replicas))
+                    stop_processes([proc for proc, _ in replicas], wait=40)
         finally:
             asyncio.run(_pg_database(args.pg, False, name))
     for setup, (cpu, p50, p99) in rows.items():

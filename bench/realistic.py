@@ -45,7 +45,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _servers import ROOT, free_port, rss_mb, wait_ready
+from _servers import ROOT, free_port, rss_mb, stop_processes, wait_ready
 from overhead import KEY, cpu_seconds, pct, start_bare, start_litellm
 from store_bench import _pg_database
 
@@ -264,13 +264,7 @@ def started(args: argparse.Namespace) -> Iterator[tuple[str, dict[str, tuple[str
                 print(litellm_url)
             yield upstream, targets
         finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            stop_processes(procs, wait=20)
             if pg_name:
                 asyncio.run(_pg_database(args.pg, False, pg_name))
 

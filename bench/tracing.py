@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _servers import ROOT, UPSTREAM_SCRIPT, free_port, wait_ready
+from _servers import ROOT, UPSTREAM_SCRIPT, free_port, stop_processes, wait_ready
 
 BASH_TOOL = {"type": "function", "function": {"name": "bash", "parameters": {
     "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
@@ -144,13 +144,7 @@ async def main() -> None:
                           f"{on['p50']:>7.2f} {on['p50'] / off['p50']:>6.2f} | {off['p99']:>10.2f} {on['p99']:>7.2f}")
             print(f"load average {os.getloadavg()[0]:.2f} at the end")
         finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            stop_processes(procs)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@ from proxy.testing.characters import OPENCODE_TOOLS, bash_sequence, looping
 from tests.conftest import chat
 
 
-class _Log:
-    """Stands in for the modules' structlog loggers (cached at first use, so a test cannot re-point them)."""
+class RecordedLog:
+    """Stands in for a module's structlog logger (cached at first use, so a test cannot re-point it): the lines it
+    was given, each with its level."""
 
     def __init__(self) -> None:
         self.lines: list[dict[str, Any]] = []
@@ -28,8 +29,8 @@ class _Log:
 
 
 @pytest.fixture
-def logged(monkeypatch: pytest.MonkeyPatch) -> _Log:
-    log = _Log()
+def logged(monkeypatch: pytest.MonkeyPatch) -> RecordedLog:
+    log = RecordedLog()
     for module in (services, recorder, connections):
         monkeypatch.setattr(module, "log", log)
     return log

@@ -33,27 +33,16 @@ from proxy.store.db import (
 from proxy.store.queries import Filters
 from tests.conftest import ROOT, STRICT_POLICY
 from tests.stats.test_rollups import build
+from tests.test_logs import RecordedLog
 
 pytestmark = pytest.mark.each_database
 
 FUTURE = "9999"  # a revision no version of this proxy has: what an older proxy finds in a newer store
 
 
-class _Log:
-    """Stands in for proxy.store.db's structlog logger (cached at first use, so a test cannot re-point it)."""
-
-    def __init__(self) -> None:
-        self.lines: list[dict[str, Any]] = []
-
-    def __getattr__(self, level: str) -> Any:
-        def emit(event: str, **fields: Any) -> None:
-            self.lines.append({"event": event, "level": level, **fields})
-        return emit
-
-
 @pytest.fixture
-def logged(monkeypatch: pytest.MonkeyPatch) -> _Log:
-    log = _Log()
+def logged(monkeypatch: pytest.MonkeyPatch) -> RecordedLog:
+    log = RecordedLog()
     monkeypatch.setattr(store_db, "log", log)
     return log
 
@@ -124,7 +113,7 @@ async def test_a_store_with_rows_goes_back_to_the_first_revision_and_up_again(em
 
 
 async def test_a_start_migrates_with_its_revisions_logged_and_copies_a_sqlite_store_first(
-        empty_db_url: str, logged: _Log):
+        empty_db_url: str, logged: RecordedLog):
     engine = create_engine(empty_db_url)
     old = revision_order()[3]
     head = revision_order()[-1]

@@ -229,16 +229,16 @@ async def test_a_sessions_stated_root_is_found_by_another_process(store) -> None
         one = SessionResolver(engine=engine, writer=writer, shared=True)
         other = SessionResolver(engine=engine, writer=writer, shared=True)
         session = SessionRef("ses_roots", "header", False)
-        assert one.project_root(session, "/work/project") == "/work/project"
+        assert one.project_root(session, "/srv/app/project") == "/srv/app/project"
         await writer.commit(10)
         assert other.project_root(session, None) is None  # not looked up yet
         await other.load_root(session, None)
-        assert other.project_root(session, None) == "/work/project"
-        one.project_root(session, "/work/other")  # the client states another root: the latest wins
+        assert other.project_root(session, None) == "/srv/app/project"
+        one.project_root(session, "/srv/app/other")  # the client states another root: the latest wins
         await writer.commit(10)
         third = SessionResolver(engine=engine, writer=writer, shared=True)
         await third.load_root(session, None)
-        assert third.project_root(session, None) == "/work/other"
+        assert third.project_root(session, None) == "/srv/app/other"
     finally:
         await writer.stop()
 
