@@ -89,11 +89,11 @@ class Exchange:
         if self.key is not None:  # told, not guessed: no header or text of the request is read for a root
             self.toolset = request_tools(self.policy, self.record, self.payload, self.headers,
                                          bound_root=self.key.root, client=self.key.client)
-            return
-        stated = self.state.sessions.project_root(self.record.session, self.stated)
-        self.toolset = request_tools(self.policy, self.record, self.payload, self.headers,
-                                     root_header=self.state.settings.policy.project_root_header,
-                                     stated_root=stated)
+        else:
+            stated = self.state.sessions.project_root(self.record.session, self.stated)
+            self.toolset = request_tools(self.policy, self.record, self.payload, self.headers,
+                                         root_header=self.state.settings.policy.project_root_header,
+                                         stated_root=stated)
         client = self.text_client
         if client is not None and client.sentinels and self.toolset is not None:
             self.toolset.exact = client.sentinels  # its protocol commands, in its structured shell calls too

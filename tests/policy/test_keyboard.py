@@ -77,6 +77,9 @@ def test_responses_computer_call(policy: Policy, arguments: dict[str, Any], reas
     ({"action": "triple_click", "coordinate": [100, 200]}, ("unjudgeable",)),
     ({"action": "screenshot"}, ()),
     ({"action": "mouse_move", "coordinate": [1, 2]}, ()),
+    # Typing with no text to read (a clipboard pasted, keys as a list): what reaches the terminal is unknown.
+    ({"action": "type"}, ("unjudgeable",)),
+    ({"action": "paste"}, ("unjudgeable",)),
 ])  # fmt: skip
 def test_anthropic_computer_tool(policy: Policy, arguments: dict[str, Any], reasons: tuple[str, ...]) -> None:
     assert _judge(policy, ANTHROPIC, "computer", arguments) == reasons

@@ -52,7 +52,8 @@ def search_findings(call: Call) -> Iterator[Finding]:
                            or protected_problem(call.policy, directory, roots, write=False)) if given else None
                 if problem is None and roots and searched_secret(protected, directory.strip() or ".", filters, roots):
                     problem = "protected_path"
-                elif problem is None and not roots and not filters and protected.read is not None:
+                elif problem is None and not roots and not filters and (protected.read is not None
+                                                                       or protected.read_absolute is not None):
                     # No root known: where the search runs, and what lies below it, is unknown. Only a filter that
                     # cannot select a protected read (judged above) makes it safe to pass.
                     problem = "protected_path"

@@ -31,7 +31,7 @@ def _one(call: Call, spec: str | None) -> Any:
     return values[0][1] if values else None
 
 
-def _typed(call: Call, text: Any, label: str) -> Iterator[Finding]:
+def _typed(call: Call, text: Any) -> Iterator[Finding]:
     if not isinstance(text, str):
         raise BadArguments
     line = text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith(("\n", "\r")) else text
@@ -68,8 +68,11 @@ def keyboard_findings(call: Call) -> Iterator[Finding]:
         if verb in LOOK_ACTIONS:
             return
         if verb in TYPE_ACTIONS:
-            yield from _typed(call, text if text is not None else keys if isinstance(keys, str) else "",
-                              keyboard.text or keyboard.action)
+            typed = text if text is not None else keys if isinstance(keys, str) else None
+            if typed is None:  # a paste of a clipboard, or keys typed as a list: nothing here says what is typed
+                yield call.found(_UNJUDGEABLE, keyboard.text or keyboard.action)
+                return
+            yield from _typed(call, typed)
             return
         if verb in KEY_ACTIONS:
             yield from _pressed(call, keys if keys is not None else text if text is not None else "",
@@ -78,6 +81,6 @@ def keyboard_findings(call: Call) -> Iterator[Finding]:
         yield call.found(_UNJUDGEABLE, keyboard.action)  # a click, a drag, an action not known
         return
     if text is not None and keyboard.text:
-        yield from _typed(call, text, keyboard.text)
+        yield from _typed(call, text)
     if keys is not None and keyboard.keys:
         yield from _pressed(call, keys, keyboard.keys)
