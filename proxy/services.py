@@ -149,7 +149,7 @@ class Services:
             vllm=UpstreamVllm(vllm_version=settings.upstream.vllm_version, tool_parser=settings.upstream.tool_parser,
                               upstream=upstream),
             probe=UpstreamProbe(upstream.all, interval_seconds=settings.upstream.probe_seconds),
-            response_chains=ResponseChains(engine=engine, writer=writer),
+            response_chains=ResponseChains(engine=engine, writer=writer, shared=shared),
             role=role,
             shared_store=shared,
             board=(InFlightBoard(role.in_flight, role.count, role.index)

@@ -12,10 +12,11 @@ the server does not hold (each refused call answered with the explanation, and t
 message), and a request that names the client's id goes up naming the server's, those items before its input.
 
 Kept in the store (table `response_chains`), so that the next request continues it in whichever process answers
-(`serve --workers N`, replicas): the row is written before the answer that hands the id out ends
-(`Exchange.continuation_durable`), and a client names an id only once it has the whole answer. Each process keeps
-the ids it wrote or read in a bounded cache, and the ids it found missing: an id is named only after its answer
-ended, so one missing then stays missing. Without a store (tests), the cache is all there is.
+(`serve --workers N`, replicas): where other processes share the store, the row is committed before the answer
+that hands the id out ends (`Exchange.continuation_durable`), and a client names an id only once it has the
+whole answer. Each process keeps the ids it wrote or read in a bounded cache, the ids it found missing (an id is
+named only after its answer ended, so one missing then stays missing), and the ids it handed out as the upstream
+made them (nothing to change: naming one asks no store). Without a store (tests), the cache is all there is.
 """
 
 from __future__ import annotations
@@ -51,19 +52,26 @@ class ResponseChains:
     """Client response id -> Continuation: in the store, and the latest `limit` of them in this process."""
 
     def __init__(self, limit: int = 20_000, *, engine: AsyncEngine | None = None,
-                 writer: StoreWriter | None = None) -> None:
+                 writer: StoreWriter | None = None, shared: bool = True) -> None:
         self.limit = limit
         self._engine = engine
         self._writer = writer
+        # Other processes answer from this store (workers, replicas): an answer's end waits for its row's commit.
+        # Alone, the row is kept for a restart and nothing waits for it.
+        self._shared = shared
         self._chains: OrderedDict[str, Continuation | None] = OrderedDict()  # None: asked, not in the store
+        self._plain: OrderedDict[str, None] = OrderedDict()  # ids this process handed out as the upstream made them
 
     def remember(self, client_id: str | None, upstream_id: str | None, items: list[dict[str, Any]]) -> bool:
         """Keep what `client_id` continues from; True where a row was queued for the store (the answer's end waits
         for its commit)."""
-        if not client_id or not upstream_id or (client_id == upstream_id and not items):
-            return False
-        if len(client_id) > _MAX_ID or len(upstream_id) > _MAX_ID:
+        if not client_id or not upstream_id or len(client_id) > _MAX_ID or len(upstream_id) > _MAX_ID:
             return False  # not an id the upstream makes; nobody continues from it
+        if client_id == upstream_id and not items:
+            self._plain[client_id] = None  # nothing to change: naming it asks no store
+            while len(self._plain) > self.limit:
+                self._plain.popitem(last=False)
+            return False
         continuation = Continuation(upstream_id, tuple(items))
         self._keep(client_id, continuation)
         if self._writer is None:
@@ -71,7 +79,7 @@ class ResponseChains:
         self._writer.put(tables.response_chains, {"client_id": client_id, "upstream_id": upstream_id,
                                                   "items": json.dumps(items, ensure_ascii=False),
                                                   "created_at": time.time()})
-        return True
+        return self._shared
 
     def get(self, client_id: Any) -> Continuation | None:
         """From this process's cache only."""
@@ -84,7 +92,7 @@ class ResponseChains:
         if client_id in self._chains:
             self._chains.move_to_end(client_id)
             return self._chains[client_id]
-        if self._engine is None:
+        if self._engine is None or client_id in self._plain:
             return None
         chains = tables.response_chains
         try:
