@@ -114,3 +114,16 @@ def test_an_unreadable_action_on_the_messages_route_is_counted_ungoverned(upstre
     with proxy.client() as client:
         assert client.post("/v1/messages", json=body).status_code == 200
     assert counter._value.get() == before + 1
+
+
+def test_a_dspy_step_reads_the_same_with_the_refusal_note_after_it():
+    """DSPy's reader keeps the whole text as each action's source: the note is compared by what the actions do
+    (name, arguments, error), so a step that names a tool still carries it."""
+    from proxy.enforce.exchange import _read
+    from proxy.toolcalls.text_actions import NO_CONTEXT
+
+    step = ("[[ ## next_thought ## ]]\nI will search.\n\n[[ ## next_tool_name ## ]]\nsearch\n\n"
+            "[[ ## next_tool_args ## ]]\n{\"query\": \"x\"}\n\n[[ ## completed ## ]]")
+    note = "allowlist-proxy refused in this turn: the `search` action (pipe)."
+    found = _read("dspy_chat", step, NO_CONTEXT)
+    assert found[0] and _read("dspy_chat", f"{step}\n\n{note}", NO_CONTEXT) == found

@@ -34,6 +34,7 @@ from proxy.store.recorder import queue_calls, release_calls
 from proxy.toolcalls import ToolCall
 from proxy.toolcalls.families import XmlRules
 from proxy.toolcalls.registry import TEXT_FORMATS
+from proxy.toolcalls.text_actions import Stated
 from proxy.upstream.client import response_headers
 
 __all__ = ["Exchange", "Outcome", "edited_bytes"]
@@ -263,9 +264,10 @@ class Exchange:
         client = self.text_client
         if client is not None and client.formats:
             for name in client.formats:
-                found = _read(name, text)
+                found = _read(name, text, client.stated)
                 # As a chat turn carries it, and as a client joins a turn's text blocks or items.
-                if any(_read(name, joined) != found for joined in (text + line_break(text) + note, text + note)):
+                if any(_read(name, joined, client.stated) != found
+                       for joined in (text + line_break(text) + note, text + note)):
                     return ""
         return note
 
@@ -322,9 +324,12 @@ class Exchange:
         raise ClientGone("the client went away before the answer")
 
 
-def _read(fmt: str, text: str) -> tuple[list[str | None], list[str]]:
-    found = TEXT_FORMATS[fmt].read(text)
-    return [call.raw for call in found.calls], found.unreadable
+def _read(fmt: str, text: str, stated: Stated) -> tuple[list[tuple[str, str, str | None]], list[str]]:
+    """The actions `text` holds as the client reads them (with what its request states), each as what it does:
+    its name, arguments and error. Not its raw text: a client that takes the whole text as an action's source
+    (DSPy's fields, Open Interpreter's blocks) would differ by the note itself."""
+    found = TEXT_FORMATS[fmt].read(text, stated)
+    return [(call.name, call.arguments_text, call.error) for call in found.calls], found.unreadable
 
 
 async def _disconnected(request: Request) -> None:
