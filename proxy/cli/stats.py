@@ -57,8 +57,6 @@ def sqlite_path(url: str) -> Path | None:
     return Path(path) if path and path != ":memory:" else None
 
 
-
-
 def read_store(url: str, query: Callable[[Any], Awaitable[Any]]) -> tuple[Any, int]:
     """Runs `query(engine)` on an existing store, read-only: (its result, 0), or (None, 1) with the
     reason printed when the store is missing (a SQLite file is never created here) or unreadable."""

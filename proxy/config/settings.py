@@ -21,8 +21,6 @@ from pydantic import Field
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from proxy.store.dialect import normalize_db_url
-
 from .groups import (
     GROUPS,
     HttpSettings,
@@ -189,10 +187,6 @@ class Settings(BaseSettings):
     def of(cls, **flat: Any) -> Settings:
         """Settings from flat names (`db=`, `store_batch_size=`), as the command line and tests give them."""
         return cls(**flat)
-
-    @property
-    def async_db_url(self) -> str:
-        return normalize_db_url(self.store.url)
 
     def client_url(self) -> str:
         """Where clients reach the proxy: `proxy_url`, else the listen address (a wildcard one as loopback)."""

@@ -58,12 +58,6 @@ class Redactions:
 
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
 
-    def by_type(self) -> Counter[str]:
-        totals: Counter[str] = Counter()
-        for (_, kind), count in self.counts.items():
-            totals[kind] += count
-        return totals
-
     def __bool__(self) -> bool:
         return bool(self.counts)
 

@@ -125,10 +125,6 @@ class KeyRing:
         while len(self._cache) > _KEPT:
             self._cache.popitem(last=False)
 
-    def forget(self) -> None:
-        """Drops what this process remembers: the next request of each key reads the store (tests, SIGHUP)."""
-        self._cache.clear()
-
     # -- last used ------------------------------------------------------------------------------------
 
     async def start(self) -> None:

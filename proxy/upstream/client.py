@@ -8,7 +8,6 @@ route stay as they are: it is set in the request's own task and copied into the 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import functools
@@ -260,9 +259,6 @@ class Upstream:
         telemetry.emit(telemetry.UpstreamProbed(self.base_url, error is None))
         return error
 
-    async def reachable(self) -> bool:
-        return await self.probe() is None
-
     async def aclose(self) -> None:
         if self._whole is not None:
             await self._whole.aclose()
@@ -357,10 +353,6 @@ class Upstreams:
 
     def iter_bytes(self, response: httpx.Response) -> AsyncIterator[bytes]:
         return self.current.iter_bytes(response)
-
-    async def reachable(self) -> bool:
-        """True when every upstream answers (asked at once)."""
-        return all(await asyncio.gather(*(upstream.reachable() for upstream in self.all)))
 
     async def aclose(self) -> None:
         for upstream in self.all:
