@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..schema import ShellMap, ToolMap
-from .offered import _SHELL_DESCRIPTION, _words
+from .offered import _ARGV_WORDS, _SHELL_DESCRIPTION, _words
 
 __all__ = ["Arg", "Classification", "Declared", "classify", "classify_arguments", "misfits"]
 
@@ -52,7 +52,6 @@ _URL_DESCRIPTION = re.compile(r"\b(?:url|uri|web\s*page|web\s+address|link\s+to)
 _PATCH_DESCRIPTION = re.compile(r"\b(?:patch|unified\s+diff|diff\s+to\s+apply)\b", re.I)
 # A list of strings under one of these names is an argv: the words a program gets (Agno's `run_shell_command
 # {args}`), not a list of command lines.
-_ARGV_WORDS = frozenset({"args", "argv", "cmd"})
 # A command argument whose description lists the values it takes picks an operation (Strands' `editor {command:
 # "view" | "create" | ...}`): a list of two or more quoted names introduced as its choices ("The commands to run:
 # `view`, `create`, ..."), not shown as examples of commands.

@@ -25,7 +25,7 @@ from ..paths.client_files import BUILTIN_PROFILES_FILE
 from ..paths.modules import warm_root
 from ..roots import normal_root, root_problem
 from ..schema import Policy, Profile, ShellMap, ToolMap
-from .classify import Declared, classify, classify_arguments, misfits
+from .classify import _PLAIN_NAME, Declared, classify, classify_arguments, misfits
 from .keyboard import keyboard_map, keyboard_map_of_call
 from .offered import Offered, command_named, offered_tools, properties, shell_like
 
@@ -307,7 +307,7 @@ def _foreign(rule: Rule, schema: Mapping[str, Any] | None) -> bool:
     if not rule.governed or not isinstance(schema, Mapping):
         return False
     shell = rule.map.shell
-    if shell is not None and _PLAIN.fullmatch(shell.source):
+    if shell is not None and _PLAIN_NAME.fullmatch(shell.source):
         shapes = _shapes(properties(schema).get(shell.source))
         takes = {"argv"} if shell.argv else {"string"} if shell.command else {"string", "argv"}
         if shapes - takes:
@@ -319,7 +319,6 @@ def _foreign(rule: Rule, schema: Mapping[str, Any] | None) -> bool:
     return any(isinstance(name, str) and name not in claimed and command_named(name) for name in required)
 
 
-_PLAIN = re.compile(r"[A-Za-z0-9_$@-]+")
 
 
 def _shapes(prop: Any, depth: int = 0) -> set[str]:
