@@ -40,6 +40,9 @@ FUNCTIONS = {"tools": [
     _function("type_text", text=S), _function("send_keys", keys=S), _function("press_key", key=S),
     _function("desktop", action={"type": "string", "enum": ["type", "key", "left_click", "screenshot"]}, text=S),
     _function("terminal_input", input=S), _function("type_check", content=S), _function("keyboard", chars=S),
+    # Named for what they work on, whatever verb: a terminal, a pty, a console.
+    _function("terminal_send", text=S), _function("pty_write", data=S), _function("send_to_console", text=S),
+    _function("read_terminal_output", lines={"type": "integer"}),
 ]}
 
 
@@ -97,6 +100,10 @@ def test_anthropic_computer_tool(policy: Policy, arguments: dict[str, Any], reas
     ("terminal_input", {"input": "sudo su\n"}, ("wrapper",)),
     ("keyboard", {"chars": "ls\n"}, ("program",)),
     ("type_check", {"content": "x = 1"}, ()),
+    ("terminal_send", {"text": "rm -rf ~\n"}, ("expansion",)),
+    ("pty_write", {"data": "cat notes.txt\n"}, ("program",)),
+    ("send_to_console", {"text": ALLOWED + "\n"}, ()),
+    ("read_terminal_output", {"lines": 50}, ()),
 ])  # fmt: skip
 def test_function_tools_that_type(policy: Policy, tool: str, arguments: dict[str, Any],
                                   reasons: tuple[str, ...]) -> None:

@@ -2,7 +2,8 @@
 
 A tool is read as one when its schema has an action argument whose values include typing or pressing keys
 (`action: {enum: [type, key, left_click, ...]}`), when its name says it types (`type_text`, `send_keys`,
-`press_key`, `keyboard`, `xdotool`, `computer`, `terminal_input`), or - its schema unreadable, as
+`press_key`, `keyboard`, `xdotool`, `computer`) or works on a terminal (`terminal_send`, `pty_write`,
+`send_to_console`, `repl_input`), or - its schema unreadable, as
 Anthropic's `computer_20250124` tool is offered - when a call's own `action` is a computer-use action.
 Its typed text and keys are then judged by the keyboard rules (proxy/policy/shell/keyboard.py).
 """
@@ -37,13 +38,16 @@ _KEY_ARGS = ("keys", "key", "hotkey", "combo", "combination", "shortcut")
 _TYPING_NAMES = frozenset({"keyboard", "keystroke", "keystrokes", "xdotool", "typewrite", "sendkeys", "hotkey",
                            "computer", "autogui", "pyautogui"})
 _TYPING_PAIRS = ({"type", "text"}, {"type", "keys"}, {"type", "string"}, {"press", "key"}, {"press", "keys"},
-                 {"send", "keys"}, {"send", "key"}, {"terminal", "input"}, {"terminal", "write"}, {"terminal", "type"},
-                 {"tty", "write"}, {"console", "input"}, {"type", "terminal"})
+                 {"send", "keys"}, {"send", "key"})
+# What a tool's name may say it works on that reads typed text as commands: whatever it does there (send, write,
+# input, paste), its text and keys are what a shell gets. A tool of these that only reads (`read_terminal_output`)
+# has no text or key argument, so nothing of it is judged as typed.
+_TERMINALS = frozenset({"terminal", "tty", "pty", "stdin", "console", "repl", "tmux"})
 
 
 def _named_typing(tool: str) -> bool:
     words = _words(tool)
-    return bool(words & _TYPING_NAMES) or any(pair <= words for pair in _TYPING_PAIRS)
+    return bool(words & (_TYPING_NAMES | _TERMINALS)) or any(pair <= words for pair in _TYPING_PAIRS)
 
 
 def _values(prop: Any) -> set[str]:
