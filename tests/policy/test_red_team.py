@@ -208,3 +208,12 @@ def test_known_tools_prose_is_not_an_argument() -> None:
 ])  # fmt: skip
 def test_unaddressable_capability_arguments_are_refused(schema: Any, arguments: dict[str, Any]) -> None:
     assert _call([_tool("mystery", schema)], "mystery", arguments) == ("bad_arguments",)
+
+
+def test_a_choice_that_may_fetch_to_a_path_is_judged_as_a_write() -> None:
+    """`get` (or `fetch`, `download`) may bring something to the path named: the path is judged as a write, so a
+    module an allowed `uv run` would import (sitecustomize) cannot be put there as a "read"."""
+    tools = [_tool("file_editor", _obj(command={"enum": ["view", "get", "create"]}, path=S))]
+    assert _call(tools, "file_editor", {"command": "view", "path": "sitecustomize.py"}) == ()
+    assert _call(tools, "file_editor", {"command": "get", "path": "sitecustomize.py"}) \
+        == _call(tools, "file_editor", {"command": "create", "path": "sitecustomize.py"}) == ("protected_path",)

@@ -63,7 +63,8 @@ _CHOICE = re.compile(r"[`'\"]([A-Za-z_][A-Za-z0-9_-]{0,39})[`'\"]")
 _NOT_CHOICES = re.compile(r"\b(?:e\.g\.|eg\b|for example|for instance|such as|shell|bash|terminal|command[- ]line|"
                           r"program|executable)", re.I)
 # The choices of such an argument under which its tool only reads its paths.
-_READ_CHOICES = frozenset({"view", "read", "list", "ls", "show", "get", "find", "find_line", "search", "grep", "cat",
+# Not `get`, `fetch` or `download`: they may bring something to the path named, a write (fails closed as one).
+_READ_CHOICES = frozenset({"view", "read", "list", "ls", "show", "find", "find_line", "search", "grep", "cat",
                            "stat", "exists", "info", "describe", "print", "display", "peek", "head", "tail", "count"})
 _MAX_DEPTH = 8
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_$@-]+")
